@@ -1,0 +1,65 @@
+"""The ``simulate`` command line (click).
+
+``simulate --model M --gpu G --batch B --ctx T`` prints the report of one run; sub-commands
+list configs, show per-operator tables, and so on. Bad input exits with code 2 and one line.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from simulator.analytic import run_batch
+from simulator.cli.listing import gpus_command, models_command
+from simulator.cli.layers import layers_command
+from simulator.cli.options import MODEL_OPTIONS, WORKLOAD_OPTIONS, apply_options, deployment_from_options, reports_input_errors
+from simulator.report import batch_run_dict, batch_run_text, flatten, to_csv
+
+EPILOG = """\b
+Examples:
+  simulate --model llama2-70b --gpu a100 --batch 64 --ctx 4096
+  simulate --model llama2-7b --gpu h100 --batch 1 --ctx 2048 --weights int4 --json
+  simulate --model llama2-70b --gpu a100 --attention mha --tp 8
+  simulate layers --model llama2-7b --gpu a100 --batch 1 --ctx 1024 --phase decode
+  simulate models ; simulate gpus
+"""
+
+
+@click.group(invoke_without_command=True, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@apply_options(MODEL_OPTIONS + WORKLOAD_OPTIONS)
+@click.option("--top", type=click.IntRange(min=1), default=6, show_default=True, help="Operators shown per phase in the report.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (SI units) instead of the report.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print a header and one CSV row (flattened keys).")
+@click.version_option(package_name="memwall")
+@click.pass_context
+@reports_input_errors
+def main(
+    click_ctx: click.Context, top: int, as_json: bool, as_csv: bool, batch: int, ctx_tokens: int, gen: int, **options: Any
+) -> None:
+    """Simulate transformer inference: latency, throughput and memory of MODEL on GPU.
+
+    Each operator is charged roofline time, max(FLOPs / achievable FLOP/s, bytes /
+    achievable bandwidth), plus kernel launch and tensor-parallel all-reduce costs.
+    Efficiency factors are shown in the report and can be overridden.
+    """
+    if click_ctx.invoked_subcommand is not None:
+        return
+    if not options.get("model") and not options.get("gpu"):
+        click.echo(click_ctx.get_help())
+        return
+    deployment = deployment_from_options(options, batch, ctx_tokens)
+    run = run_batch(deployment, batch, ctx_tokens, gen)
+    if as_json:
+        click.echo(json.dumps(batch_run_dict(run), indent=2))
+    elif as_csv:
+        click.echo(to_csv([flatten(batch_run_dict(run))]), nl=False)
+    else:
+        click.echo(batch_run_text(run, top))
+
+
+main.add_command(layers_command)
+main.add_command(models_command)
+main.add_command(gpus_command)
+# Further sub-commands register here, one line each.

@@ -1,0 +1,58 @@
+"""``simulate layers``: the per-operator roofline table of one step."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from simulator.cli.options import MODEL_OPTIONS, WORKLOAD_OPTIONS, apply_options, deployment_from_options, reports_input_errors
+from simulator.report import operator_rows, operator_table, to_csv
+from simulator.step import Step
+from simulator.units import fmt_seconds
+
+
+@click.command("layers")
+@apply_options(MODEL_OPTIONS + WORKLOAD_OPTIONS)
+@click.option("--phase", type=click.Choice(["prefill", "decode"]), default="decode", show_default=True,
+              help="prefill: the whole batch's prompts (ctx - gen tokens each); decode: one token per sequence at context ctx.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of operators (SI units, whole TP group).")
+@click.option("--csv", "as_csv", is_flag=True, help="Print the operators as CSV.")
+@reports_input_errors
+def layers_command(batch: int, ctx_tokens: int, gen: int, phase: str, as_json: bool, as_csv: bool, **options: Any) -> None:
+    """Per-operator roofline table for one prefill or decode step.
+
+    Each row: FLOPs, HBM bytes, arithmetic intensity (FLOP/byte), the bound (memory,
+    compute or communication) and time, for all layers of that operator together.
+
+    \b
+    Example:
+      simulate layers --model llama2-7b --gpu a100 --batch 1 --ctx 1024 --phase decode
+    """
+    deployment = deployment_from_options(options, batch, ctx_tokens)
+    system = deployment.system
+    if phase == "prefill":
+        if gen >= ctx_tokens:
+            raise click.BadParameter(f"--gen {gen} must be < --ctx {ctx_tokens}", param_hint="--gen")
+        step = Step.prefill(batch, ctx_tokens - gen)
+    else:
+        step = Step.decode(batch, ctx_tokens)
+    cost = system.step_cost(step)
+    rows = operator_rows(cost, system.tp)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if as_csv:
+        click.echo(to_csv(rows), nl=False)
+        return
+    gpu = system.gpu
+    ridge = gpu.ridge_point(system.precision.compute_dtype)
+    what = f"prefill of {batch} x {ctx_tokens - gen} tokens" if phase == "prefill" else f"decode of {batch} tokens at context {ctx_tokens}"
+    click.echo(f"{system.describe()}")
+    click.echo(f"{what}; ridge point {ridge:.0f} FLOP/byte" + (f"; {deployment.note}" if deployment.note else ""))
+    click.echo("")
+    for line in operator_table(cost.operators, system.tp):
+        click.echo(line)
+    click.echo("")
+    click.echo(f"step time {fmt_seconds(float(cost.seconds))}, of which communication {fmt_seconds(float(cost.communication_seconds))}")

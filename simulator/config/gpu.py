@@ -1,0 +1,150 @@
+"""GPU specifications: peaks, memory, interconnect and the achievable-efficiency factors.
+
+A GPU YAML (``configs/gpus/*.yaml``) holds the vendor data-sheet figures (dense, no
+sparsity) with their source in a comment, and an ``efficiency`` block. Roofline time is
+a lower bound; each efficiency factor is the fraction of a peak that real kernels reach:
+
+- ``compute``: fraction of tensor-core peak reached by GEMMs and attention (default 0.70;
+  large fp16 GEMMs reach ~70-85% on A100/H100, TensorRT-LLM prefill of Llama-2-7B reaches 67%).
+- ``memory``: fraction of HBM bandwidth reached by streaming reads (default 0.80; large
+  reads reach ~80-92%, batch-1 decode in TensorRT-LLM ~66-82%).
+- ``link``: fraction of the interconnect bandwidth that a ring all-reduce reaches
+  (default 0.75; NCCL bus bandwidth is ~70-85% of NVLink peak for large messages).
+- ``kernel_launch_seconds``: fixed cost per kernel (default 2 us: CUDA-graph launch plus
+  the ramp-up/tail of a kernel that the roofline ignores).
+- ``allreduce_latency_seconds``: fixed cost per all-reduce (default 8 us; NCCL small-message
+  latency is ~5-20 us).
+
+A measured overlay (``configs/gpus/measured/*.yaml``) may add ``efficiency_by_op`` entries
+which replace the compute/memory factors for one op class and shape bucket.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from simulator.config.loader import config_root, looks_like_path, read_mapping, suggest, validate
+from simulator.config.precision import DTYPE_BYTES
+from simulator.errors import InputError
+
+
+class Efficiency(BaseModel):
+    """Achievable fractions of peak; see the module docstring for defaults and sources."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    compute: float = Field(default=0.70, gt=0.0, le=1.0)
+    memory: float = Field(default=0.80, gt=0.0, le=1.0)
+    link: float = Field(default=0.75, gt=0.0, le=1.0)
+    kernel_launch_seconds: float = Field(default=2e-6, ge=0.0)
+    allreduce_latency_seconds: float = Field(default=8e-6, ge=0.0)
+
+
+class OpEfficiency(BaseModel):
+    """A measured efficiency for one op class (gemm, attention, ...) and token bucket."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    op_class: str
+    min_tokens: int = Field(default=0, ge=0)
+    max_tokens: int | None = Field(default=None, ge=1)
+    compute: float | None = Field(default=None, gt=0.0, le=1.0)
+    memory: float | None = Field(default=None, gt=0.0, le=1.0)
+
+
+class GPUSpec(BaseModel):
+    """One GPU model. All quantities in SI base units (FLOP/s, bytes, bytes/s, seconds)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    aliases: list[str] = Field(default_factory=list)
+    vendor: str = "nvidia"
+    peak_flops: dict[str, float] = Field(description="dense tensor peak in FLOP/s by dtype")
+    hbm_bytes: float = Field(gt=0)
+    hbm_bandwidth_bytes_per_second: float = Field(gt=0)
+    l2_bytes: float = Field(default=0.0, ge=0)
+    sm_count: int = Field(default=0, ge=0)
+    sram_bytes_per_sm: float = Field(gt=0, description="shared memory per SM usable by one kernel")
+    interconnect: str = "pcie"
+    link_bandwidth_bytes_per_second: float = Field(gt=0, description="one direction, per GPU")
+    max_gpus_per_node: int = Field(default=8, ge=1)
+    efficiency: Efficiency = Field(default_factory=Efficiency)
+    efficiency_by_op: list[OpEfficiency] = Field(default_factory=list)
+    measured: dict[str, str] = Field(default_factory=dict, description="provenance of a measured overlay")
+
+    @field_validator("peak_flops")
+    @classmethod
+    def _known_dtypes(cls, value: dict[str, float]) -> dict[str, float]:
+        for dtype, flops in value.items():
+            if dtype not in DTYPE_BYTES:
+                raise ValueError(f"unknown dtype '{dtype}'; allowed: {', '.join(DTYPE_BYTES)}")
+            if flops <= 0:
+                raise ValueError(f"peak for {dtype} must be > 0")
+        return value
+
+    def peak(self, dtype: str) -> float:
+        """Dense peak FLOP/s for ``dtype``; InputError if the chip has none."""
+        try:
+            return self.peak_flops[dtype]
+        except KeyError:
+            have = ", ".join(sorted(self.peak_flops))
+            raise InputError(f"{self.name} has no {dtype} peak (it has: {have}); choose another precision") from None
+
+    def ridge_point(self, dtype: str = "fp16") -> float:
+        """Peak FLOP/s divided by HBM bandwidth, in FLOP/byte."""
+        return self.peak(dtype) / self.hbm_bandwidth_bytes_per_second
+
+    def with_efficiency(self, **overrides: float | None) -> "GPUSpec":
+        """A copy with some efficiency factors replaced (``None`` values are ignored)."""
+        changes = {k: v for k, v in overrides.items() if v is not None}
+        if not changes:
+            return self
+        eff = validate(Efficiency, {**self.efficiency.model_dump(), **changes}, "efficiency override")
+        return self.model_copy(update={"efficiency": eff})
+
+
+def _gpu_files() -> list[Path]:
+    return sorted((config_root() / "gpus").glob("*.yaml"))
+
+
+def list_gpus() -> list[GPUSpec]:
+    """Every shipped GPU config, sorted by file name."""
+    return [_load_gpu_file(path) for path in _gpu_files()]
+
+
+def _load_gpu_file(path: Path) -> GPUSpec:
+    return validate(GPUSpec, read_mapping(path), str(path))
+
+
+def load_gpu(name_or_path: str) -> GPUSpec:
+    """A shipped GPU by name or alias (case-insensitive), or a GPU YAML file by path.
+
+    A measured overlay file may name a ``base`` GPU; its fields replace the base's.
+    """
+    if looks_like_path(name_or_path):
+        path = Path(name_or_path)
+        data = read_mapping(path)
+        base = data.pop("base", None)
+        if base is not None:
+            merged = load_gpu(str(base)).model_dump()
+            for key, value in data.items():
+                if key == "efficiency" and isinstance(value, dict):
+                    merged["efficiency"] = {**merged["efficiency"], **value}
+                else:
+                    merged[key] = value
+            data = merged
+        return validate(GPUSpec, data, str(path))
+    wanted = name_or_path.lower()
+    known: list[str] = []
+    for gpu in list_gpus():
+        names = [gpu.name, *gpu.aliases]
+        if wanted in (n.lower() for n in names):
+            return gpu
+        known.extend(names)
+    raise InputError(
+        f"--gpu: unknown GPU '{name_or_path}'{suggest(name_or_path, known)}; "
+        f"known: {', '.join(g.name for g in list_gpus())} (or a path to a GPU YAML file)"
+    )
