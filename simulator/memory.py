@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from simulator.config.gpu import GPUSpec
 from simulator.config.model import ModelSpec
 from simulator.config.precision import Precision
-from simulator.layers import Operator, check_tensor_parallel, kv_heads_per_gpu
 from simulator.errors import InputError
+from simulator.layers import Operator, build_operators, kv_heads_per_gpu
 
 GIB = 2**30
 
@@ -43,8 +43,6 @@ def weight_bytes(operators: tuple[Operator, ...]) -> float:
 
 def model_weight_bytes(model: ModelSpec, precision: Precision, gpu: GPUSpec) -> float:
     """Weight bytes of the whole model (stored once; tp = 1 layout)."""
-    from simulator.layers import build_operators
-
     return weight_bytes(build_operators(model, precision, gpu, tp=1))
 
 
@@ -132,10 +130,6 @@ def tensor_parallel_candidates(model: ModelSpec, gpu: GPUSpec) -> list[int]:
             candidates.append(tp)
         tp *= 2
     return candidates
-
-
-def check_tp_choice(model: ModelSpec, tp: int) -> None:
-    check_tensor_parallel(model, tp)
 
 
 def no_fit_error(model: ModelSpec, gpu: GPUSpec, plan: MemoryPlan, tried: list[int]) -> InputError:
