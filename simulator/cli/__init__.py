@@ -14,6 +14,7 @@ import click
 from simulator.analytic import run_batch
 from simulator.cli.listing import gpus_command, models_command
 from simulator.cli.layers import layers_command
+from simulator.cli.validate import validate_command
 from simulator.cli.options import MODEL_OPTIONS, WORKLOAD_OPTIONS, apply_options, deployment_from_options, reports_input_errors
 from simulator.report import batch_run_dict, batch_run_text, flatten, to_csv
 
@@ -63,3 +64,4 @@ main.add_command(layers_command)
 main.add_command(models_command)
 main.add_command(gpus_command)
 # Further sub-commands register here, one line each.
+main.add_command(validate_command)
