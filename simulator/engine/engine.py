@@ -1,0 +1,589 @@
+"""The discrete-event serving loop (simpy): arrivals, scheduling, KV blocks, and the cost of each iteration.
+
+The engine only schedules; the time of every iteration is ``system.step_cost(step)`` for a
+:class:`~simulator.step.Step` built from running totals of the sequences in it, so building
+a step costs O(sequences that changed), not O(sequences).
+
+Token accounting per request (prompt ``p``, output ``o``): the prefill processes ``p``
+tokens and emits output token 1; decode tick k (k = 1 .. o - 1) feeds token k back,
+attends ``p + k`` keys (itself included) and emits token k + 1. A sequence holding ``t``
+cached tokens holds ceil(t / block_size) KV blocks. A preempted request is recomputed: its
+prompt and the tokens it has emitted are prefilled again, which emits its next token.
+
+Decode *stretches*: while no sequence joins or leaves, every decode iteration has the same
+batch and a context sum that grows by the batch size per iteration, so the engine costs up
+to :data:`STRETCH_MAX` iterations in one vectorised cost-model call, stopping at the next
+completion, the first iteration that would need a block that is not free, and (when a new
+arrival could be admitted) the first iteration boundary after the next arrival. The
+per-iteration log and latencies are exactly those of stepping one iteration at a time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Generator
+
+import numpy as np
+import simpy
+
+from simulator.engine.kvcache import BlockAllocator, blocks_for
+from simulator.engine.metrics import (
+    DECODING, DONE, PREFILLING, REJECTED, WAITING, Columns, itl_samples, iteration_log,
+)
+from simulator.engine.scheduler import Chunk, SchedulerConfig, plan_chunked, plan_continuous, plan_static
+from simulator.engine.workload import Workload
+from simulator.cost import StepCost
+from simulator.step import Step
+from simulator.system import System
+
+STRETCH_MAX = 4096
+"""Most decode iterations costed in one vectorised call (bounds the arrays' size)."""
+
+COST_CACHE_MAX = 200_000
+"""Scalar steps remembered (identical steps recur in closed batches and fixed-length workloads)."""
+
+
+@dataclass
+class Totals:
+    """Sums over iterations: seconds of busy time, FLOPs and HBM bytes on one GPU, time by bound."""
+
+    busy_seconds: float = 0.0
+    flops: float = 0.0
+    bytes: float = 0.0
+    compute_bound_seconds: float = 0.0
+    memory_bound_seconds: float = 0.0
+    communication_seconds: float = 0.0
+    iterations: int = 0
+    cost_calls: int = 0
+    decode_iterations: int = 0
+    decode_flops: float = 0.0
+    decode_bytes: float = 0.0
+
+
+@dataclass
+class EngineResult:
+    """Everything a run produced; per-request arrays are indexed like the workload."""
+
+    workload: Workload
+    config: SchedulerConfig
+    kv_blocks: int
+    status: np.ndarray
+    reject_reason: np.ndarray
+    first_scheduled: np.ndarray
+    first_token: np.ndarray
+    finish: np.ndarray
+    preemptions: np.ndarray
+    log: Columns
+    itl: Columns
+    totals: Totals
+    kv_high_water_blocks: int
+    max_running: int
+    first_prefill_step: Step | None = None
+    first_decode_step: Step | None = None
+    last_decode_step: Step | None = None
+    wall_seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def total_preemptions(self) -> int:
+        return int(self.preemptions.sum())
+
+
+def cost_totals(cost: StepCost) -> tuple:
+    """(seconds, FLOPs, HBM bytes, compute-bound s, memory-bound s, communication s) of a step, one GPU.
+
+    The same sums as StepCost's properties, in one pass over the operators (this runs per iteration).
+    """
+    seconds = flops = moved = compute_bound = memory_bound = communication = 0.0
+    for op in cost.operators:
+        seconds = seconds + op.seconds
+        if op.kind == "allreduce":
+            communication = communication + op.link_seconds
+            continue
+        flops = flops + op.flops
+        moved = moved + (op.weight_bytes + op.kv_read_bytes + op.kv_write_bytes + op.activation_bytes)
+        compute_wins = op.compute_seconds >= op.memory_seconds
+        if isinstance(compute_wins, np.ndarray):
+            compute_bound = compute_bound + np.where(compute_wins, op.seconds, 0.0)
+            memory_bound = memory_bound + np.where(compute_wins, 0.0, op.seconds)
+        elif compute_wins:
+            compute_bound = compute_bound + op.seconds
+        else:
+            memory_bound = memory_bound + op.seconds
+    if isinstance(seconds, np.ndarray):
+        return seconds, flops, moved, compute_bound, memory_bound, communication
+    return float(seconds), float(flops), float(moved), float(compute_bound), float(memory_bound), float(communication)
+
+
+def _decode_step(batch: float, context: float | np.ndarray) -> Step:
+    """``batch`` decoding sequences whose keys (cache + the new token) sum to ``context``."""
+    zero = 0.0 * context
+    return Step(
+        tokens=batch, prefill_tokens=0.0, sequences=batch, logit_tokens=batch, attention_pairs=context,
+        prefill_attention_pairs=zero, score_elements=context, context_tokens=context,
+    )
+
+
+class Engine:
+    """State of one serving run; :meth:`run` drives it with simpy and returns an :class:`EngineResult`."""
+
+    def __init__(
+        self,
+        system: System,
+        workload: Workload,
+        config: SchedulerConfig,
+        kv_blocks: int,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        n = len(workload)
+        self.system, self.workload, self.config = system, workload, config
+        self.n = n
+        self.arrival = workload.arrival_seconds
+        self.prompt = workload.prompt_tokens.astype(np.int64)
+        self.output = workload.output_tokens.astype(np.int64)
+        self.bs = config.block_size
+        self.incremental = config.incremental_blocks
+        self.chunked = config.scheduler == "chunked"
+        self.alloc = BlockAllocator(kv_blocks)
+        self.progress = progress
+
+        self.status = np.zeros(n, dtype=np.int8)
+        self.reject_reason = self._reject_reasons(kv_blocks)
+        nan = np.full(n, np.nan)
+        self.first_scheduled, self.first_token, self.finish = nan.copy(), nan.copy(), nan.copy()
+        self.last_token, self.join_time = nan.copy(), nan.copy()
+        self.preemptions = np.zeros(n, dtype=np.int32)
+        zeros = np.zeros(n, dtype=np.int64)
+        self.emitted, self.target, self.prefilled, self.held = zeros.copy(), zeros.copy(), zeros.copy(), zeros.copy()
+        self.base_cached, self.base_clock, self.finish_clock, self.admit_serial = (
+            zeros.copy(), zeros.copy(), zeros.copy(), zeros.copy())
+
+        self.clock = 0  # decode ticks so far: every decoding sequence advances one token per tick
+        self.decoding = 0
+        self.decode_cached = 0  # cached tokens summed over decoding sequences
+        self.phase_counts = np.zeros(self.bs, dtype=np.int64)  # decoders by (cached - clock) mod block size
+        self.finish_heap: list[tuple[int, int]] = []
+        self.admission_order: list[tuple[int, int]] = []  # (serial, rid), newest last; stale entries skipped
+        self.serial = 0
+        self.waiting: deque[int] = deque()
+        self.partials: list[int] = []  # chunked: admitted, prompt not fully prefilled (FIFO)
+        self.running = 0
+        self.max_running = 0
+        self.next_arrival = 0
+        self.last_tick = 0.0
+        self.pending_joins: dict[float, int] = {}  # decoders that have not ticked yet, by the time of their last token
+        self.done = 0
+
+        self.log = iteration_log()
+        self.itl = itl_samples()
+        self.totals = Totals()
+        self.cost_cache: dict[tuple, tuple] = {}
+        self.first_prefill_step: Step | None = None
+        # First and last decode steps, decode-only ones preferred over mixed ones (index 0: decode-only).
+        self.first_decode: list[Step | None] = [None, None]
+        self.last_decode: list[Step | None] = [None, None]
+
+    # -- admission -----------------------------------------------------------------------------------------
+
+    def _reject_reasons(self, kv_blocks: int) -> np.ndarray:
+        """Reason code per request (0: admissible), see metrics.REJECT_REASONS."""
+        prompt, output = self.prompt, self.output
+        reasons = np.zeros(self.n, dtype=np.int8)
+        budget = self.config.max_batched_tokens
+        if self.config.scheduler == "continuous" and budget is not None:
+            reasons[prompt > budget] = 4
+        largest = np.maximum(prompt + output - 1, prompt)
+        reasons[-(-largest // self.bs) > kv_blocks] = 2
+        reasons[prompt + output > self.system.model.max_context] = 1
+        reasons[(prompt < 1) | (output < 1)] = 3
+        return reasons
+
+    def _arrive(self, now: float) -> None:
+        n, arrival = self.n, self.arrival
+        while self.next_arrival < n and arrival[self.next_arrival] <= now:
+            rid = self.next_arrival
+            self.next_arrival += 1
+            if self.reject_reason[rid]:
+                self.status[rid] = REJECTED
+                self.done += 1
+                continue
+            self.status[rid] = WAITING
+            self.target[rid] = self.prompt[rid]
+            self.waiting.append(rid)
+
+    def admission_blocks(self, rid: int) -> int:
+        if self.incremental:
+            return blocks_for(int(self.target[rid]), self.bs)
+        return blocks_for(int(self.prompt[rid] + self.output[rid] - 1), self.bs)
+
+    def admissible(self, rid: int) -> bool:
+        """Would ``rid``'s blocks fit now?"""
+        return self.admission_blocks(rid) <= self.alloc.free
+
+    def _head_admissible(self) -> bool:
+        return bool(self.waiting) and self.running < self.config.max_num_seqs and self.admissible(self.waiting[0])
+
+    def admit(self, rid: int, now: float | None = None) -> int:
+        """Take ``rid`` (the head of the queue) into the running set; its blocks are allocated."""
+        assert self.waiting[0] == rid
+        self.waiting.popleft()
+        blocks = self.admission_blocks(rid)
+        self.alloc.allocate(blocks)
+        self.held[rid] = blocks
+        self.status[rid] = PREFILLING
+        self.prefilled[rid] = 0
+        self.running += 1
+        if self.running > self.max_running:
+            self.max_running = self.running
+        self.serial += 1
+        self.admit_serial[rid] = self.serial
+        self.admission_order.append((self.serial, rid))
+        if self.first_scheduled[rid] != self.first_scheduled[rid]:  # NaN: first time scheduled
+            self.first_scheduled[rid] = self._now
+        if self.chunked:
+            self.partials.append(rid)
+        return rid
+
+    def partial_prefills(self) -> list[int]:
+        return list(self.partials)
+
+    # -- sequence life -------------------------------------------------------------------------------------
+
+    def _prefill_done(self, rid: int, now: float) -> None:
+        """``rid``'s prompt is all cached: it emits a token, then decodes or finishes."""
+        cached = int(self.target[rid])
+        emitted = int(self.emitted[rid]) + 1
+        self.emitted[rid] = emitted
+        if emitted == 1:
+            self.first_token[rid] = now
+        else:
+            self.itl.append(seconds=now - self.last_token[rid], weight=1)
+        self.last_token[rid] = now
+        if emitted >= self.output[rid]:
+            self._finish(rid, now, int(self.held[rid]))
+            return
+        self.status[rid] = DECODING
+        self.base_cached[rid] = cached
+        self.base_clock[rid] = self.clock
+        self.phase_counts[(cached - self.clock) % self.bs] += 1
+        self.decoding += 1
+        self.decode_cached += cached
+        finish_clock = self.clock + int(self.output[rid]) - emitted
+        self.finish_clock[rid] = finish_clock
+        heapq.heappush(self.finish_heap, (finish_clock, rid))
+        self.join_time[rid] = now
+        self.pending_joins[now] = self.pending_joins.get(now, 0) + 1
+
+    def _cached(self, rid: int) -> int:
+        return int(self.base_cached[rid]) + self.clock - int(self.base_clock[rid])
+
+    def _leave_decode(self, rid: int) -> int:
+        """Remove a decoder from the running sums; returns its cached tokens."""
+        cached = self._cached(rid)
+        self.decoding -= 1
+        self.decode_cached -= cached
+        self.phase_counts[(int(self.base_cached[rid]) - int(self.base_clock[rid])) % self.bs] -= 1
+        return cached
+
+    def _finish(self, rid: int, now: float, blocks: int) -> None:
+        self.status[rid] = DONE
+        self.finish[rid] = now
+        self.alloc.release(blocks)
+        self.running -= 1
+        self.done += 1
+
+    def _finish_decoders(self, now: float) -> None:
+        heap = self.finish_heap
+        while heap and heap[0][0] <= self.clock:
+            finish_clock, rid = heapq.heappop(heap)
+            if self.status[rid] != DECODING or self.finish_clock[rid] != finish_clock:
+                continue  # stale: the sequence was preempted after this entry was pushed
+            cached = self._leave_decode(rid)
+            blocks = blocks_for(cached, self.bs) if self.incremental else int(self.held[rid])
+            self.emitted[rid] = self.output[rid]
+            self.last_token[rid] = now
+            self._finish(rid, now, blocks)
+
+    def _clean_heap(self) -> None:
+        heap = self.finish_heap
+        while heap and (self.status[heap[0][1]] != DECODING or self.finish_clock[heap[0][1]] != heap[0][0]):
+            heapq.heappop(heap)
+
+    def _preempt_newest(self) -> None:
+        """Free the newest running request's blocks and queue it (first) for recomputation."""
+        order = self.admission_order
+        while True:
+            serial, rid = order.pop()
+            if self.admit_serial[rid] == serial and self.status[rid] in (PREFILLING, DECODING):
+                break
+        if self.status[rid] == DECODING:
+            ticked = self.clock - int(self.base_clock[rid])
+            blocks = blocks_for(self._leave_decode(rid), self.bs)
+            self.emitted[rid] += ticked
+            if ticked:
+                self.last_token[rid] = self.last_tick
+            else:
+                self.pending_joins[float(self.join_time[rid])] -= 1
+            self.finish_clock[rid] = -1
+        else:
+            blocks = int(self.held[rid])
+            if rid in self.partials:
+                self.partials.remove(rid)
+        self.alloc.release(blocks)
+        self.status[rid] = WAITING
+        self.running -= 1
+        self.preemptions[rid] += 1
+        self.target[rid] = self.prompt[rid] + self.emitted[rid]
+        self.prefilled[rid] = 0
+        self.waiting.appendleft(rid)
+
+    def _make_room_for_decode(self) -> None:
+        """Allocate the blocks the next decode tick needs, preempting the newest requests until they fit."""
+        if not self.incremental:
+            return
+        while self.decoding:
+            need = int(self.phase_counts[(-self.clock) % self.bs])
+            if need <= self.alloc.free:
+                self.alloc.allocate(need)
+                return
+            self._preempt_newest()
+
+    def _ticks(self, ends: np.ndarray) -> None:
+        """Bookkeeping after ``len(ends)`` decode ticks ending at times ``ends`` (blocks already allocated)."""
+        first = float(ends[0])
+        joined = sum(self.pending_joins.values())
+        old = self.decoding - joined
+        if old > 0:
+            self.itl.append(seconds=first - self.last_tick, weight=old)
+        for when, count in self.pending_joins.items():
+            if count > 0:
+                self.itl.append(seconds=first - when, weight=count)
+        self.pending_joins.clear()
+        if len(ends) > 1:
+            self.itl.append(seconds=np.diff(ends), weight=self.decoding)
+        self.last_tick = float(ends[-1])
+        self.clock += len(ends)
+        self.decode_cached += self.decoding * len(ends)
+
+    # -- costing -------------------------------------------------------------------------------------------
+
+    def _cost_scalar(self, step: Step) -> tuple[float, float, float, float, float, float]:
+        """(seconds, FLOPs, bytes, compute-bound s, memory-bound s, communication s) of one step, memoised."""
+        key = (step.tokens, step.prefill_tokens, step.sequences, step.logit_tokens, step.attention_pairs,
+               step.prefill_attention_pairs, step.score_elements, step.context_tokens)
+        hit = self.cost_cache.get(key)
+        if hit is not None:
+            return hit
+        self.totals.cost_calls += 1
+        value = cost_totals(self.system.step_cost(step))
+        if len(self.cost_cache) < COST_CACHE_MAX:
+            self.cost_cache[key] = value
+        return value
+
+    def _note_decode_step(self, step: Step, mixed: bool) -> None:
+        kind = 1 if mixed else 0
+        if self.first_decode[kind] is None:
+            self.first_decode[kind] = step
+        self.last_decode[kind] = step
+
+    def _charge(self, seconds, flops, moved, compute_bound, memory_bound, communication, iterations: int,
+                decode: bool) -> None:
+        t = self.totals
+        if decode:
+            t.decode_iterations += iterations
+            t.decode_flops += float(np.sum(flops))
+            t.decode_bytes += float(np.sum(moved))
+        t.busy_seconds += float(np.sum(seconds))
+        t.flops += float(np.sum(flops))
+        t.bytes += float(np.sum(moved))
+        t.compute_bound_seconds += float(np.sum(compute_bound))
+        t.memory_bound_seconds += float(np.sum(memory_bound))
+        t.communication_seconds += float(np.sum(communication))
+        t.iterations += iterations
+
+    # -- iterations ----------------------------------------------------------------------------------------
+
+    def _iteration(self, env: simpy.Environment, chunks: list[Chunk], decode: bool) -> Generator:
+        """One iteration: ``chunks`` of prefill plus (``decode``) one token for every decoding sequence."""
+        tokens = prefill = logits = pairs = scores = context = 0.0
+        for chunk in chunks:
+            c, k = float(chunk.tokens), float(chunk.cached)
+            prefill += c
+            logits += chunk.emits
+            pairs += c * k + c * (c + 1.0) / 2.0
+            scores += c * (k + c)
+            context += k + c
+        tokens = prefill
+        prefill_pairs = pairs
+        decoders = self.decoding if decode else 0
+        if decoders:
+            keys = float(self.decode_cached + decoders)
+            tokens += decoders
+            logits += decoders
+            pairs += keys
+            scores += keys
+            context += keys
+        step = Step(
+            tokens=tokens, prefill_tokens=prefill, sequences=float(len(chunks) + decoders), logit_tokens=logits,
+            attention_pairs=pairs, prefill_attention_pairs=prefill_pairs, score_elements=scores, context_tokens=context,
+        )
+        if chunks and self.first_prefill_step is None:
+            self.first_prefill_step = step
+        if decoders:
+            self._note_decode_step(step, mixed=bool(chunks))
+        seconds, flops, moved, compute_bound, memory_bound, communication = self._cost_scalar(step)
+        self._charge(seconds, flops, moved, compute_bound, memory_bound, communication, 1, decoders > 0)
+        yield env.timeout(seconds)
+        now = env.now
+        self._now = now
+        self.log.append(end=now, seconds=seconds, prefill_tokens=int(prefill), decode_seqs=decoders,
+                        blocks_used=self.alloc.used, running=self.running)
+        if decoders:
+            self._ticks(np.array([now]))
+        for chunk in chunks:
+            self.prefilled[chunk.rid] += chunk.tokens
+            if chunk.emits:
+                if self.chunked:
+                    self.partials.remove(chunk.rid)
+                self._prefill_done(chunk.rid, now)
+        self._finish_decoders(now)
+
+    def _stretch_length(self) -> tuple[int, np.ndarray | None]:
+        """Decode ticks that can run with no join, leave or preemption; block needs per tick (incremental)."""
+        self._clean_heap()
+        steps = min(self.finish_heap[0][0] - self.clock, STRETCH_MAX)
+        if not self.incremental:
+            return steps, None
+        phases = (-(self.clock + np.arange(steps))) % self.bs
+        needs = np.cumsum(self.phase_counts[phases])
+        return int(np.searchsorted(needs, self.alloc.free, side="right")), needs
+
+    def _stretch(self, env: simpy.Environment, cut_at_arrival: bool) -> Generator:
+        """Decode ticks costed in one vectorised call (see module docstring); falls back to one tick with preemption."""
+        steps, needs = self._stretch_length()
+        if steps == 0:
+            self._make_room_for_decode()
+            if self.decoding:
+                yield from self._iteration(env, [], decode=True)
+            return
+        now = env.now
+        batch = float(self.decoding)
+        contexts = self.decode_cached + batch * np.arange(1.0, steps + 1.0)
+        if steps == 1:
+            values = self._cost_scalar(_decode_step(batch, float(contexts[0])))
+            seconds, flops, moved, compute_bound, memory_bound, communication = (np.array([v]) for v in values)
+        else:
+            self.totals.cost_calls += 1
+            ones = np.ones(steps)
+            seconds, flops, moved, compute_bound, memory_bound, communication = (
+                ones * value for value in cost_totals(self.system.step_cost(_decode_step(batch, contexts))))
+        ends = now + np.cumsum(seconds)
+        if cut_at_arrival and self.next_arrival < self.n:
+            first_after = int(np.searchsorted(ends, self.arrival[self.next_arrival], side="left"))
+            steps = min(steps, first_after + 1)
+        ends, seconds = ends[:steps], seconds[:steps]
+        if needs is not None:
+            self.alloc.allocate(int(needs[steps - 1]))
+            used = self.alloc.used - int(needs[steps - 1]) + needs[:steps]
+        else:
+            used = self.alloc.used
+        self._charge(seconds, flops[:steps], moved[:steps], compute_bound[:steps], memory_bound[:steps],
+                     communication[:steps], steps, True)
+        self._note_decode_step(_decode_step(batch, float(contexts[0])), mixed=False)
+        if steps > 1:
+            self._note_decode_step(_decode_step(batch, float(contexts[steps - 1])), mixed=False)
+        yield env.timeout(float(ends[-1]) - now)
+        self._now = env.now
+        self.log.append(end=ends, seconds=seconds, prefill_tokens=0, decode_seqs=self.decoding,
+                        blocks_used=used, running=self.running)
+        self._ticks(ends)
+        self._finish_decoders(env.now)
+
+    def _serve(self, env: simpy.Environment) -> Generator:
+        scheduler = self.config.scheduler
+        wall_start = time.perf_counter()
+        last_report = wall_start
+        loops = 0
+        while True:
+            now = env.now
+            self._now = now
+            self._arrive(now)
+            loops += 1
+            if self.progress is not None and loops % 64 == 0:
+                wall = time.perf_counter()
+                if wall - last_report > 0.1:
+                    self.progress(self.done, self.n)
+                    last_report = wall
+            if scheduler == "static":
+                chunks = plan_static(self)
+                if chunks:
+                    yield from self._iteration(env, chunks, decode=False)
+                    continue
+                if chunks is not None:
+                    yield from self._stretch(env, cut_at_arrival=False)
+                    continue
+            elif scheduler == "continuous":
+                chunks = plan_continuous(self)
+                if chunks:
+                    yield from self._iteration(env, chunks, decode=False)
+                    continue
+                if chunks is not None:
+                    yield from self._stretch(env, cut_at_arrival=not self.waiting)
+                    continue
+            else:
+                if self.decoding and not self.partials and not self._head_admissible():
+                    yield from self._stretch(env, cut_at_arrival=not self.waiting)
+                    continue
+                self._make_room_for_decode()
+                chunks = plan_chunked(self)
+                if chunks is not None:
+                    yield from self._iteration(env, chunks, decode=True)
+                    continue
+            if self.running or self.waiting:
+                raise RuntimeError("engine stalled with work left")  # a bug, not bad input
+            if self.next_arrival >= self.n:
+                return
+            yield env.timeout(float(self.arrival[self.next_arrival]) - now)
+
+    def run(self) -> EngineResult:
+        env = simpy.Environment()
+        self._now = 0.0
+        started = time.perf_counter()
+        env.process(self._serve(env))
+        env.run()
+        if self.progress is not None:
+            self.progress(self.done, self.n)
+        return EngineResult(
+            workload=self.workload,
+            config=self.config,
+            kv_blocks=self.alloc.total,
+            status=self.status,
+            reject_reason=self.reject_reason,
+            first_scheduled=self.first_scheduled,
+            first_token=self.first_token,
+            finish=self.finish,
+            preemptions=self.preemptions,
+            log=self.log,
+            itl=self.itl,
+            totals=self.totals,
+            kv_high_water_blocks=self.alloc.high_water,
+            max_running=self.max_running,
+            first_prefill_step=self.first_prefill_step,
+            first_decode_step=self.first_decode[0] or self.first_decode[1],
+            last_decode_step=self.last_decode[0] or self.last_decode[1],
+            wall_seconds=time.perf_counter() - started,
+        )
+
+
+def simulate(
+    system: System,
+    workload: Workload,
+    config: SchedulerConfig,
+    kv_blocks: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> EngineResult:
+    """Serve ``workload`` on ``system`` with ``config`` and a KV cache of ``kv_blocks`` blocks."""
+    return Engine(system, workload, config, kv_blocks, progress).run()

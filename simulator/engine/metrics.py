@@ -1,0 +1,228 @@
+"""Per-request records, the per-iteration log, and the aggregates of a run.
+
+Per-request times are seconds since the start of the run, in preallocated numpy arrays
+(one entry per request, NaN until the event happens). Latencies:
+
+- queueing delay = first scheduled - arrival
+- TTFT = first token - arrival
+- TPOT = (finish - first token) / (output tokens - 1), for requests with more than one output token
+- end to end = finish - arrival
+- inter-token latency (ITL): every gap between two consecutive tokens of a request, over all
+  tokens of all requests (weighted samples: one per iteration and group of sequences)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# Request states.
+PENDING, WAITING, PREFILLING, DECODING, DONE, REJECTED = 0, 1, 2, 3, 4, 5
+STATE_NAMES = ("pending", "waiting", "prefilling", "decoding", "done", "rejected")
+
+REJECT_REASONS = (
+    "",
+    "prompt + output exceed the model's maximum context",
+    "needs more KV-cache blocks than the whole cache holds",
+    "empty prompt or no output tokens",
+    "prompt longer than --max-batched-tokens (the continuous scheduler does not split prompts)",
+)
+
+
+class Columns:
+    """Growable numpy columns appended to in slices (amortised O(1) per row)."""
+
+    def __init__(self, dtypes: dict[str, type], capacity: int = 1024) -> None:
+        self._data = {name: np.empty(capacity, dtype=dtype) for name, dtype in dtypes.items()}
+        self.size = 0
+
+    def _reserve(self, extra: int) -> None:
+        needed = self.size + extra
+        capacity = len(next(iter(self._data.values())))
+        if needed <= capacity:
+            return
+        capacity = max(needed, 2 * capacity)
+        for name, column in self._data.items():
+            grown = np.empty(capacity, dtype=column.dtype)
+            grown[: self.size] = column[: self.size]
+            self._data[name] = grown
+
+    def append(self, **values) -> None:
+        """Append one row (scalars) or several (equal-length arrays; scalars broadcast)."""
+        count = max((len(v) for v in values.values() if isinstance(v, np.ndarray)), default=1)
+        self._reserve(count)
+        for name, value in values.items():
+            self._data[name][self.size : self.size + count] = value
+        self.size += count
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._data[name][: self.size]
+
+
+def iteration_log() -> Columns:
+    """One row per iteration: end time and duration (s), prefill tokens, decoding sequences, KV blocks used, running sequences."""
+    return Columns(
+        {"end": np.float64, "seconds": np.float64, "prefill_tokens": np.int64, "decode_seqs": np.int64,
+         "blocks_used": np.int64, "running": np.int64}
+    )
+
+
+def itl_samples() -> Columns:
+    """Inter-token gaps (s) with how many tokens had that gap."""
+    return Columns({"seconds": np.float64, "weight": np.int64})
+
+
+@dataclass(frozen=True)
+class Summary:
+    """mean, p50, p90, p99 of a sample (0.0 each when empty)."""
+
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {"mean": self.mean, "p50": self.p50, "p90": self.p90, "p99": self.p99}
+
+
+def summarize(values: np.ndarray) -> Summary:
+    if len(values) == 0:
+        return Summary(0.0, 0.0, 0.0, 0.0)
+    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    return Summary(float(np.mean(values)), float(p50), float(p90), float(p99))
+
+
+def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    """The smallest value whose cumulative weight reaches ``q`` percent of the total (inverted CDF)."""
+    order = np.argsort(values, kind="stable")
+    cumulative = np.cumsum(weights[order])
+    index = int(np.searchsorted(cumulative, q / 100.0 * cumulative[-1], side="left"))
+    return float(values[order][min(index, len(order) - 1)])
+
+
+def summarize_weighted(values: np.ndarray, weights: np.ndarray) -> Summary:
+    keep = weights > 0
+    values, weights = values[keep], weights[keep]
+    if len(values) == 0:
+        return Summary(0.0, 0.0, 0.0, 0.0)
+    mean = float(np.sum(values * weights) / np.sum(weights))
+    return Summary(mean, *(weighted_percentile(values, weights, q) for q in (50, 90, 99)))
+
+
+@dataclass(frozen=True)
+class Aggregates:
+    """What a run achieved. Rates per second of simulated time; FLOPs and bytes for the whole TP group."""
+
+    requests: int
+    completed: int
+    rejected: int
+    rejected_by_reason: dict[str, int]
+    preemptions: int
+    preempted_requests: int
+    ttft: Summary
+    tpot: Summary
+    itl: Summary
+    e2e: Summary
+    queue: Summary
+    duration_seconds: float
+    busy_seconds: float
+    input_tokens: int
+    output_tokens: int
+    good_requests: int
+    mfu: float
+    mbu: float
+    compute_bound_share: float
+    memory_bound_share: float
+    communication_share: float
+    kv_high_water_blocks: int
+    kv_blocks: int
+    max_running: int
+    iterations: int
+
+    def _rate(self, count: float) -> float:
+        return count / self.duration_seconds if self.duration_seconds > 0 else 0.0
+
+    @property
+    def output_tokens_per_second(self) -> float:
+        return self._rate(self.output_tokens)
+
+    @property
+    def input_tokens_per_second(self) -> float:
+        return self._rate(self.input_tokens)
+
+    @property
+    def total_tokens_per_second(self) -> float:
+        return self._rate(self.input_tokens + self.output_tokens)
+
+    @property
+    def requests_per_second(self) -> float:
+        return self._rate(self.completed)
+
+    @property
+    def goodput_requests_per_second(self) -> float:
+        """Completed requests per second that met every SLO given (all completed ones when none is given)."""
+        return self._rate(self.good_requests)
+
+    @property
+    def slo_attainment(self) -> float:
+        """Share of all requests (rejected ones included) that completed within the SLOs."""
+        return self.good_requests / self.requests if self.requests else 0.0
+
+    @property
+    def kv_high_water_fraction(self) -> float:
+        return self.kv_high_water_blocks / self.kv_blocks if self.kv_blocks else 0.0
+
+
+def aggregate(result, tp: int, peak_flops: float, hbm_bandwidth: float,
+              slo_ttft: float | None = None, slo_tpot: float | None = None) -> Aggregates:
+    """Per-request latencies and run totals of an EngineResult (``peak_flops``, ``hbm_bandwidth``: one GPU)."""
+    workload = result.workload
+    done = result.status == DONE
+    arrival = workload.arrival_seconds[done]
+    first_token, finish = result.first_token[done], result.finish[done]
+    outputs = workload.output_tokens[done]
+    ttft = first_token - arrival
+    e2e = finish - arrival
+    multi = outputs > 1
+    tpot_all = np.zeros(len(outputs))
+    tpot_all[multi] = (finish[multi] - first_token[multi]) / (outputs[multi] - 1)
+    good = np.ones(len(outputs), dtype=bool)
+    if slo_ttft is not None:
+        good &= ttft <= slo_ttft
+    if slo_tpot is not None:
+        good &= tpot_all <= slo_tpot
+    rejected = result.status == REJECTED
+    reasons = {REJECT_REASONS[code]: int(np.count_nonzero(result.reject_reason[rejected] == code))
+               for code in np.unique(result.reject_reason[rejected])}
+    duration = float(finish.max() - workload.arrival_seconds.min()) if len(finish) else 0.0
+    totals = result.totals
+    busy = totals.busy_seconds
+    share = (lambda s: s / busy) if busy > 0 else (lambda s: 0.0)
+    return Aggregates(
+        requests=len(workload),
+        completed=int(done.sum()),
+        rejected=int(rejected.sum()),
+        rejected_by_reason=reasons,
+        preemptions=int(result.preemptions.sum()),
+        preempted_requests=int(np.count_nonzero(result.preemptions)),
+        ttft=summarize(ttft),
+        tpot=summarize(tpot_all[multi]),
+        itl=summarize_weighted(result.itl["seconds"], result.itl["weight"]),
+        e2e=summarize(e2e),
+        queue=summarize(result.first_scheduled[done] - arrival),
+        duration_seconds=duration,
+        busy_seconds=busy,
+        input_tokens=int(workload.prompt_tokens[done].sum()),
+        output_tokens=int(outputs.sum()),
+        good_requests=int(good.sum()),
+        mfu=totals.flops / (duration * peak_flops) if duration > 0 else 0.0,
+        mbu=totals.bytes / (duration * hbm_bandwidth) if duration > 0 else 0.0,
+        compute_bound_share=share(totals.compute_bound_seconds),
+        memory_bound_share=share(totals.memory_bound_seconds),
+        communication_share=share(totals.communication_seconds),
+        kv_high_water_blocks=result.kv_high_water_blocks,
+        kv_blocks=result.kv_blocks,
+        max_running=result.max_running,
+        iterations=totals.iterations,
+    )

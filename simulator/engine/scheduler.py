@@ -1,0 +1,133 @@
+"""Schedulers: which sequences each iteration runs.
+
+- ``static``: when the engine is idle, it takes up to ``max_num_seqs`` waiting requests whose
+  whole KV cache (prompt + output) fits, prefills them together and decodes until the last
+  one finishes; nobody joins a running batch. Sequences that finish early leave (their
+  slots stay empty). Memory is reserved up front, so nothing is ever preempted.
+- ``continuous`` (Orca / vLLM): every iteration, waiting requests are admitted first-come
+  first-served while their prompt's blocks fit and fewer than ``max_num_seqs`` run; an
+  iteration that admits any runs their prefills alone (prefill first, decodes wait), else
+  all running sequences decode one token. When decode needs a block and none is free, the
+  newest running request is preempted (its blocks freed) and recomputed later.
+- ``chunked`` (Sarathi-Serve / vLLM chunked prefill): every iteration has a budget of
+  ``max_batched_tokens`` tokens; all running decodes take one token each, then the rest of
+  the budget goes to prefill chunks (unfinished prefills first, then new admissions).
+  Prefill and decode tokens share the iteration.
+
+Policies decide; :mod:`simulator.engine.engine` keeps the state and charges the cost model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.errors import InputError
+
+SCHEDULERS = ("static", "continuous", "chunked")
+
+# vLLM's default cap on running sequences, and its token budget per iteration when
+# chunked prefill is on (vLLM V0 default max_num_batched_tokens with chunked prefill).
+DEFAULT_MAX_NUM_SEQS = 256
+DEFAULT_CHUNKED_BUDGET = 2048
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Scheduling settings; ``max_batched_tokens`` None means no per-iteration token budget."""
+
+    scheduler: str = "continuous"
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
+    max_batched_tokens: int | None = None
+    block_size: int = 16
+
+    def __post_init__(self) -> None:
+        if self.scheduler not in SCHEDULERS:
+            raise InputError(f"--scheduler: unknown {self.scheduler!r}; allowed: {', '.join(SCHEDULERS)}")
+        if self.max_num_seqs < 1:
+            raise InputError(f"--max-num-seqs: must be >= 1 (got {self.max_num_seqs})")
+        if self.block_size < 1:
+            raise InputError(f"--block-size: must be >= 1 token (got {self.block_size})")
+        if self.scheduler == "chunked" and self.max_batched_tokens is None:
+            object.__setattr__(self, "max_batched_tokens", DEFAULT_CHUNKED_BUDGET)
+        budget = self.max_batched_tokens
+        if budget is not None and budget < 1:
+            raise InputError(f"--max-batched-tokens: must be >= 1 (got {budget})")
+        if self.scheduler == "chunked" and budget is not None and budget < self.max_num_seqs:
+            raise InputError(
+                f"--max-batched-tokens {budget} is below --max-num-seqs {self.max_num_seqs}: with --scheduler chunked "
+                f"every running decode needs a token of the budget (as in vLLM, budget >= max-num-seqs)"
+            )
+
+    @property
+    def incremental_blocks(self) -> bool:
+        """True when blocks are allocated as sequences grow (static reserves the whole request up front)."""
+        return self.scheduler != "static"
+
+
+@dataclass
+class Chunk:
+    """``tokens`` prompt tokens of request ``rid`` on top of ``cached`` already in its cache; ``emits`` on the last chunk."""
+
+    rid: int
+    tokens: int
+    cached: int
+    emits: bool
+
+
+def plan_static(state) -> list[Chunk] | None:
+    """Prefill chunks of a new batch when idle, [] to decode the running batch, None when there is nothing to do."""
+    if state.running:
+        return []
+    admitted = []
+    while state.waiting and len(admitted) < state.config.max_num_seqs and state.admissible(state.waiting[0]):
+        admitted.append(state.admit(state.waiting[0]))
+    if not admitted:
+        return None
+    return [Chunk(rid, int(state.target[rid]), 0, True) for rid in admitted]
+
+
+def plan_continuous(state) -> list[Chunk] | None:
+    """Prefills of newly admitted requests (alone), else [] to decode, else None."""
+    budget = state.config.max_batched_tokens
+    chunks: list[Chunk] = []
+    tokens = 0
+    while state.waiting and state.running < state.config.max_num_seqs and state.admissible(state.waiting[0]):
+        head = state.waiting[0]
+        need = int(state.target[head])
+        if budget is not None and chunks and tokens + need > budget:
+            break
+        state.admit(head)
+        chunks.append(Chunk(head, need, 0, True))
+        tokens += need
+    if chunks:
+        return chunks
+    return [] if state.decoding else None
+
+
+def plan_chunked(state) -> list[Chunk] | None:
+    """Decodes plus prefill chunks filling the token budget; [] for decode only; None when idle.
+
+    The caller has already made room for this iteration's decode blocks (preempting if needed).
+    """
+    room = state.config.max_batched_tokens - state.decoding
+    chunks: list[Chunk] = []
+    for rid in state.partial_prefills():
+        if room <= 0:
+            break
+        done = int(state.prefilled[rid])
+        left = int(state.target[rid]) - done
+        take = min(left, room)
+        chunks.append(Chunk(rid, take, done, take == left))
+        room -= take
+    while room > 0 and state.waiting and state.running < state.config.max_num_seqs and state.admissible(state.waiting[0]):
+        rid = state.admit(state.waiting[0])
+        target = int(state.target[rid])
+        take = min(target, room)
+        chunks.append(Chunk(rid, take, 0, take == target))
+        room -= take
+    if chunks or state.decoding:
+        return chunks
+    return None
+
+
+POLICIES = {"static": plan_static, "continuous": plan_continuous, "chunked": plan_chunked}
