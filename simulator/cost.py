@@ -2,11 +2,26 @@
 
 For each operator and step:
 
-    compute_seconds = flops / (peak_flops[dtype] * efficiency.compute)
+    tensor_seconds  = flops / (peak_flops[dtype] * efficiency.compute)
+    dequant_seconds = dequant_ops / (peak_flops["fp32"] * efficiency.compute)
+    compute_seconds = max(tensor_seconds, dequant_seconds)
     memory_seconds  = bytes / (hbm_bandwidth * efficiency.memory)
     seconds         = max(compute_seconds, memory_seconds) + launches * efficiency.kernel_launch_seconds
 
 where bytes = weight reads + KV-cache reads + KV-cache writes + activation reads/writes.
+
+Dequantisation of int8/int4 weights (``dequant_ops``, see :mod:`simulator.layers`) runs on
+the CUDA cores, not the tensor cores: it is charged at the GPU's fp32 vector rate
+(``peak_flops.fp32``; packed half2 instructions handle two weights per instruction, which
+roughly cancels the FMA's count of two FLOPs per lane). Weight-only kernels (Marlin, AWQ)
+overlap it with the tensor-core MMAs, hence the max. Consequence: at a compute-bound batch
+(tokens a multiple of the row tile t) a weight-only GEMM takes
+
+    max(1, ops_per_weight / t * peak_fp16 / (2 * peak_fp32))
+
+times its fp16 time. A100, int4 (4 ops, t = 16): 4 / 16 * 312 / (2 * 19.5) = 2.0 (int4 is
+twice as slow as fp16 at large batch); int8 (2 ops): 1.0 (no penalty). At batch 1 the
+dequantisation hides under the (3.9x smaller) weight read.
 A tensor-parallel all-reduce of ``m`` bytes per GPU over a ring of ``n`` GPUs costs
 
     2 (n - 1) / n * m / (link_bandwidth * efficiency.link) + efficiency.allreduce_latency_seconds.
@@ -24,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.config.gpu import GPUSpec
+from simulator.errors import InputError
 from simulator.layers import Operator
 from simulator.step import Number, Step
 
@@ -46,6 +62,8 @@ class OperatorCost:
     memory_seconds: Number
     link_seconds: Number
     seconds: Number
+    dequant_ops: Number = 0.0
+    """weight-only dequantisation operations (not in ``flops``; charged at the vector rate)"""
 
     @property
     def bytes(self) -> Number:
@@ -62,11 +80,16 @@ class OperatorCost:
 
     @property
     def bound(self) -> str:
-        """'communication', 'compute', 'memory' or 'idle' (a scalar step only)."""
+        """'communication', 'compute', 'memory', 'fused' or 'idle' (a scalar step only).
+
+        'fused': an operator that runs inside a neighbouring kernel (no launch, no HBM traffic).
+        """
         if self.kind == "allreduce":
             return "communication"
         if not self.compute_seconds and not self.memory_seconds:
             return "idle"
+        if self.kind == "elementwise" and not self.launches:
+            return "fused"
         return "compute" if self.compute_seconds >= self.memory_seconds else "memory"
 
 
@@ -98,6 +121,16 @@ def efficiency_factors(gpu: GPUSpec, op_kind: str, tokens: Number) -> tuple[Numb
     return compute, memory
 
 
+def vector_flops(gpu: GPUSpec) -> float:
+    """CUDA-core (non-tensor) operations per second that dequantisation runs at: the fp32 peak."""
+    if "fp32" not in gpu.peak_flops:
+        raise InputError(
+            f"{gpu.name}: int8/int4 weight-only dequantisation runs on the CUDA cores and needs "
+            f"peak_flops.fp32 in the GPU config"
+        )
+    return gpu.peak_flops["fp32"]
+
+
 def operator_cost(op: Operator, step: Step, gpu: GPUSpec) -> OperatorCost:
     """Roofline cost of ``op`` for ``step`` on one GPU of type ``gpu`` (see module docstring)."""
     work = op.work(step)
@@ -117,6 +150,9 @@ def operator_cost(op: Operator, step: Step, gpu: GPUSpec) -> OperatorCost:
     compute_eff, memory_eff = efficiency_factors(gpu, op.kind, op.tokens(step))
     moved = work.weight_bytes + work.kv_read_bytes + work.kv_write_bytes + work.activation_bytes
     compute_seconds = work.flops / (gpu.peak(op.compute_dtype) * compute_eff)
+    if getattr(op, "dequant_ops_per_weight", 0.0):
+        dequant_seconds = work.dequant_ops / (vector_flops(gpu) * compute_eff)
+        compute_seconds = _maximum(compute_seconds, dequant_seconds)
     memory_seconds = moved / (gpu.hbm_bandwidth_bytes_per_second * memory_eff)
     seconds = _maximum(compute_seconds, memory_seconds) + work.launches * eff.kernel_launch_seconds
     return OperatorCost(
@@ -134,6 +170,7 @@ def operator_cost(op: Operator, step: Step, gpu: GPUSpec) -> OperatorCost:
         memory_seconds=count * memory_seconds,
         link_seconds=0.0 * moved,
         seconds=count * seconds,
+        dequant_ops=count * work.dequant_ops,
     )
 
 

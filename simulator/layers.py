@@ -9,25 +9,47 @@ output and down projections by rows, heads are split across GPUs, the LM head an
 embedding are split by vocabulary, norms are replicated. When the model has fewer KV heads
 than GPUs, each GPU keeps one KV head (replicated), as vLLM does.
 
-Fusion levels (``fusion``):
+Activation traffic is counted per producer/consumer edge: a tensor that goes through HBM
+costs its producer a write and its consumer a read; a tensor kept on chip costs neither.
+
+Fusion levels (``fusion``; kernels and activation elements per token per layer for a
+LLaMA layer at tp = 1 are worked out in docs/readme-effects.md):
 - ``none``: every norm, rotary embedding, activation and residual add is its own kernel that
-  reads and writes activations in HBM (and pays a kernel launch).
-- ``elementwise``: those chains are fused into the neighbouring GEMM's prologue/epilogue:
-  no kernel and no activation traffic of their own.
-- ``full``: as ``elementwise``, and the attention block is fused: q/k/v produced by the QKV
-  projection and the attention output consumed by the output projection stay on chip
-  (their activation reads and writes vanish).
+  reads and writes activations in HBM and pays a kernel launch (11 kernels per LLaMA layer
+  with flash attention, 13 with naive attention).
+- ``elementwise``: those chains run in the neighbouring GEMM's prologue/epilogue (5 kernels):
+  a norm folds into the next GEMM (its per-row 1/rms scales the GEMM's output rows), rotary
+  into the QKV epilogue, SiLU(gate) * up into the gate/up epilogue (which then writes F
+  wide instead of 2F), and a residual add into the epilogue of the GEMM before it (which
+  still reads the H-wide residual; charged to the fused add so GEMM intensities stay the
+  textbook ones). Their FLOPs remain; the rest of their traffic and their launches vanish.
+  With tp > 1 the add rides on the all-reduce (as TensorRT-LLM fuses them); same bytes.
+  Per token per layer this saves 8H + 2(n+g)d + 4F activation elements (LLaMA, tp = 1).
+- ``full``: as ``elementwise``, and the attention block (QKV projection, attention, output
+  projection) is one fused kernel: q and the attention output never reach HBM, k and v
+  go straight into the KV cache. An idealised limit (as a megakernel would), and it needs
+  ``flash`` attention: a naive kernel materialises the scores, so it cannot be fused.
 
 Attention kernels (``attention_kernel``):
 - ``naive``: three kernels (QK^T, softmax, PV); the score matrix S and the probabilities P
-  (one element per query, key and head) are written to HBM and read back: 4 round trips.
+  (one element per query, key and head, the full p x k block) are written to HBM and read
+  back: 4 n p k activation elements. Softmax is its own kernel whatever ``fusion`` says.
 - ``flash``: one kernel; scores stay in SRAM. Queries are processed in row tiles of ``B_r``
   rows, and K/V are streamed once per row tile, so prefill K/V traffic is
-  ~ (pairs / B_r) * 2*g*d*b_kv. The tile rule is FlashAttention's (Dao et al. 2022,
-  Algorithm 1): with M the shared memory per SM in elements, B_c = ceil(M / (4 d)) and
-  B_r = min(B_c, d), so tiles shrink when the head dimension grows or SRAM is small,
-  giving HBM traffic Theta(n T^2 d^2 / M). Decode (one query row) reads the KV cache once
-  either way.
+  ~ (pairs / B_r) * 2*g*d*b_kv, on top of one read of every key. The tile rule is
+  FlashAttention's (Dao et al. 2022, Algorithm 1): with M the shared memory per SM in
+  elements of the activation dtype, B_c = ceil(M / (4 d)) and B_r = min(B_c, d), so tiles
+  shrink when the head dimension grows or SRAM is small, giving HBM traffic
+  Theta(T^2 d^2 / M) per KV head (= the paper's n T^2 d^2 / M for MHA) while B_r < d.
+  The heads of a GQA group share one K/V stream (GQA-packed kernels such as FlashInfer
+  and FlashAttention-3); L2 reuse between row tiles is ignored, so this is the paper's
+  HBM count, an upper bound on traffic.
+- Decode (one query row per sequence) reads the KV cache once with either kernel.
+
+Weight-only quantisation (int8/int4 weights, fp16 compute): every weight is dequantised
+once per ``dequant_tile_tokens`` row tile, ``dequant_ops_per_weight`` integer/vector
+operations each (simulator/config/precision.py). That work is ``Work.dequant_ops``, kept
+apart from the model's FLOPs: :mod:`simulator.cost` charges it to the CUDA cores.
 """
 
 from __future__ import annotations
@@ -69,6 +91,8 @@ class Work:
     activation_bytes: Number = 0.0
     link_bytes: Number = 0.0
     launches: Number = 0.0
+    dequant_ops: Number = 0.0
+    """weight-only dequantisation operations (CUDA-core work, not model FLOPs)"""
 
 
 def _active(tokens: Number) -> Number:
@@ -87,6 +111,11 @@ class Gemm:
     ``token_source`` is 'all' (every new token) or 'logits' (LM head: one row per emitting sequence).
     Mixture-of-experts GEMMs hold ``experts`` matrices; each token uses ``top_k`` of them and a
     step reads the expected number of distinct experts its tokens route to.
+
+    Activation traffic per routed token: ``input_read_elements`` read (None: ``in_features``;
+    0 when the input is on chip) and ``output_write_elements`` written (None: ``out_features``;
+    less when an epilogue shrinks it, 0 when it stays on chip). ``launches_per_step`` is 0
+    when the GEMM runs inside a fused block whose launch is counted elsewhere.
     """
 
     name: str
@@ -105,6 +134,9 @@ class Gemm:
     token_source: Literal["all", "logits"] = "all"
     experts: int = 1
     top_k: int = 1
+    input_read_elements: int | None = None
+    output_write_elements: int | None = None
+    launches_per_step: float = 1.0
     kind: str = "gemm"
 
     def tokens(self, step: Step) -> Number:
@@ -122,12 +154,16 @@ class Gemm:
         weights_read = matrix * matrices_read
         dequant = weights_read * _ceil_div(tokens, self.dequant_tile_tokens) * self.dequant_ops_per_weight
         routed_tokens = tokens * self.top_k
+        read = self.in_features if self.input_read_elements is None else self.input_read_elements
+        write = self.out_features if self.output_write_elements is None else self.output_write_elements
+        b_a = self.activation_bytes_per_element
         return Work(
-            flops=2.0 * routed_tokens * matrix + dequant,
+            flops=2.0 * routed_tokens * matrix,
             weight_bytes=weights_read * (self.weight_bytes_per_element + self.scale_bytes_per_weight)
-            + self.bias_elements * self.activation_bytes_per_element * matrices_read,
-            activation_bytes=routed_tokens * (self.in_features + self.out_features) * self.activation_bytes_per_element,
-            launches=active,
+            + self.bias_elements * b_a * matrices_read,
+            activation_bytes=routed_tokens * (read + write) * b_a,
+            launches=self.launches_per_step * active,
+            dequant_ops=dequant,
         )
 
 
@@ -146,6 +182,7 @@ class Attention:
     kernel: AttentionKernel
     query_tile_rows: int
     io_fused: bool
+    """q arrives on chip from the QKV projection and the output stays on chip for o_proj (fusion 'full')"""
     params: int = 0
     resident_bytes: float = 0.0
     kind: str = "attention"
@@ -162,7 +199,8 @@ class Attention:
             scores = step.attention_pairs
             kv_reads = step.context_tokens + step.prefill_attention_pairs / self.query_tile_rows
             score_traffic = 0.0
-            launches = _active(step.tokens)
+            # Under full fusion the kernel is part of the fused attention block launched by qkv_proj.
+            launches = 0.0 * step.tokens if self.io_fused else _active(step.tokens)
         else:
             scores = step.score_elements
             kv_reads = step.context_tokens
@@ -181,7 +219,9 @@ class Attention:
 class Elementwise:
     """A norm, rotary embedding, activation or residual add: reads and writes activations.
 
-    When ``fused`` it runs inside a neighbouring GEMM: its FLOPs remain, its traffic and launch vanish.
+    When ``fused`` it runs inside a neighbouring GEMM: its FLOPs remain, its launch and its
+    traffic vanish except ``fused_read_elements_per_token``, the operand the fused epilogue
+    still reads from HBM (a residual add reads the H-wide residual stream).
     """
 
     name: str
@@ -195,6 +235,7 @@ class Elementwise:
     activation_bytes_per_element: float
     compute_dtype: str
     fused: bool
+    fused_read_elements_per_token: int = 0
     kind: str = "elementwise"
 
     def tokens(self, step: Step) -> Number:
@@ -202,9 +243,9 @@ class Elementwise:
 
     def work(self, step: Step) -> Work:
         flops = step.tokens * self.flops_per_token
-        if self.fused:
-            return Work(flops=flops)
         b_a = self.activation_bytes_per_element
+        if self.fused:
+            return Work(flops=flops, activation_bytes=step.tokens * self.fused_read_elements_per_token * b_a)
         return Work(
             flops=flops,
             weight_bytes=self.weight_elements * b_a * _active(step.tokens),
@@ -311,6 +352,11 @@ def build_operators(
         raise InputError(f"--attention-kernel: '{attention_kernel}' is not one of {', '.join(ATTENTION_KERNELS)}")
     if fusion not in FUSIONS:
         raise InputError(f"--fusion: '{fusion}' is not one of {', '.join(FUSIONS)}")
+    if fusion == "full" and attention_kernel != "flash":
+        raise InputError(
+            "--fusion full: fuses the attention block into one kernel, which needs --attention-kernel flash "
+            "(a naive kernel writes the score matrix to HBM); use --fusion elementwise with naive attention"
+        )
     H, d, L = model.hidden_size, model.head_dim, model.num_layers
     n, g = model.num_heads, model.num_kv_heads
     n_gpu, g_gpu = n // tp, kv_heads_per_gpu(model, tp)
@@ -323,6 +369,7 @@ def build_operators(
     act_dtype, gemm_dtype = precision.activation_dtype, precision.compute_dtype
     embed_b = DTYPE_BYTES[act_dtype] if b_w < 2 else b_w
     fused_elementwise = fusion != "none"
+    fused_block = fusion == "full"
     bias = model.linear_bias
     norm_params = H * (2 if model.norm == "layernorm" else 1)
 
@@ -337,6 +384,9 @@ def build_operators(
         experts: int = 1,
         quantised: bool = True,
         token_source: Literal["all", "logits"] = "all",
+        read: int | None = None,
+        write: int | None = None,
+        launches: float = 1.0,
     ) -> Gemm:
         """``bias_params``: logical bias elements; ``bias_gpu``: bias elements each GPU holds."""
         w_bytes, w_scale = (b_w, scale) if quantised else (embed_b, 0.0)
@@ -358,9 +408,14 @@ def build_operators(
             token_source=token_source,
             experts=experts,
             top_k=model.moe_top_k if experts > 1 else 1,
+            input_read_elements=read,
+            output_write_elements=write,
+            launches_per_step=launches,
         )
 
-    def elementwise(name: str, read: int, write: int, flops: float, weights: int = 0, count: int = L) -> Elementwise:
+    def elementwise(
+        name: str, read: int, write: int, flops: float, weights: int = 0, count: int = L, fused_read: int = 0
+    ) -> Elementwise:
         return Elementwise(
             name=name,
             count=count,
@@ -373,6 +428,7 @@ def build_operators(
             activation_bytes_per_element=b_a,
             compute_dtype=act_dtype,
             fused=fused_elementwise,
+            fused_read_elements_per_token=fused_read,
         )
 
     def norm(name: str, count: int = L) -> Elementwise:
@@ -394,7 +450,9 @@ def build_operators(
             compute_dtype=act_dtype,
         ),
         norm("attn_norm"),
-        gemm("qkv_proj", H, (n_gpu + 2 * g_gpu) * d, H * (n + 2 * g) * d, (n + 2 * g) * d, (n_gpu + 2 * g_gpu) * d),
+        # Under full fusion q stays on chip and k, v go straight into the KV cache (charged by attention).
+        gemm("qkv_proj", H, (n_gpu + 2 * g_gpu) * d, H * (n + 2 * g) * d, (n + 2 * g) * d, (n_gpu + 2 * g_gpu) * d,
+             write=0 if fused_block else None),
     ]
     if model.position_embedding == "rotary":
         rotary_width = (n_gpu + g_gpu) * d
@@ -415,16 +473,19 @@ def build_operators(
         )
     )
     # Row-parallel projections: every GPU holds the whole bias, added after the all-reduce.
-    ops.append(gemm("o_proj", n_gpu * d, H, n * d * H, H, H))
+    ops.append(gemm("o_proj", n_gpu * d, H, n * d * H, H, H,
+                    read=0 if fused_block else None, launches=0.0 if fused_block else 1.0))
     if not model.parallel_attention:
         if tp > 1:
             ops.append(allreduce("attn_allreduce"))
-        ops.append(elementwise("attn_residual", 2 * H, H, ADD_FLOPS_PER_ELEMENT * H))
+        ops.append(elementwise("attn_residual", 2 * H, H, ADD_FLOPS_PER_ELEMENT * H, fused_read=H))
         if model.norms_per_layer == 2:
             ops.append(norm("mlp_norm"))
     experts = model.moe_experts
     if model.gated_mlp:
-        ops.append(gemm("gate_up_proj", H, 2 * F_gpu, 2 * H * F, 2 * F, 2 * F_gpu, experts=experts))
+        # Fused SiLU(gate) * up in the epilogue: the GEMM writes F wide, not 2F.
+        ops.append(gemm("gate_up_proj", H, 2 * F_gpu, 2 * H * F, 2 * F, 2 * F_gpu, experts=experts,
+                        write=F_gpu if fused_elementwise else None))
         ops.append(elementwise("activation", 2 * F_gpu * model.moe_top_k, F_gpu * model.moe_top_k,
                                ACTIVATION_FLOPS_PER_ELEMENT * F_gpu * model.moe_top_k))
     else:
@@ -436,9 +497,9 @@ def build_operators(
         ops.append(allreduce("mlp_allreduce"))
     if model.parallel_attention:
         # x + attention(x) + mlp(x): one add reading three vectors.
-        ops.append(elementwise("residual", 3 * H, H, 2 * ADD_FLOPS_PER_ELEMENT * H))
+        ops.append(elementwise("residual", 3 * H, H, 2 * ADD_FLOPS_PER_ELEMENT * H, fused_read=2 * H))
     else:
-        ops.append(elementwise("mlp_residual", 2 * H, H, ADD_FLOPS_PER_ELEMENT * H))
+        ops.append(elementwise("mlp_residual", 2 * H, H, ADD_FLOPS_PER_ELEMENT * H, fused_read=H))
     ops.append(norm("final_norm", count=1))
     vocab_gpu = -(-model.vocab_size // tp)
     lm_head = gemm(

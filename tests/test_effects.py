@@ -1,0 +1,216 @@
+"""The essay's effects as switches: FlashAttention, operator fusion, weight-only quantisation.
+
+Every expected number is worked out by hand below (docs/readme-effects.md has the rules).
+"""
+
+import math
+
+import pytest
+
+from simulator.config import load_gpu, load_model
+from simulator.config.precision import Precision
+from simulator.errors import InputError
+from simulator.layers import build_operators, flash_query_tile_rows
+from simulator.step import Step
+from simulator.system import System
+
+EXACT = dict(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
+NOT_IN_LAYER = {"embedding", "final_norm", "lm_head"}
+
+
+def pinned_gpu(name="a100", **efficiency):
+    """A shipped GPU with the efficiencies of the test (no measured per-op overlay)."""
+    gpu = load_gpu(name).with_efficiency(**{**EXACT, **efficiency})
+    return gpu.model_copy(update={"efficiency_by_op": []})
+
+
+def attention_op(gpu, kernel, fusion="elementwise"):
+    ops = build_operators(load_model("llama2-7b"), Precision(), gpu, 1, kernel, fusion)
+    return next(op for op in ops if op.kind == "attention")
+
+
+def total_bytes(work):
+    return work.kv_read_bytes + work.kv_write_bytes + work.activation_bytes + work.weight_bytes
+
+
+# --- FlashAttention -------------------------------------------------------------------------
+# n = 32 heads, d = 128, T = 4096 prompt tokens, fp16 (llama2-7b is MHA: g = n), one layer.
+N_HEADS, HEAD_DIM, T, FP16 = 32, 128, 4096, 2
+KV_TOKEN = 2 * N_HEADS * HEAD_DIM * FP16  # K and V of one token
+assert KV_TOKEN == 16_384
+Q_AND_O = 2 * T * N_HEADS * HEAD_DIM * FP16  # read q, write the output
+assert Q_AND_O == 67_108_864
+PAIRS = T * (T + 1) // 2  # causal (query, key) pairs
+assert PAIRS == 8_390_656
+
+
+def test_naive_prefill_attention_bytes_by_hand():
+    work = attention_op(pinned_gpu(), "naive").work(Step.prefill(1, T))
+    # S written, S read (softmax), P written, P read (PV): 4 passes over n x T x T fp16 elements.
+    scores = 4 * N_HEADS * T * T * FP16
+    assert scores == 4_294_967_296
+    assert work.activation_bytes == scores + Q_AND_O
+    assert work.kv_read_bytes == T * KV_TOKEN == 67_108_864
+    assert work.kv_write_bytes == T * KV_TOKEN
+    assert total_bytes(work) == 4_294_967_296 + 3 * 67_108_864 == 4_496_293_888
+    assert work.launches == 3
+
+
+def test_flash_prefill_attention_bytes_by_hand_on_a100():
+    gpu = pinned_gpu()
+    # A100: 164 KiB shared memory per SM = 83,968 fp16 elements; B_c = ceil(M / 4d) = 164, B_r = min(164, d) = 128.
+    assert gpu.sram_bytes_per_sm == 164 * 1024
+    assert math.ceil(164 * 1024 / 2 / (4 * 128)) == 164
+    assert flash_query_tile_rows(gpu, HEAD_DIM, FP16) == 128
+    work = attention_op(gpu, "flash").work(Step.prefill(1, T))
+    # Every key once, plus K/V streamed once per 128-row query tile over the causal pairs.
+    streamed_tokens = T + PAIRS / 128
+    assert streamed_tokens == 4096 + 65_552
+    assert work.kv_read_bytes == 69_648 * KV_TOKEN == 1_141_112_832
+    assert work.activation_bytes == Q_AND_O  # no score matrix reaches HBM
+    assert total_bytes(work) == 1_141_112_832 + 2 * 67_108_864 == 1_275_330_560
+    assert work.launches == 1
+    naive = total_bytes(attention_op(gpu, "naive").work(Step.prefill(1, T)))
+    assert naive / total_bytes(work) == pytest.approx(4_496_293_888 / 1_275_330_560)  # ~3.5x fewer bytes
+
+
+def test_flash_bytes_fall_as_sram_grows_until_the_tile_reaches_the_head_dim():
+    def kv_read(sram_kib):
+        gpu = pinned_gpu().model_copy(update={"sram_bytes_per_sm": sram_kib * 1024})
+        return attention_op(gpu, "flash").work(Step.prefill(1, T)).kv_read_bytes
+
+    # B_r = ceil(sram / 2 / 512): 32 KiB -> 32 rows, 64 KiB -> 64, 96 KiB -> 96, >= 128 KiB -> capped at d = 128.
+    assert kv_read(32) == (T + PAIRS / 32) * KV_TOKEN
+    assert kv_read(64) == (T + PAIRS / 64) * KV_TOKEN
+    assert kv_read(96) == pytest.approx((T + PAIRS / 96) * KV_TOKEN)
+    assert kv_read(32) > kv_read(64) > kv_read(96) > kv_read(128)
+    assert kv_read(128) == kv_read(164) == kv_read(228) == (T + PAIRS / 128) * KV_TOKEN
+
+
+def test_tiles_shrink_when_the_head_dim_grows():
+    gpu = pinned_gpu()  # 83,968 fp16 elements of SRAM
+    assert flash_query_tile_rows(gpu, 64, FP16) == 64  # min(ceil(83968 / 256) = 328, 64)
+    assert flash_query_tile_rows(gpu, 256, FP16) == 82  # min(ceil(83968 / 1024) = 82, 256)
+
+
+def test_decode_reads_the_kv_cache_once_with_either_kernel():
+    step = Step.decode(4, 1000)
+    for kernel in ("flash", "naive"):
+        work = attention_op(pinned_gpu(), kernel).work(step)
+        assert work.kv_read_bytes == 4 * 1000 * KV_TOKEN == 65_536_000
+
+
+# --- Operator fusion -------------------------------------------------------------------------
+def layer_activation_bytes(fusion, step, kernel="flash"):
+    ops = build_operators(load_model("llama2-7b"), Precision(), pinned_gpu(), 1, kernel, fusion)
+    works = [op.work(step) for op in ops if op.name not in NOT_IN_LAYER]
+    return sum(w.activation_bytes for w in works), sum(w.launches for w in works)
+
+
+def test_fusion_none_vs_elementwise_activation_bytes_per_layer_by_hand():
+    H, n, g, d, F = 4096, 32, 32, 128, 11008
+    tokens = 1000
+    step = Step.prefill(1, tokens)
+    none, none_kernels = layer_activation_bytes("none", step)
+    fused, fused_kernels = layer_activation_bytes("elementwise", step)
+    # Removed with fusion, per token (elements): two norms 2 x (H in + H out); rotary on q and k
+    # 2 (n + g) d; two residual adds 2 x (2H in + H out); SiLU(gate) * up 2F in + F out; and
+    # gate_up writes F instead of 2F. Kept: each fused add still reads the H-wide residual.
+    removed = 2 * 2 * H + 2 * (n + g) * d + 2 * 3 * H + 3 * F + F - 2 * H
+    assert removed == 8 * H + 2 * (n + g) * d + 4 * F == 93_184
+    assert none - fused == tokens * removed * 2 == 186_368_000
+    # Kernels per layer: none = 2 norms, qkv, rotary, attention, o_proj, 2 adds, gate_up, activation, down.
+    assert none_kernels == 11
+    assert fused_kernels == 5  # qkv, attention, o_proj, gate_up, down
+
+
+def test_full_fusion_keeps_q_and_the_attention_output_on_chip():
+    H, n, g, d = 4096, 32, 32, 128
+    step = Step.decode(8, 512)
+    elementwise, _ = layer_activation_bytes("elementwise", step)
+    full, kernels = layer_activation_bytes("full", step)
+    # Gone per token: the QKV output (n + 2g) d, attention's q read n d and output write n d, o_proj's input read n d.
+    assert elementwise - full == 8 * ((n + 2 * g) * d + 3 * n * d) * 2 == 8 * 24_576 * 2
+    assert kernels == 3  # the attention block, gate_up, down
+    assert H == n * d
+
+
+def test_naive_attention_cannot_be_fully_fused():
+    with pytest.raises(InputError, match="--fusion full"):
+        build_operators(load_model("llama2-7b"), Precision(), pinned_gpu(), 1, "naive", "full")
+
+
+def test_fusion_none_pays_a_launch_per_kernel():
+    gpu = pinned_gpu(kernel_launch_seconds=5e-6)
+    step = Step.decode(1, 128)
+    none = System(load_model("llama2-7b"), gpu, Precision(), fusion="none").step_cost(step)
+    fused = System(load_model("llama2-7b"), gpu, Precision(), fusion="elementwise").step_cost(step)
+    # 6 more kernels per layer x 32 layers, plus the final norm.
+    assert none.launches - fused.launches == 6 * 32 + 1
+    assert none.seconds > fused.seconds + (6 * 32 + 1) * 5e-6
+
+
+# --- Weight-only quantisation ----------------------------------------------------------------
+# llama2-7b per layer: qkv 4096 x 12288, o 4096 x 4096, gate_up 4096 x 22016, down 11008 x 4096.
+LAYER_WEIGHTS = 4096 * 12288 + 4096 * 4096 + 4096 * 22016 + 11008 * 4096
+assert LAYER_WEIGHTS == 202_375_168
+
+
+def layer_gemm_seconds(cost):
+    return sum(op.seconds for op in cost.operators if op.kind == "gemm" and op.name != "lm_head")
+
+
+def test_int4_at_batch_1_is_between_a_quarter_and_six_tenths_of_fp16_on_a100():
+    gpu = pinned_gpu(compute=0.7, memory=0.8, kernel_launch_seconds=2e-6)
+    model = load_model("llama2-7b")
+    step = Step.decode(1, 1024)
+    fp16 = System(model, gpu, Precision()).step_cost(step)
+    int4 = System(model, gpu, Precision(weights="int4")).step_cost(step)
+    # Weight bytes fall 2 / (0.5 + 2/128) = 3.88x: int4 plus one fp16 scale per 128 weights.
+    o16 = next(op for op in fp16.operators if op.name == "o_proj")
+    o4 = next(op for op in int4.operators if op.name == "o_proj")
+    assert o16.weight_bytes / o4.weight_bytes == pytest.approx(2 / (0.5 + 2 / 128)) == pytest.approx(3.879, abs=1e-3)
+    # At batch 1 the int4 GEMM is still memory-bound: 4 dequant ops per weight at 19.5e12 x 0.7 ops/s
+    # (0.293 ps per weight) hide under the 0.5156-byte read at 2.039e12 x 0.8 B/s (0.316 ps per weight).
+    assert 4 / (19.5e12 * 0.7) < (0.5 + 2 / 128) / (2.039e12 * 0.8)
+    H = 4096
+    assert o4.seconds == pytest.approx(32 * ((H * H * (0.5 + 2 / 128) + 2 * (H + H)) / (2.039e12 * 0.8) + 2e-6))
+    ratio = int4.seconds / fp16.seconds
+    assert 0.25 < ratio < 0.6  # launches, attention and the fp16 LM head keep it above 1 / 3.88
+
+
+def test_int4_is_slower_than_fp16_at_a_compute_bound_batch():
+    gpu = pinned_gpu()
+    model = load_model("llama2-7b")
+    B = 256
+    step = Step.decode(B, 128)
+    fp16 = System(model, gpu, Precision()).step_cost(step)
+    int4 = System(model, gpu, Precision(weights="int4")).step_cost(step)
+    int8 = System(model, gpu, Precision(weights="int8")).step_cost(step)
+    # fp16 GEMMs at batch 256 are compute-bound (intensity > 153): 2 x 256 FLOPs per weight at 312 TFLOP/s.
+    fp16_gemms = 32 * 2 * B * LAYER_WEIGHTS / 312e12
+    assert layer_gemm_seconds(fp16) == pytest.approx(fp16_gemms)
+    # int4: each weight dequantised once per 16-token row tile, 4 ops on the CUDA cores at 19.5e12 ops/s.
+    int4_gemms = 32 * math.ceil(B / 16) * 4 * LAYER_WEIGHTS / 19.5e12
+    assert layer_gemm_seconds(int4) == pytest.approx(int4_gemms)
+    # Documented overhead (simulator/cost.py): max(1, 4/16 x 312 / (2 x 19.5)) = 2.0 on the GEMMs.
+    assert int4_gemms / fp16_gemms == pytest.approx(4 / 16 * 312 / (2 * 19.5)) == pytest.approx(2.0)
+    # Every other operator is the same, so the int4 step is the fp16 step plus one more fp16 GEMM time.
+    assert int4.seconds == pytest.approx(fp16.seconds + (2.0 - 1.0) * fp16_gemms)
+    # The GEMMs (10.6 ms) outweigh the KV-cache read (256 x 128 tokens x 512 KiB = 17.2 GB, 8.4 ms at
+    # 2.039 TB/s), so the whole int4 step is at least 1.5x the fp16 step.
+    assert fp16_gemms == pytest.approx(10.63e-3, rel=1e-3)
+    assert 256 * 128 * 2 * 32 * 32 * 128 * 2 / 2.039e12 == pytest.approx(8.42e-3, rel=1e-3)
+    assert int4.seconds >= fp16.seconds * (1 + 0.5)
+    # int8: 2 ops per weight -> max(1, 2/16 x 312 / 39) = 1.0: no penalty, no gain once compute-bound.
+    assert layer_gemm_seconds(int8) == pytest.approx(fp16_gemms)
+
+
+def test_dequantisation_is_not_counted_as_model_flops():
+    gpu = pinned_gpu()
+    step = Step.decode(32, 128)
+    fp16 = System(load_model("llama2-7b"), gpu, Precision()).step_cost(step)
+    int4 = System(load_model("llama2-7b"), gpu, Precision(weights="int4")).step_cost(step)
+    assert int4.flops == fp16.flops
+    dequant = sum(op.dequant_ops for op in int4.operators)
+    assert dequant == 32 * LAYER_WEIGHTS * math.ceil(32 / 16) * 4
