@@ -1,0 +1,264 @@
+"""``simulate sweep FILE``: run a capacity-planning scenario and summarise it."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from concurrent.futures import Executor, ProcessPoolExecutor
+from typing import Any, Callable
+
+import click
+
+from simulator.cli.options import reports_input_errors
+from simulator.errors import InputError
+from simulator.scenario import Scenario, load_scenario
+from simulator.sweep import (
+    COST_KEY,
+    THROUGHPUT_KEY,
+    InlineExecutor,
+    SweepOutcome,
+    best_per_objective,
+    pareto_front,
+    run_sweep,
+)
+from simulator.units import fmt_seconds
+
+PLOT_LATENCY_KEY = "p99.e2e_seconds"
+
+EPILOG = """\b
+Examples:
+  simulate sweep scenarios/llama2-70b-a100-vs-h100.yaml
+  simulate sweep scenarios/slo-capacity.yaml --workers 2 --out out/capacity.jsonl
+  simulate sweep scenarios/precision.yaml --resume        # continue an interrupted sweep
+  simulate sweep scenarios/gqa-vs-mha.yaml --dask tcp://scheduler:8786
+  simulate sweep scenarios/llama2-70b-a100-vs-h100.yaml --plot out/tradeoff.png
+
+\b
+Each finished point is appended to the results file at once (CSV or JSON Lines, one row
+per point); --resume skips the points already there, matched by their inputs. Without
+--resume an existing results file is replaced. The schema of scenario files is in
+docs/readme-sweeps.md.
+"""
+
+
+def default_workers() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+@click.command("sweep", epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.argument("scenario_file", metavar="FILE", type=click.Path(dir_okay=False))
+@click.option("--workers", "-w", type=click.IntRange(min=1), default=None, help="Local worker processes (default: the CPU count; 1 runs in this process).")
+@click.option("--out", "-o", metavar="PATH", default=None, help="Results file (.csv or .jsonl); overrides the scenario's output.path.")
+@click.option("--resume", is_flag=True, help="Keep the points already in the results file and run only the rest.")
+@click.option("--dask", "dask_address", metavar="ADDRESS", default=None, help="Run points on an existing Dask cluster (e.g. tcp://host:8786); needs memwall[distributed].")
+@click.option("--plot", "plot_path", metavar="PATH", default=None, help="Also draw throughput vs latency (and vs batch) to PATH (needs matplotlib).")
+@reports_input_errors
+def sweep_command(scenario_file: str, workers: int | None, out: str | None, resume: bool, dask_address: str | None, plot_path: str | None) -> None:
+    """Run every point of a scenario FILE, write one row per point, summarise the trade-offs.
+
+    A scenario holds base options (any option of `simulate`), sweep axes (grid and zip), an
+    SLO on p99 latencies, optional searches (max QPS or batch under the SLO, GPUs for a
+    target QPS), GPU prices and the output file. Points that do not fit memory become rows
+    with fits=false and the reason.
+    """
+    scenario = load_scenario(scenario_file, out)
+    plot = plot_function() if plot_path else None
+    if scenario.output_is_default:
+        scenario.output_path.parent.mkdir(parents=True, exist_ok=True)
+    if not resume and scenario.output_path.exists():
+        click.echo(f"replacing {scenario.output_path} (use --resume to keep its points)", err=True)
+    total = len(scenario.points())
+    with make_executor(workers, dask_address, total) as (executor, in_flight, where):
+        with progress(total) as advance:
+            try:
+                outcome = run_sweep(scenario, executor, resume=resume, in_flight=in_flight, on_point=advance)
+            except KeyboardInterrupt:
+                raise click.ClickException(
+                    f"interrupted; the points finished so far are in {scenario.output_path}: rerun with --resume to continue"
+                ) from None
+    click.echo(summary_text(scenario, outcome, where))
+    if plot is not None and plot_path is not None:
+        drawn = [row for row in outcome.rows if row.get("fits") is True]
+        if not drawn:
+            raise InputError(f"--plot: no point of {scenario.name} fits memory; nothing to draw")
+        # The p99 column is a number whatever shape the latency metrics take, and it is the
+        # latency of the summary's Pareto front.
+        plot(drawn, plot_path, latency_key=PLOT_LATENCY_KEY)
+        click.echo(f"plot     {plot_path}: output throughput vs p99 end-to-end latency (and vs batch)")
+
+
+def plot_function() -> Callable[..., Any]:
+    """simulator.plots.plot_sweep, checked before the sweep runs so a missing piece fails fast."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise InputError("--plot needs matplotlib: pip install 'memwall[plot]' (or pip install matplotlib)")
+    try:
+        plots = importlib.import_module("simulator.plots")
+    except ModuleNotFoundError:
+        plots = None
+    function = getattr(plots, "plot_sweep", None)
+    if function is None:
+        raise InputError("--plot: this version of memwall has no sweep plots (simulator.plots.plot_sweep)")
+    return function
+
+
+class make_executor:
+    """Context manager yielding (executor, points in flight, description) for the chosen backend."""
+
+    def __init__(self, workers: int | None, dask_address: str | None, total: int) -> None:
+        self.workers, self.dask_address, self.total = workers, dask_address, total
+        self._close: list[Callable[[], Any]] = []
+
+    def __enter__(self) -> tuple[Executor, int, str]:
+        if self.dask_address:
+            if self.workers is not None:
+                raise InputError("--workers and --dask: choose one (the Dask cluster has its own workers)")
+            return self._dask()
+        workers = self.workers or default_workers()
+        if workers == 1 or self.total <= 1:
+            return InlineExecutor(), 1, "1 worker (in process)"
+        pool = ProcessPoolExecutor(max_workers=min(workers, self.total))
+        self._close.append(lambda: pool.shutdown(wait=True, cancel_futures=True))
+        return pool, 2 * workers, f"{workers} worker processes"
+
+    def _dask(self) -> tuple[Executor, int, str]:
+        try:
+            from dask.distributed import Client
+        except ImportError:
+            raise InputError("--dask needs dask.distributed: pip install 'memwall[distributed]'") from None
+        try:
+            client = Client(self.dask_address, timeout="10s")
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise InputError(f"--dask {self.dask_address}: cannot connect to a Dask scheduler ({exc})") from None
+        self._close.append(client.close)
+        threads = sum(client.nthreads().values()) or 1
+        return client.get_executor(), 2 * threads, f"Dask cluster at {self.dask_address} ({threads} threads)"
+
+    def __exit__(self, *exc: Any) -> None:
+        for close in reversed(self._close):
+            close()
+
+
+class progress:
+    """Context manager yielding a callable that advances a progress bar on stderr (only on a TTY)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self._bar: Any = None
+
+    def __enter__(self) -> Callable[[], None]:
+        if not sys.stderr.isatty():
+            return lambda: None
+        self._bar = click.progressbar(length=self.total, label="points", show_eta=True, show_pos=True, file=sys.stderr)
+        bar = self._bar.__enter__()
+        return lambda: bar.update(1)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+
+
+# ---------------------------------------------------------------------------------------
+# The summary printed at the end
+
+
+def _fmt(value: Any, kind: str) -> str:
+    if value is None or value == "":
+        return "-"
+    if kind == "seconds":
+        return fmt_seconds(float(value))
+    if kind == "rate":
+        return f"{float(value):,.1f}"
+    if kind == "usd":
+        return f"${float(value):,.2f}"
+    if kind == "bool":
+        return "yes" if value is True else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    lines = ["  " + "  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    for row in rows:
+        lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    return lines
+
+
+def _point_cells(row: dict[str, Any], axes: list[str]) -> list[str]:
+    return [str(row["point"]), *(_fmt(row.get(f"input.{name}"), "") for name in axes)]
+
+
+def summary_text(scenario: Scenario, outcome: SweepOutcome, where: str, limit: int = 12) -> str:
+    rows = outcome.rows
+    axes = [axis.name for axis in scenario.axes]
+    fitting = [r for r in rows if r.get("fits") is True]
+    has_slo = scenario.slo is not None
+    lines = [
+        f"memwall sweep: {scenario.name}: {outcome.total} points ({len(fitting)} fit, "
+        f"{len(rows) - len(fitting)} do not fit memory) in {outcome.seconds:.1f} s on {where}",
+        f"  results  {scenario.output_path}  ({len(rows)} rows: {outcome.ran} run now, {outcome.resumed} resumed"
+        + (f", {outcome.dropped} old rows not in this scenario dropped" if outcome.dropped else "")
+        + ")",
+    ]
+    if has_slo:
+        assert scenario.slo is not None
+        limits = ", ".join(f"p99 {m.upper()} <= {fmt_seconds(v)}" for m, v in scenario.slo.limits().items())
+        met = sum(1 for r in rows if r.get("slo.met") is True)
+        lines.append(f"  SLO      {limits}  ({met} of {len(rows)} points meet it)")
+    front = pareto_front(fitting, THROUGHPUT_KEY, "p99.e2e_seconds")
+    if front:
+        lines += ["", f"Pareto front: output throughput vs p99 end-to-end latency ({len(front)} of {len(fitting)} fitting points)"]
+        headers = ["point", *axes, "tokens/s", "p99 e2e", "p99 TTFT", "p99 TPOT", "$/M tokens", *(["SLO"] if has_slo else [])]
+        table = [
+            _point_cells(r, axes)
+            + [
+                _fmt(r.get(THROUGHPUT_KEY), "rate"),
+                _fmt(r.get("p99.e2e_seconds"), "seconds"),
+                _fmt(r.get("p99.ttft_seconds"), "seconds"),
+                _fmt(r.get("p99.tpot_seconds"), "seconds"),
+                _fmt(r.get(COST_KEY), "usd"),
+                *([_fmt(r.get("slo.met"), "bool")] if has_slo else []),
+            ]
+            for r in front[:limit]
+        ]
+        lines += _table(headers, table)
+        if len(front) > limit:
+            lines.append(f"  ... {len(front) - limit} more in {scenario.output_path}")
+    searched = [key for key in ("search.max_batch_under_slo.batch", "search.max_qps_under_slo.qps", "search.min_gpus_for_qps.gpus") if any(key in r for r in rows)]
+    if searched:
+        lines += ["", "Searches (per point)"]
+        labels = {
+            "search.max_batch_under_slo.batch": "max batch under SLO",
+            "search.max_qps_under_slo.qps": "max QPS under SLO",
+            "search.min_gpus_for_qps.gpus": "GPUs for target QPS",
+        }
+        extra = ["$/hour"] if "search.min_gpus_for_qps.gpus" in searched else []
+        headers = ["point", *axes, "GPUs/replica", *(labels[k] for k in searched), *extra]
+        table = [
+            _point_cells(r, axes)
+            + [_fmt(r.get("gpus"), "")]
+            + [_fmt(r.get(k), "rate" if k.endswith("qps") else "") for k in searched]
+            + ([_fmt(r.get("search.min_gpus_for_qps.usd_per_hour"), "usd")] if extra else [])
+            for r in rows[: 3 * limit]
+        ]
+        lines += _table(headers, table)
+        target = next((r.get("search.min_gpus_for_qps.target_qps") for r in rows if "search.min_gpus_for_qps.target_qps" in r), None)
+        if target is not None:
+            lines.append(f"  target QPS {target:g}; GPUs = ceil(target / max QPS of one replica) x GPUs per replica")
+    best = best_per_objective(rows, has_slo)
+    if best:
+        lines += ["", "Best per objective" + (" (throughput and cost among points meeting the SLO)" if has_slo else "")]
+        table = []
+        for objective, row in best:
+            kind = {"s": "seconds", "$": "usd", "tokens/s": "rate", "requests/s": "rate"}.get(objective.unit, "")
+            value = _fmt(row.get(objective.key), kind) + ("" if kind in ("seconds", "usd") or not objective.unit else f" {objective.unit}")
+            description = " ".join(f"{name}={_fmt(row.get(f'input.{name}'), '')}" for name in axes)
+            table.append([objective.label, value, f"point {row['point']}", description])
+        lines += _table(["objective", "value", "point", "inputs"], table)
+    return "\n".join(lines)

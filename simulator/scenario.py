@@ -1,0 +1,495 @@
+"""Scenario files: base options, sweep axes, SLO, searches, cost and output, validated.
+
+A scenario is YAML (read with ``yaml.safe_load``), checked by pydantic for its shape, then
+every option value is checked against the ``simulate`` command's own option types, so a
+scenario accepts exactly the options the command does (the list is read from the click
+command, not copied here). Errors name the file, the field path (``sweep.grid.batch[2]``)
+and the problem, and are raised as :class:`InputError`.
+
+Units: SLO limits in seconds, prices in US dollars per GPU-hour.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import click
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field
+
+from simulator.config import load_gpu, load_model
+from simulator.config.loader import read_mapping, suggest
+from simulator.errors import InputError
+
+# Options of the main command that shape its report, not the simulation.
+REPORT_ONLY_OPTIONS = frozenset({"top", "json", "csv", "version", "help", "quiet", "per_request", "plot"})
+
+# Example on-demand prices in US dollars per GPU-hour, keyed by the GPU config's name.
+# Illustrative round figures in the range of 2024-25 public cloud / GPU-marketplace list
+# prices for one GPU of an 8-GPU node; real prices vary by provider, region and commitment,
+# so set your own under ``cost.usd_per_gpu_hour`` in a scenario.
+DEFAULT_USD_PER_GPU_HOUR: dict[str, float] = {
+    "V100-SXM2-32GB": 0.90,
+    "A10G": 1.00,
+    "L4": 0.80,
+    "L40S": 1.40,
+    "A100-SXM4-40GB": 1.50,
+    "A100-SXM4-80GB": 1.80,
+    "H100-PCIe-80GB": 2.50,
+    "H100-SXM5-80GB": 3.00,
+    "H200-SXM-141GB": 3.70,
+    "B200": 5.50,
+    "MI300X": 2.50,
+}
+
+
+# ---------------------------------------------------------------------------------------
+# The file's shape (pydantic)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class SweepBlock(_Strict):
+    grid: dict[str, Any] = Field(default_factory=dict, description="Axes crossed as a cartesian product.")
+    zipped: dict[str, Any] = Field(default_factory=dict, alias="zip", description="Axes of equal length, taken in step.")
+
+
+class SLO(_Strict):
+    """Service-level objectives on p99 latencies, in seconds; unset limits are not checked."""
+
+    ttft_p99_seconds: float | None = Field(default=None, gt=0)
+    tpot_p99_seconds: float | None = Field(default=None, gt=0)
+    e2e_p99_seconds: float | None = Field(default=None, gt=0)
+
+    def limits(self) -> dict[str, float]:
+        """{'ttft': seconds, ...} for the limits that are set."""
+        named = {"ttft": self.ttft_p99_seconds, "tpot": self.tpot_p99_seconds, "e2e": self.e2e_p99_seconds}
+        return {name: value for name, value in named.items() if value is not None}
+
+
+class QPSSearch(_Strict):
+    """Bisection on the arrival rate (requests/s) between ``low`` and ``high``."""
+
+    low: float = Field(default=0.1, gt=0)
+    high: float = Field(default=100.0, gt=0)
+    tolerance: float = Field(default=0.02, gt=0, lt=1, description="Stop when (high - low) / high is below this.")
+
+
+class BatchSearch(_Strict):
+    """Bisection on the integer batch size between ``low`` and ``high``."""
+
+    low: int = Field(default=1, ge=1)
+    high: int = Field(default=1024, ge=1)
+
+
+class GPUsForQPS(_Strict):
+    qps: float = Field(gt=0, description="Target arrival rate, requests/s.")
+
+
+class SearchBlock(_Strict):
+    max_qps_under_slo: QPSSearch | None = None
+    max_batch_under_slo: BatchSearch | None = None
+    min_gpus_for_qps: GPUsForQPS | None = None
+
+
+class CostBlock(_Strict):
+    usd_per_gpu_hour: dict[str, float] = Field(default_factory=dict)
+
+
+class OutputBlock(_Strict):
+    path: str | None = None
+    format: Literal["csv", "jsonl"] | None = None
+
+
+class ScenarioFile(_Strict):
+    name: str | None = None
+    description: str | None = None
+    base: dict[str, Any] = Field(default_factory=dict)
+    sweep: SweepBlock
+    slo: SLO | None = None
+    search: SearchBlock | None = None
+    cost: CostBlock = Field(default_factory=CostBlock)
+    output: OutputBlock = Field(default_factory=OutputBlock)
+
+
+class _ValuesRange(_Strict):
+    values: list[Any]
+
+
+class _StepRange(_Strict):
+    start: float
+    stop: float
+    step: float
+
+
+class _PowersOfTwoBounds(_Strict):
+    start: float = Field(gt=0)
+    stop: float = Field(gt=0)
+
+
+class _PowersOfTwoRange(_Strict):
+    powers_of_two: _PowersOfTwoBounds
+
+
+# ---------------------------------------------------------------------------------------
+# The validated scenario
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One swept option: its name (the main command's option, underscores) and its values."""
+
+    name: str
+    values: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    source: str
+    name: str
+    description: str
+    base: dict[str, Any]
+    grid: tuple[Axis, ...]
+    zipped: tuple[Axis, ...]
+    slo: SLO | None
+    search: SearchBlock
+    usd_per_gpu_hour: dict[str, float]
+    output_path: Path
+    output_format: Literal["csv", "jsonl"]
+    output_is_default: bool
+    extra_options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def axes(self) -> tuple[Axis, ...]:
+        return self.zipped + self.grid
+
+    def points(self) -> list[dict[str, Any]]:
+        """Every point's options, in a fixed order: zipped rows outside, grid (last axis fastest) inside."""
+        zip_rows = list(zip(*(axis.values for axis in self.zipped))) if self.zipped else [()]
+        grid_rows = list(itertools.product(*(axis.values for axis in self.grid)))
+        points = []
+        for zip_row in zip_rows:
+            for grid_row in grid_rows:
+                options = {**self.base, **self.extra_options}
+                options.update(zip((a.name for a in self.zipped), zip_row))
+                options.update(zip((a.name for a in self.grid), grid_row))
+                points.append(options)
+        return points
+
+
+def option_params() -> dict[str, click.Option]:
+    """The main command's simulation options by name (``--attention-kernel`` -> ``attention_kernel``)."""
+    from simulator.cli import main  # here, not at the top: simulator.cli imports the sweep command
+
+    params: dict[str, click.Option] = {}
+    for param in main.params:
+        if not isinstance(param, click.Option):
+            continue
+        long_flags = [opt for opt in param.opts if opt.startswith("--")]
+        name = long_flags[0][2:].replace("-", "_") if long_flags else str(param.name)
+        if name not in REPORT_ONLY_OPTIONS:
+            params[name] = param
+    return params
+
+
+def format_path(parts: tuple[Any, ...] | list[Any]) -> str:
+    """('sweep', 'grid', 'batch', 2) -> 'sweep.grid.batch[2]'."""
+    text = ""
+    for part in parts:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text or "(top level)"
+
+
+class _Problem(Exception):
+    """A problem at a field path; turned into an InputError naming the file."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+def _without_option_prefix(message: str) -> str:
+    """'--model: unknown model ...' -> 'unknown model ...' (the field path already says where)."""
+    return re.sub(r"^--[\w-]+: ", "", message)
+
+
+def convert_value(param: click.Option, value: Any, path: str) -> Any:
+    """Check ``value`` against the option's click type and return it converted."""
+    kind = param.type
+    if value is None:
+        return None  # the option's default, as when the flag is left out
+    if isinstance(value, (list, dict)):
+        raise _Problem(path, f"expected a single value for --{param.name}, got a {type(value).__name__}")
+    if isinstance(kind, click.types.IntParamType) and (isinstance(value, bool) or (isinstance(value, float) and not value.is_integer())):
+        raise _Problem(path, f"expected an integer, got {value!r}")
+    if isinstance(kind, click.types.FloatParamType) and isinstance(value, bool):
+        raise _Problem(path, f"expected a number, got {value!r}")
+    if isinstance(kind, click.types.IntParamType) and isinstance(value, float):
+        value = int(value)
+    try:
+        return kind.convert(value, param, None)
+    except click.BadParameter as exc:
+        raise _Problem(path, exc.message.rstrip(".")) from None
+
+
+def _check_name(name: str, params: dict[str, click.Option], path: str) -> click.Option:
+    if name in params:
+        return params[name]
+    hint = suggest(name, list(params))
+    raise _Problem(path, f"unknown option '{name}'{hint}; valid options: {', '.join(params)}")
+
+
+def _validate_model(cls: type[BaseModel], data: Any, path: str) -> Any:
+    try:
+        return cls.model_validate(data)
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        where = format_path([path, *err["loc"]]) if err["loc"] else path or "(top level)"
+        message = err["msg"]
+        if err["type"] == "extra_forbidden":
+            allowed = _fields_at(cls, err["loc"][:-1])
+            message = f"unknown field '{err['loc'][-1]}'{suggest(str(err['loc'][-1]), allowed)}; allowed: {', '.join(allowed)}"
+        elif "input" in err and not isinstance(err["input"], (dict, list)):
+            message = f"{message} (got {err['input']!r})"
+        raise _Problem(where, message) from None
+
+
+def _fields_at(cls: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The field names (YAML spelling) of the pydantic model reached by following ``loc`` from ``cls``."""
+    for part in loc:
+        info = cls.model_fields.get(str(part)) or next((f for f in cls.model_fields.values() if f.alias == part), None)
+        annotation = info.annotation if info else None
+        nested = [a for a in getattr(annotation, "__args__", (annotation,)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not nested:
+            return []
+        cls = nested[0]
+    return [info.alias or name for name, info in cls.model_fields.items()]
+
+
+def expand_values(spec: Any, path: str) -> list[Any]:
+    """An axis's values: a list, a scalar, ``{values: [...]}``, ``{start, stop, step}`` or ``{powers_of_two: {start, stop}}``.
+
+    ``stop`` is included when the steps land on it. Values keep their YAML type (an integer
+    range gives integers).
+    """
+    if isinstance(spec, list):
+        values = spec
+    elif isinstance(spec, dict):
+        if "values" in spec:
+            values = _validate_model(_ValuesRange, spec, path).values
+            path = f"{path}.values"
+        elif "powers_of_two" in spec:
+            bounds = _validate_model(_PowersOfTwoRange, spec, path).powers_of_two
+            if bounds.stop < bounds.start:
+                raise _Problem(f"{path}.powers_of_two", f"stop {bounds.stop:g} is below start {bounds.start:g}")
+            exponents = range(math.ceil(math.log2(bounds.start)), math.floor(math.log2(bounds.stop)) + 1)
+            values = [2**k if k >= 0 else 2.0**k for k in exponents]
+            if not values:
+                raise _Problem(f"{path}.powers_of_two", f"no power of two lies in [{bounds.start:g}, {bounds.stop:g}]")
+        elif {"start", "stop", "step"} & set(spec):
+            rng = _validate_model(_StepRange, spec, path)
+            values = _step_range(spec, rng, path)
+        else:
+            raise _Problem(
+                path,
+                f"unrecognised range {sorted(spec)}; use a list, {{values: [...]}}, {{start, stop, step}} "
+                "or {powers_of_two: {start, stop}}",
+            )
+    else:
+        values = [spec]
+    if not values:
+        raise _Problem(path, "empty list of values")
+    return values
+
+
+def _step_range(spec: dict[str, Any], rng: _StepRange, path: str) -> list[Any]:
+    if rng.step == 0:
+        raise _Problem(f"{path}.step", "step must not be 0")
+    if (rng.stop - rng.start) * rng.step < 0:
+        raise _Problem(f"{path}.step", f"step {rng.step:g} never goes from start {rng.start:g} to stop {rng.stop:g}")
+    count = math.floor((rng.stop - rng.start) / rng.step + 1e-9) + 1
+    if count > 100_000:
+        raise _Problem(path, f"{count} values; at most 100000 per axis")
+    integral = all(isinstance(spec[k], int) and not isinstance(spec[k], bool) for k in ("start", "stop", "step"))
+    if integral:
+        return [int(spec["start"]) + i * int(spec["step"]) for i in range(count)]
+    # Rounded so that 0.1 + 2 * 0.1 reads 0.3, not 0.30000000000000004.
+    return [round(rng.start + i * rng.step, 12) for i in range(count)]
+
+
+def _axes(block: dict[str, Any], where: str, params: dict[str, click.Option]) -> tuple[Axis, ...]:
+    axes = []
+    for name, spec in block.items():
+        path = f"{where}.{name}"
+        param = _check_name(str(name), params, path)
+        values = []
+        for i, value in enumerate(expand_values(spec, path)):
+            values.append(convert_value(param, value, _value_path(spec, path, i, value)))
+        axes.append(Axis(str(name), tuple(values)))
+    return tuple(axes)
+
+
+def _value_path(spec: Any, path: str, index: int, value: Any) -> str:
+    """Where the index-th value of an axis came from, for error messages."""
+    if isinstance(spec, list):
+        return f"{path}[{index}]"
+    if isinstance(spec, dict) and "values" in spec:
+        return f"{path}.values[{index}]"
+    if isinstance(spec, dict):
+        return f"{path} (value {value!r} of the range)"
+    return path
+
+
+def _check_configs(base: dict[str, Any], axes: tuple[Axis, ...], zipped_names: set[str]) -> None:
+    """Load every model and GPU named, so a typo fails before any point runs."""
+    for option, loader in (("model", load_model), ("gpu", load_gpu)):
+        if option in base:
+            _load_or_problem(loader, base[option], f"base.{option}")
+        for axis in axes:
+            if axis.name == option:
+                block = "zip" if axis.name in zipped_names else "grid"
+                for i, value in enumerate(axis.values):
+                    _load_or_problem(loader, value, f"sweep.{block}.{option}[{i}]")
+    named = set(base) | {axis.name for axis in axes}
+    for required in ("model", "gpu"):
+        if required not in named:
+            raise _Problem("base", f"no {required} given: set base.{required} or sweep it")
+
+
+def _load_or_problem(loader: Any, value: str, path: str) -> Any:
+    try:
+        return loader(value)
+    except InputError as exc:
+        raise _Problem(path, _without_option_prefix(str(exc))) from None
+
+
+def _prices(cost: CostBlock) -> dict[str, float]:
+    prices = dict(DEFAULT_USD_PER_GPU_HOUR)
+    for key, price in cost.usd_per_gpu_hour.items():
+        path = f"cost.usd_per_gpu_hour.{key}"
+        if price <= 0:
+            raise _Problem(path, f"price must be > 0 US dollars per GPU-hour (got {price})")
+        prices[_load_or_problem(load_gpu, str(key), path).name] = float(price)
+    return prices
+
+
+def _output(source: Path, block: OutputBlock, out: str | None) -> tuple[Path, Literal["csv", "jsonl"], bool]:
+    """The results file and its format; ``--out`` beats ``output.path``; the format follows the suffix."""
+    given, field_name = (out, "--out") if out is not None else (block.path, "output.path")
+    if given is None:
+        fmt = block.format or "csv"
+        return Path("out") / f"{source.stem}.{fmt}", fmt, True
+    path = Path(given)
+    by_suffix: Literal["csv", "jsonl"] | None = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}.get(path.suffix)  # type: ignore[assignment]
+    if out is None and block.format and by_suffix and block.format != by_suffix:
+        raise _Problem("output.format", f"{block.format} but output.path '{given}' ends in {path.suffix}")
+    fmt = by_suffix or block.format or "csv"
+    if path.is_dir():
+        raise _Problem(field_name, f"'{given}' is a folder; give a file path such as {given.rstrip('/')}/results.{fmt}")
+    if not path.parent.is_dir():
+        raise _Problem(field_name, f"folder '{path.parent}' of '{given}' does not exist; create it or choose another path")
+    return path, fmt, False
+
+
+def _check_search(data: ScenarioFile, params: dict[str, click.Option], axis_names: set[str]) -> SearchBlock:
+    search = data.search or SearchBlock()
+    wanted = [name for name in ("max_qps_under_slo", "max_batch_under_slo", "min_gpus_for_qps") if getattr(search, name)]
+    if data.slo is not None and not data.slo.limits():
+        raise _Problem("slo", "no limit set; give ttft_p99_seconds, tpot_p99_seconds and/or e2e_p99_seconds")
+    if wanted and data.slo is None:
+        raise _Problem(f"search.{wanted[0]}", "a search needs an slo block (ttft_p99_seconds, tpot_p99_seconds, e2e_p99_seconds)")
+    if search.max_qps_under_slo is not None:
+        qps = search.max_qps_under_slo
+        if "qps" not in params:
+            raise _Problem("search.max_qps_under_slo", "needs the serving engine's --qps option, which this `simulate` lacks")
+        if "qps" in axis_names or "qps" in data.base:
+            raise _Problem("search.max_qps_under_slo", "qps is also set in base or swept; the search sets it itself")
+        if qps.high <= qps.low:
+            raise _Problem("search.max_qps_under_slo.high", f"must be above low ({qps.low:g}), got {qps.high:g}")
+    if search.max_batch_under_slo is not None:
+        batch = search.max_batch_under_slo
+        if "batch" in axis_names:
+            raise _Problem("search.max_batch_under_slo", "batch is swept; the search sets it itself (move batch to base or drop the search)")
+        if batch.high < batch.low:
+            raise _Problem("search.max_batch_under_slo.high", f"must be at least low ({batch.low}), got {batch.high}")
+    if search.min_gpus_for_qps is not None and search.max_qps_under_slo is None:
+        raise _Problem("search.min_gpus_for_qps", "needs search.max_qps_under_slo (the capacity of one replica)")
+    return search
+
+
+def _slo_options(slo: SLO | None, params: dict[str, click.Option], named: set[str]) -> dict[str, Any]:
+    """Hand the SLO to the engine's goodput options when the command has them and the scenario leaves them unset."""
+    if slo is None:
+        return {}
+    extra = {}
+    for option, value in (("slo_ttft", slo.ttft_p99_seconds), ("slo_tpot", slo.tpot_p99_seconds)):
+        if value is not None and option in params and option not in named:
+            extra[option] = value
+    return extra
+
+
+def load_scenario(path: str | Path, out: str | None = None) -> Scenario:
+    """Read and validate a scenario file; ``out`` overrides ``output.path`` (the ``--out`` flag)."""
+    source = Path(path)
+    raw = read_mapping(source)
+    try:
+        return _build(source, raw, out)
+    except _Problem as problem:
+        raise InputError(f"{source}: {problem.path}: {problem.message}") from None
+
+
+def _build(source: Path, raw: dict[str, Any], out: str | None) -> Scenario:
+    data = _validate_model(ScenarioFile, raw, "")
+    params = option_params()
+    base = {}
+    for name, value in data.base.items():
+        base[str(name)] = convert_value(_check_name(str(name), params, f"base.{name}"), value, f"base.{name}")
+    zipped = _axes(data.sweep.zipped, "sweep.zip", params)
+    grid = _axes(data.sweep.grid, "sweep.grid", params)
+    if not zipped and not grid:
+        raise _Problem("sweep", "empty sweep: give at least one axis under sweep.grid or sweep.zip")
+    for axis in grid:
+        if axis.name in {a.name for a in zipped}:
+            raise _Problem(f"sweep.grid.{axis.name}", "also under sweep.zip; sweep an option in one place")
+    for block, axes in (("zip", zipped), ("grid", grid)):
+        for axis in axes:
+            if axis.name in base:
+                raise _Problem(f"sweep.{block}.{axis.name}", f"also set in base.{axis.name}; set it in one place")
+    if zipped:
+        first = zipped[0]
+        for axis in zipped[1:]:
+            if len(axis.values) != len(first.values):
+                raise _Problem(
+                    f"sweep.zip.{axis.name}",
+                    f"{len(axis.values)} value(s) but sweep.zip.{first.name} has {len(first.values)}; zipped axes go in step",
+                )
+    axis_names = {axis.name for axis in zipped + grid}
+    _check_configs(base, zipped + grid, {a.name for a in zipped})
+    search = _check_search(data, params, axis_names)
+    output_path, output_format, output_is_default = _output(source, data.output, out)
+    return Scenario(
+        source=str(source),
+        name=data.name or source.stem,
+        description=(data.description or "").strip(),
+        base=base,
+        grid=grid,
+        zipped=zipped,
+        slo=data.slo,
+        search=search,
+        usd_per_gpu_hour=_prices(data.cost),
+        output_path=output_path,
+        output_format=output_format,
+        output_is_default=output_is_default,
+        extra_options=_slo_options(data.slo, params, set(base) | axis_names),
+    )

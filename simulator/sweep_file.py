@@ -1,0 +1,154 @@
+"""The results file of a sweep: one row per point, CSV or JSON Lines, appended as points finish.
+
+Each finished point is written and flushed at once, so a killed sweep keeps every point it
+finished. At the end the file is rewritten in point order with a fixed column order, so the
+final file does not depend on which worker finished first, nor on whether the sweep was
+interrupted and resumed. Rewrites go through a temporary file and ``os.replace``: a kill
+during a rewrite leaves the old file whole.
+
+Rows hold scalars only; a missing value is an absent key (an empty CSV cell).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterable, Literal
+
+from simulator.errors import InputError
+
+# Columns come in this order of groups (alphabetical within a group): the point, its inputs,
+# whether it fits, then the derived figures a capacity planner reads, then the raw metrics.
+_GROUPS = ("point", "input.", "fits", "reason", "gpus", "p99.", "slo.", "cost.", "search.")
+
+_INT = re.compile(r"-?\d+")
+
+
+def column_rank(key: str) -> tuple[int, str]:
+    for rank, group in enumerate(_GROUPS):
+        if key == group or (group.endswith(".") and key.startswith(group)):
+            return rank, key
+    return len(_GROUPS), key
+
+
+def ordered_columns(rows: Iterable[dict[str, Any]]) -> list[str]:
+    keys: set[str] = set()
+    for row in rows:
+        keys.update(key for key, value in row.items() if value is not None)
+    return sorted(keys, key=column_rank)
+
+
+def clean_row(row: dict[str, Any]) -> dict[str, Any]:
+    """The row with its keys in column order and without missing (None) values."""
+    return {key: row[key] for key in sorted(row, key=column_rank) if row[key] is not None}
+
+
+def parse_cell(text: str) -> Any:
+    """A CSV cell back to the value written: '' -> None, 'True' -> True, '4' -> 4, '0.5' -> 0.5, else text."""
+    if text == "":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    if _INT.fullmatch(text):
+        return int(text)
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+class ResultsFile:
+    """Rows of one sweep on disk; ``fmt`` is 'csv' or 'jsonl'."""
+
+    def __init__(self, path: Path, fmt: Literal["csv", "jsonl"]) -> None:
+        self.path = path
+        self.fmt = fmt
+        self.rows: list[dict[str, Any]] = []
+        self._columns: list[str] = []
+        self._handle: io.TextIOWrapper | None = None
+
+    # reading (for --resume)
+
+    def read(self) -> list[dict[str, Any]]:
+        """The rows already in the file; a line cut short by a kill is ignored."""
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise InputError(f"{self.path}: cannot read ({exc.strerror})") from None
+        if not text.endswith("\n"):
+            text = text[: text.rfind("\n") + 1]  # the last row was being written when the sweep stopped
+        if self.fmt == "jsonl":
+            return [self._json_row(line, number) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+        reader = csv.DictReader(io.StringIO(text))
+        if reader.fieldnames and "point" not in reader.fieldnames:
+            raise InputError(f"{self.path}: not a sweep results file (no 'point' column); choose another --out")
+        return [{key: parse_cell(value) for key, value in row.items() if value not in ("", None)} for row in reader]
+
+    def _json_row(self, line: str, number: int) -> dict[str, Any]:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{self.path}:{number}: not a JSON row ({exc.msg}); is this a sweep's jsonl output?") from None
+        if not isinstance(row, dict) or "point" not in row:
+            raise InputError(f"{self.path}:{number}: not a sweep row (no 'point' field)")
+        return row
+
+    # writing
+
+    def start(self, rows: list[dict[str, Any]]) -> None:
+        """Replace the file with ``rows`` (those kept by --resume, or none) and open it for appending."""
+        self.rows = [clean_row(row) for row in rows]
+        self._rewrite()
+
+    def append(self, row: dict[str, Any]) -> None:
+        """Add one finished point and flush it to disk."""
+        row = clean_row(row)
+        self.rows.append(row)
+        if self.fmt == "csv" and not set(row) <= set(self._columns):
+            self._rewrite()  # a new column (e.g. the first point that fits): widen the header
+            return
+        assert self._handle is not None
+        self._handle.write(self._render([row]))
+        self._handle.flush()
+
+    def finish(self) -> list[dict[str, Any]]:
+        """Rewrite the file in point order; returns the rows in that order."""
+        self.rows.sort(key=lambda row: int(row["point"]))
+        self._rewrite()
+        self.close()
+        return self.rows
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+    def _render(self, rows: list[dict[str, Any]], header: bool = False) -> str:
+        buffer = io.StringIO()
+        if self.fmt == "jsonl":
+            for row in rows:
+                buffer.write(json.dumps(row) + "\n")
+            return buffer.getvalue()
+        writer = csv.DictWriter(buffer, fieldnames=self._columns, lineterminator="\n")
+        if header:
+            writer.writeheader()
+        writer.writerows(rows)
+        return buffer.getvalue()
+
+    def _rewrite(self) -> None:
+        self.close()
+        self._columns = ordered_columns(self.rows)
+        temporary = self.path.with_name(f".{self.path.name}.tmp")
+        text = self._render(self.rows, header=bool(self._columns))
+        with open(temporary, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, self.path)
+        self._handle = open(self.path, "a", encoding="utf-8", newline="")

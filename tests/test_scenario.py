@@ -1,0 +1,193 @@
+"""Scenario files: axis expansion, point order, and one clear error per kind of bad input."""
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from simulator.cli import main
+from simulator.errors import InputError
+from simulator.scenario import DEFAULT_USD_PER_GPU_HOUR, expand_values, load_scenario, option_params
+
+SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
+
+
+def write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def error_of(tmp_path: Path, text: str) -> str:
+    with pytest.raises(InputError) as info:
+        load_scenario(write(tmp_path, text))
+    return str(info.value)
+
+
+BASE = "base: {model: llama2-7b, gpu: a100}\n"
+
+
+# --- ranges ---------------------------------------------------------------------------
+
+
+def test_powers_of_two_from_1_to_256_are_the_nine_values_2_to_the_0_through_8():
+    assert expand_values({"powers_of_two": {"start": 1, "stop": 256}}, "x") == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+
+def test_powers_of_two_keep_only_those_inside_the_bounds():
+    # 3 < 4 = 2**2 and 2**6 = 64 < 100 < 128 = 2**7
+    assert expand_values({"powers_of_two": {"start": 3, "stop": 100}}, "x") == [4, 8, 16, 32, 64]
+
+
+def test_step_range_includes_stop_when_the_steps_land_on_it():
+    assert expand_values({"start": 1, "stop": 9, "step": 2}, "x") == [1, 3, 5, 7, 9]
+    assert expand_values({"start": 1, "stop": 10, "step": 4}, "x") == [1, 5, 9]
+    assert expand_values({"start": 8, "stop": 2, "step": -3}, "x") == [8, 5, 2]
+
+
+def test_float_step_range_reads_as_written():
+    assert expand_values({"start": 0.1, "stop": 0.5, "step": 0.1}, "x") == [0.1, 0.2, 0.3, 0.4, 0.5]
+
+
+def test_values_form_and_scalar_form():
+    assert expand_values({"values": [4, 2]}, "x") == [4, 2]
+    assert expand_values(7, "x") == [7]
+
+
+# --- points ---------------------------------------------------------------------------
+
+
+def test_grid_is_the_cartesian_product_last_axis_fastest(tmp_path):
+    scenario = load_scenario(
+        write(
+            tmp_path,
+            "base: {model: llama2-70b, ctx: 4096}\n"
+            "sweep:\n  grid:\n    gpu: [a100, h100]\n    tp: [1, 2, 4, 8]\n"
+            "    batch: {powers_of_two: {start: 1, stop: 256}}\n",
+        )
+    )
+    points = scenario.points()
+    assert len(points) == 2 * 4 * 9 == 72
+    assert points[0] == {"model": "llama2-70b", "ctx": 4096, "gpu": "a100", "tp": 1, "batch": 1}
+    assert points[1]["batch"] == 2 and points[9]["tp"] == 2 and points[36]["gpu"] == "h100"
+
+
+def test_zip_goes_in_step_outside_the_grid(tmp_path):
+    scenario = load_scenario(
+        write(tmp_path, BASE.replace(", gpu: a100", "") + "sweep:\n  zip: {gpu: [a100, h100], tp: [4, 2]}\n  grid: {batch: [1, 8, 64]}\n")
+    )
+    points = [(p["gpu"], p["tp"], p["batch"]) for p in scenario.points()]
+    assert points == [("a100", 4, 1), ("a100", 4, 8), ("a100", 4, 64), ("h100", 2, 1), ("h100", 2, 8), ("h100", 2, 64)]
+
+
+def test_values_are_converted_by_the_command_option_types(tmp_path):
+    scenario = load_scenario(write(tmp_path, BASE + "sweep: {grid: {compute_efficiency: [1, 0.5]}}\n"))
+    assert [p["compute_efficiency"] for p in scenario.points()] == [1.0, 0.5]
+    assert isinstance(scenario.points()[0]["compute_efficiency"], float)
+
+
+def test_valid_axis_names_are_the_main_command_options():
+    names = set(option_params())
+    assert {"model", "gpu", "batch", "ctx", "gen", "tp", "weights", "kv", "attention", "attention_kernel", "fusion"} <= names
+    assert not {"json", "csv", "top", "version"} & names  # report format, not simulation inputs
+
+
+def test_cost_overrides_resolve_aliases_and_keep_the_other_defaults(tmp_path):
+    scenario = load_scenario(write(tmp_path, BASE + "sweep: {grid: {batch: [1]}}\ncost: {usd_per_gpu_hour: {a100: 1.25}}\n"))
+    assert scenario.usd_per_gpu_hour["A100-SXM4-80GB"] == 1.25
+    assert scenario.usd_per_gpu_hour["H100-SXM5-80GB"] == DEFAULT_USD_PER_GPU_HOUR["H100-SXM5-80GB"]
+
+
+def test_output_format_follows_the_suffix_and_defaults_to_out_folder(tmp_path):
+    scenario = load_scenario(write(tmp_path, BASE + "sweep: {grid: {batch: [1]}}\n", "cap.yaml"))
+    assert scenario.output_path == Path("out") / "cap.csv" and scenario.output_format == "csv"
+    scenario = load_scenario(write(tmp_path, BASE + "sweep: {grid: {batch: [1]}}\n"), out=str(tmp_path / "r.jsonl"))
+    assert scenario.output_format == "jsonl"
+
+
+# --- bad input ------------------------------------------------------------------------
+
+
+def test_unknown_axis_lists_valid_names_and_suggests_the_nearest(tmp_path):
+    message = error_of(tmp_path, BASE + "sweep: {grid: {bach: [1, 2]}}\n")
+    assert "s.yaml: sweep.grid.bach: unknown option 'bach' (did you mean 'batch'?)" in message
+    assert "valid options: model, gpu" in message
+
+
+def test_wrong_type_names_the_element(tmp_path):
+    message = error_of(tmp_path, BASE + "sweep: {grid: {batch: [1, 2, abc]}}\n")
+    assert "sweep.grid.batch[2]:" in message and "'abc' is not a valid integer" in message
+    assert "sweep.grid.batch[1]: expected an integer, got 2.5" in error_of(tmp_path, BASE + "sweep: {grid: {batch: [1, 2.5]}}\n")
+    assert "sweep.grid.weights[1]:" in error_of(tmp_path, BASE + "sweep: {grid: {weights: [fp16, fp9]}}\n")
+
+
+def test_empty_sweep(tmp_path):
+    assert "sweep: empty sweep" in error_of(tmp_path, BASE + "sweep: {grid: {}}\n")
+    assert "sweep.grid.batch: empty list of values" in error_of(tmp_path, BASE + "sweep: {grid: {batch: []}}\n")
+    assert "sweep: Field required" in error_of(tmp_path, BASE)
+
+
+def test_range_with_step_zero(tmp_path):
+    message = error_of(tmp_path, BASE + "sweep: {grid: {batch: {start: 1, stop: 8, step: 0}}}\n")
+    assert "sweep.grid.batch.step: step must not be 0" in message
+
+
+def test_range_going_the_wrong_way(tmp_path):
+    assert "sweep.grid.batch.step:" in error_of(tmp_path, BASE + "sweep: {grid: {batch: {start: 8, stop: 1, step: 2}}}\n")
+
+
+def test_output_in_a_missing_folder(tmp_path):
+    message = error_of(tmp_path, BASE + "sweep: {grid: {batch: [1]}}\noutput: {path: nowhere/x.csv}\n")
+    assert "output.path: folder 'nowhere' of 'nowhere/x.csv' does not exist" in message
+    with pytest.raises(InputError, match="--out: folder"):
+        load_scenario(write(tmp_path, BASE + "sweep: {grid: {batch: [1]}}\n"), out=str(tmp_path / "missing" / "x.csv"))
+
+
+def test_unknown_gpu_in_an_axis_names_its_index(tmp_path):
+    message = error_of(tmp_path, "base: {model: llama2-7b}\nsweep: {grid: {gpu: [a100, h1000]}}\n")
+    assert "sweep.grid.gpu[1]: unknown GPU 'h1000' (did you mean 'h100'?)" in message
+
+
+def test_zip_axes_of_different_lengths(tmp_path):
+    message = error_of(tmp_path, BASE + "sweep: {zip: {batch: [1, 2], ctx: [512]}}\n")
+    assert "sweep.zip.ctx: 1 value(s) but sweep.zip.batch has 2" in message
+
+
+def test_unknown_field_lists_the_allowed_ones(tmp_path):
+    message = error_of(tmp_path, BASE + "sweep: {grid: {batch: [1]}}\nslo: {tpot: 0.05}\n")
+    assert "slo.tpot: unknown field 'tpot'" in message and "allowed: ttft_p99_seconds, tpot_p99_seconds, e2e_p99_seconds" in message
+
+
+def test_option_both_in_base_and_swept(tmp_path):
+    assert "sweep.grid.gpu: also set in base.gpu" in error_of(tmp_path, BASE + "sweep: {grid: {gpu: [a100, h100]}}\n")
+
+
+def test_searches_need_an_slo_and_must_not_sweep_what_they_search(tmp_path):
+    no_slo = BASE + "sweep: {grid: {tp: [1]}}\nsearch: {max_batch_under_slo: {high: 64}}\n"
+    assert "search.max_batch_under_slo: a search needs an slo block" in error_of(tmp_path, no_slo)
+    swept = BASE + "sweep: {grid: {batch: [1]}}\nslo: {tpot_p99_seconds: 0.05}\nsearch: {max_batch_under_slo: {}}\n"
+    assert "search.max_batch_under_slo: batch is swept" in error_of(tmp_path, swept)
+    gpus_alone = BASE + "sweep: {grid: {tp: [1]}}\nslo: {tpot_p99_seconds: 0.05}\nsearch: {min_gpus_for_qps: {qps: 5}}\n"
+    assert "search.min_gpus_for_qps: needs search.max_qps_under_slo" in error_of(tmp_path, gpus_alone)
+
+
+def test_cli_prints_one_line_and_exits_2(tmp_path):
+    path = write(tmp_path, BASE + "sweep: {grid: {batch: [1, 2, abc]}}\n")
+    result = CliRunner().invoke(main, ["sweep", str(path)])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and "sweep.grid.batch[2]" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_missing_scenario_file_exits_2(tmp_path):
+    result = CliRunner().invoke(main, ["sweep", str(tmp_path / "nope.yaml")])
+    assert result.exit_code == 2 and "no such file" in result.output
+
+
+# --- shipped scenarios ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["llama2-70b-a100-vs-h100", "gqa-vs-mha", "precision", "slo-capacity"])
+def test_shipped_scenarios_validate(name):
+    scenario = load_scenario(SCENARIOS / f"{name}.yaml")
+    assert scenario.points()
