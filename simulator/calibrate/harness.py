@@ -1,0 +1,171 @@
+"""One calibration run: every measurement of a plan on one device, as a JSON-ready dict.
+
+Order: the per-kernel cost, bandwidth, elementwise adds, GEMMs in the overlay's dtype,
+attention, the end-to-end decoder, then GEMMs in the other dtypes, so that what the overlay
+and the check need is measured before a tight time budget runs out.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from typing import Any, Callable
+
+from simulator.calibrate.attention import measure_attention
+from simulator.calibrate.bandwidth import measure_bandwidth, measure_elementwise, measure_launch_seconds
+from simulator.calibrate.bench import Bench
+from simulator.calibrate.endtoend import measure_endtoend
+from simulator.calibrate.gemm import measure_gemms
+from simulator.calibrate.overlay import SCHEMA
+from simulator.calibrate.plan import Budget, Plan
+from simulator.calibrate.timing import make_timer
+from simulator.config import GPUSpec, list_gpus
+from simulator.config.precision import DTYPE_BYTES
+from simulator.errors import InputError
+from simulator.layers import flash_query_tile_rows
+from simulator.units import fmt_bytes
+
+
+def _words(text: str) -> str:
+    return " " + re.sub(r"[^a-z0-9]+", " ", text.lower()).strip() + " "
+
+
+def detect_base_gpu(device_name: str) -> GPUSpec | None:
+    """The shipped GPU whose name or alias appears (as whole words) in the device's name; the longest match wins."""
+    words = _words(device_name)
+    best, best_length = None, 0
+    for gpu in list_gpus():
+        for name in (gpu.name, *gpu.aliases):
+            candidate = _words(name)
+            if candidate in words and len(candidate) > best_length:
+                best, best_length = gpu, len(candidate)
+    return best
+
+
+def environment(torch: Any, device: str) -> dict[str, Any]:
+    """Device name, torch and CUDA versions, date (UTC, ISO 8601), cache and SM counts where known."""
+    env: dict[str, Any] = {
+        "kind": device,
+        "torch": str(torch.__version__),
+        "cuda": None if torch.version.cuda is None else str(torch.version.cuda),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        env.update(
+            name=str(props.name),
+            capability=f"{props.major}.{props.minor}",
+            sm_count=props.multi_processor_count,
+            memory_bytes=props.total_memory,
+            l2_bytes=getattr(props, "L2_cache_size", 0),
+        )
+    else:
+        import platform
+
+        env["name"] = f"CPU {platform.machine()} ({torch.get_num_threads()} thread(s))"
+    return env
+
+
+def cuda_ready(torch: Any) -> None:
+    """InputError unless torch sees a CUDA device."""
+    if not torch.cuda.is_available():
+        raise InputError(
+            f"--device cuda: torch {torch.__version__} sees no CUDA device; run on a GPU machine, "
+            "or use --device cpu to exercise the code path (its numbers describe nothing)"
+        )
+
+
+def measured_cpu_peaks(bench: Bench, size: int, dtypes: tuple[str, ...], bandwidth_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """CPU stand-ins for the peaks: a ``size``-cubed matmul's FLOP/s per dtype and the best bandwidth measured."""
+    torch = bench.torch
+    flops = {}
+    for dtype in dtypes:
+        if dtype == "fp8":
+            continue
+        a, b = bench.random(size, size, dtype=dtype), bench.random(size, size, dtype=dtype)
+        out = torch.empty(size, size, dtype=bench.dtype(dtype))
+        flops[dtype] = 2.0 * size**3 / bench.timer(lambda: torch.matmul(a, b, out=out))
+    best = max(r["bytes_per_second"] for r in bandwidth_rows)
+    return {"source": "measured", "flops": flops, "hbm_bandwidth_bytes_per_second": best}
+
+
+def datasheet_peaks(base: GPUSpec) -> dict[str, Any]:
+    return {
+        "source": f"datasheet of {base.name}",
+        "flops": dict(base.peak_flops),
+        "hbm_bandwidth_bytes_per_second": base.hbm_bandwidth_bytes_per_second,
+    }
+
+
+def run_calibration(
+    torch: Any,
+    device: str,
+    plan: Plan,
+    base: GPUSpec,
+    dtype: str,
+    budget_seconds: float,
+    log: Callable[[str], None] = lambda line: None,
+) -> dict[str, Any]:
+    """Measure everything ``plan`` lists on ``device``; the dict :func:`overlay.derive_overlay` and the check read."""
+    if device == "cuda":
+        cuda_ready(torch)
+    else:
+        # One thread: the CPU mode only runs the code path, often on a shared machine.
+        torch.set_num_threads(1)
+    if dtype not in base.peak_flops:
+        raise InputError(f"--dtype {dtype}: {base.name} has no {dtype} peak (it has: {', '.join(sorted(base.peak_flops))})")
+    plan = plan.with_dtype_first(dtype)
+    budget = Budget(budget_seconds)
+    timer = make_timer(torch, device, plan.warmup, plan.repeats, plan.target_seconds)
+    env = environment(torch, device)
+    bench = Bench(torch, device, timer, budget, cache_bytes=float(env.get("l2_bytes", 0) or 0), log=log)
+    log(f"calibrating {env['name']} (torch {env['torch']}, CUDA {env['cuda']}), plan {plan.name}, overlay on {base.name}")
+
+    def stamp(what: str) -> None:
+        log(f"[{budget.elapsed():6.1f} s] {what}")
+
+    launch = measure_launch_seconds(bench)
+    stamp(f"per-kernel cost {launch * 1e6:.2f} us")
+    bandwidth = measure_bandwidth(bench, plan.bandwidth_buffer_bytes)
+    stamp("bandwidth: " + ", ".join(f"{r['kernel']} {fmt_bytes(r['buffer_bytes'])} {r['bytes_per_second'] / 1e9:.0f} GB/s" for r in bandwidth))
+    elementwise = measure_elementwise(bench, plan.elementwise_tokens, plan.elementwise_width, dtype)
+    stamp(f"elementwise: {len(elementwise)} cases")
+    gemm = measure_gemms(bench, plan.gemm_models, plan.gemm_tokens, dtype)
+    stamp(f"gemm {dtype}: {len(gemm)} cases")
+    attention = measure_attention(
+        bench, plan.attention_shapes, plan.attention_prefill_tokens, plan.attention_decode_batches,
+        plan.attention_decode_contexts, plan.attention_max_kv_bytes, dtype,
+        lambda head_dim: flash_query_tile_rows(base, head_dim, DTYPE_BYTES[dtype]),
+    )
+    stamp(f"attention: {len(attention)} cases")
+    endtoend = measure_endtoend(bench, plan.endtoend_model, dtype, plan.decode_batches, plan.decode_contexts, plan.prefill_tokens)
+    stamp(f"end to end: {len(endtoend)} cases")
+    for other in plan.gemm_dtypes[1:]:
+        gemm += measure_gemms(bench, plan.gemm_models, plan.gemm_tokens, other)
+        stamp(f"gemm {other} done")
+    if device == "cuda":
+        peaks = datasheet_peaks(base)
+    else:
+        peaks = measured_cpu_peaks(bench, plan.peak_matmul_size, plan.gemm_dtypes, bandwidth)
+    timing = {"method": getattr(timer, "method", type(timer).__name__), "warmup": plan.warmup, "repeats": plan.repeats,
+              "statistic": "median"}
+    if hasattr(timer, "graph_failures"):
+        timing["graph_capture_failures"] = timer.graph_failures
+        timing["graph_capture_errors"] = sorted(set(timer.failures))[:10]
+    return {
+        "schema": SCHEMA,
+        "device": env,
+        "base_gpu": base.name,
+        "dtype": dtype,
+        "plan": plan.name,
+        "peaks": peaks,
+        "launch_seconds": launch,
+        "timing": timing,
+        "bandwidth": bandwidth,
+        "elementwise": elementwise,
+        "gemm": gemm,
+        "attention": attention,
+        "endtoend": {"model": plan.endtoend_model.model_dump(), "cases": endtoend},
+        "skipped": bench.skipped,
+        "elapsed_seconds": budget.elapsed(),
+    }

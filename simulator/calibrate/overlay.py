@@ -1,0 +1,206 @@
+"""Measured efficiencies -> a GPU YAML overlay that ``--gpu PATH`` loads. Pure: no PyTorch.
+
+For each case the cost model's FLOPs and bytes (see :mod:`work`) over the measured time give
+an achieved fraction of the peaks. The per-kernel cost is the measured time of a one-element
+kernel; it is subtracted first, as the cost model adds it back (``kernel_launch_seconds``):
+
+    busy     = seconds - launch_seconds
+    compute  = flops / (peak_flops[dtype] * busy)
+    memory   = bytes / (hbm_bandwidth * busy)
+
+A case is compute-bound when flops / peak_flops >= bytes / hbm_bandwidth (the roofline at
+efficiency 1), else memory-bound; only its binding fraction says something about the kernel.
+Cases are grouped by op class (gemm, attention, elementwise) and token count; each group
+becomes one ``efficiency_by_op`` entry whose ``compute`` is the median binding fraction of
+its compute-bound cases and ``memory`` that of its memory-bound ones. Token buckets run from
+one measured count up to the next (the first from 0, the last open-ended), so every step
+size falls in one. Fractions are capped at 1. Cases with ``busy <= 0`` carry no information
+and are left out. The global ``efficiency`` block holds the best streaming fraction on the
+largest bandwidth buffer (memory), the median compute-bound GEMM fraction (compute) and the
+measured per-kernel cost.
+
+On a GPU the peaks are the base config's datasheet figures. On CPU they are measured (a
+square matmul and the copy), and the overlay also replaces the base's peaks and bandwidth
+with them: CPU numbers only exercise the code path.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simulator.errors import InputError
+
+SCHEMA = "memwall-calibration/1"
+OP_CLASSES = ("gemm", "attention", "elementwise")
+
+
+def significant(value: float, digits: int = 4) -> float:
+    """``value`` rounded to ``digits`` significant figures (kept > 0 for positive values)."""
+    return float(f"{value:.{digits}g}")
+
+
+def achieved_fraction(case: dict[str, Any], peak_flops: float, bandwidth: float, launch_seconds: float) -> tuple[str, float] | None:
+    """('compute' | 'memory', achieved fraction of that peak, capped at 1), or None if the case is all launch."""
+    busy = case["seconds"] - launch_seconds
+    if busy <= 0:
+        return None
+    compute_bound = case["flops"] / peak_flops >= case["bytes"] / bandwidth
+    if compute_bound:
+        return "compute", min(1.0, case["flops"] / (peak_flops * busy))
+    return "memory", min(1.0, case["bytes"] / (bandwidth * busy))
+
+
+def token_buckets(token_counts: list[int]) -> list[tuple[int, int | None]]:
+    """(min_tokens, max_tokens) per measured count: [0, t1], [t2, t3-1], ..., [tn, open)."""
+    counts = sorted(set(token_counts))
+    buckets = []
+    for i, t in enumerate(counts):
+        low = 0 if i == 0 else t
+        high = counts[i + 1] - 1 if i + 1 < len(counts) else None
+        buckets.append((low, high))
+    return buckets
+
+
+def bucket_entries(
+    op_class: str, cases: list[dict[str, Any]], peak_flops: float, bandwidth: float, launch_seconds: float
+) -> list[dict[str, Any]]:
+    """The ``efficiency_by_op`` entries of one op class (see module docstring)."""
+    counts = sorted({c["tokens"] for c in cases})
+    entries = []
+    for (low, high), tokens in zip(token_buckets(counts), counts):
+        fractions: dict[str, list[float]] = {"compute": [], "memory": []}
+        for case in cases:
+            if case["tokens"] != tokens:
+                continue
+            got = achieved_fraction(case, peak_flops, bandwidth, launch_seconds)
+            if got is not None:
+                fractions[got[0]].append(got[1])
+        entry: dict[str, Any] = {"op_class": op_class, "min_tokens": low, "max_tokens": high}
+        for bound, values in fractions.items():
+            if values:
+                entry[bound] = significant(statistics.median(values))
+        if len(entry) > 3:
+            entries.append(entry)
+    return entries
+
+
+def overlay_cases(measurements: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Cases per op class in the overlay's dtype."""
+    dtype = measurements["dtype"]
+    return {
+        "gemm": [c for c in measurements["gemm"] if c["dtype"] == dtype],
+        "attention": [c for c in measurements["attention"] if c["dtype"] == dtype],
+        "elementwise": [c for c in measurements["elementwise"] if c["dtype"] == dtype],
+    }
+
+
+def global_efficiency(measurements: dict[str, Any]) -> dict[str, float]:
+    """The overlay's ``efficiency`` block (see module docstring)."""
+    peaks, launch = measurements["peaks"], measurements["launch_seconds"]
+    bandwidth = peaks["hbm_bandwidth_bytes_per_second"]
+    peak = peaks["flops"][measurements["dtype"]]
+    block: dict[str, float] = {"kernel_launch_seconds": significant(launch)}
+    rows = measurements["bandwidth"]
+    if rows:
+        largest = max(r["buffer_bytes"] for r in rows)
+        best = max(r["bytes_per_second"] for r in rows if r["buffer_bytes"] == largest)
+        block["memory"] = significant(min(1.0, best / bandwidth))
+    compute = []
+    for case in overlay_cases(measurements)["gemm"]:
+        got = achieved_fraction(case, peak, bandwidth, launch)
+        if got is not None and got[0] == "compute":
+            compute.append(got[1])
+    if compute:
+        block["compute"] = significant(statistics.median(compute))
+    return block
+
+
+def provenance(measurements: dict[str, Any]) -> dict[str, str]:
+    """The overlay's ``measured`` block: strings naming when, where and with what it was measured."""
+    env = measurements["device"]
+    info = {
+        "date": env["date"],
+        "device": env["name"],
+        "torch": env["torch"],
+        "cuda": env.get("cuda") or "none",
+        "dtype": measurements["dtype"],
+        "plan": measurements["plan"],
+        "timing": measurements["timing"]["method"],
+        "peaks": measurements["peaks"]["source"],
+        "launch_seconds": f"{measurements['launch_seconds']:.4g}",
+    }
+    for row in measurements["bandwidth"]:
+        info[f"{row['kernel']}_bytes_per_second_{row['buffer_bytes']}"] = f"{row['bytes_per_second']:.4g}"
+    for dtype in sorted({c["dtype"] for c in measurements["gemm"]}):
+        best = max(c["flops"] / c["seconds"] for c in measurements["gemm"] if c["dtype"] == dtype)
+        info[f"best_gemm_flops_per_second_{dtype}"] = f"{best:.4g}"
+    return info
+
+
+def derive_overlay(measurements: dict[str, Any]) -> dict[str, Any]:
+    """The overlay mapping (``base``, ``name``, ``measured``, ``efficiency``, ``efficiency_by_op``)."""
+    peaks, launch = measurements["peaks"], measurements["launch_seconds"]
+    bandwidth = peaks["hbm_bandwidth_bytes_per_second"]
+    peak = peaks["flops"][measurements["dtype"]]
+    base = measurements["base_gpu"]
+    overlay: dict[str, Any] = {"base": base}
+    if peaks["source"] == "measured":
+        overlay["name"] = f"{measurements['device']['name']} (CPU code path, not a GPU)"
+        overlay["peak_flops"] = {dtype: significant(flops) for dtype, flops in peaks["flops"].items()}
+        overlay["hbm_bandwidth_bytes_per_second"] = significant(bandwidth)
+    else:
+        overlay["name"] = f"{base}-measured"
+    overlay["measured"] = provenance(measurements)
+    overlay["efficiency"] = global_efficiency(measurements)
+    entries = []
+    for op_class, cases in overlay_cases(measurements).items():
+        entries += bucket_entries(op_class, cases, peak, bandwidth, launch)
+    overlay["efficiency_by_op"] = entries
+    return overlay
+
+
+def overlay_yaml(overlay: dict[str, Any]) -> str:
+    """The overlay as YAML, with a header saying what it is and how it was made."""
+    measured = overlay["measured"]
+    header = (
+        f"# Measured overlay on {overlay['base']}: written by `simulate calibrate` on {measured['date']}\n"
+        f"# from {measured['device']} (torch {measured['torch']}, CUDA {measured['cuda']}, {measured['dtype']}).\n"
+        "# Efficiencies are achieved fractions of the peaks (see simulator/calibrate/overlay.py);\n"
+        "# efficiency_by_op entries replace them per op class and token bucket. Load with --gpu PATH.\n"
+    )
+    return header + yaml.safe_dump(overlay, sort_keys=False, default_flow_style=False)
+
+
+def write_overlay(path: Path, overlay: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(overlay_yaml(overlay), encoding="utf-8")
+
+
+REQUIRED_KEYS = ("schema", "device", "base_gpu", "dtype", "plan", "peaks", "launch_seconds", "timing",
+                 "bandwidth", "elementwise", "gemm", "attention", "endtoend", "skipped")
+
+
+def load_measurements(path: Path) -> dict[str, Any]:
+    """Timings saved by ``simulate calibrate``; InputError naming the file if it is not one."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"--measurements {path}: no such file") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--measurements {path}:{exc.lineno}: malformed JSON: {exc.msg}") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise InputError(f"--measurements {path}: not a calibration timings file (expected \"schema\": \"{SCHEMA}\")")
+    missing = [k for k in REQUIRED_KEYS if k not in data]
+    if missing:
+        raise InputError(f"--measurements {path}: missing field(s) {', '.join(missing)}")
+    return data
+
+
+def save_measurements(path: Path, measurements: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(measurements, indent=1) + "\n", encoding="utf-8")

@@ -1,0 +1,127 @@
+"""``simulate calibrate``: measure a GPU with PyTorch, write a measured overlay, check the cost model."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+from simulator.cli.options import reports_input_errors
+from simulator.config import GPUSpec, load_gpu
+from simulator.errors import InputError
+
+EPILOG = """\b
+Examples:
+  simulate calibrate --out configs/gpus/measured/h200.yaml
+  simulate calibrate --out configs/gpus/measured/h200.yaml --quick --check
+  simulate calibrate --check --measurements configs/gpus/measured/h200.measurements.json
+  simulate calibrate --check --measurements M.json --overlay configs/gpus/measured/h200.yaml --json
+  simulate calibrate --device cpu --base a100 --out /tmp/cpu.yaml --check
+  simulate --model llama2-7b --gpu configs/gpus/measured/h200.yaml --batch 8 --ctx 2048
+
+\b
+Measuring needs PyTorch: pip install -e '.[calibrate]'. Turning saved timings
+(--measurements) into an overlay or a check table does not.
+"""
+
+
+def default_measurements_path(out: Path) -> Path:
+    """Where the raw timings go beside an overlay: NAME.yaml -> NAME.measurements.json."""
+    return out.with_suffix(".measurements.json")
+
+
+def _base_gpu(base: str | None, device: str, device_name: str) -> GPUSpec:
+    from simulator.calibrate.harness import detect_base_gpu
+
+    if base:
+        return load_gpu(base)
+    found = detect_base_gpu(device_name) if device == "cuda" else None
+    if found is None:
+        where = "on CPU" if device != "cuda" else f"for '{device_name}'"
+        raise InputError(f"--base: no shipped GPU matches {where}; give --base NAME (see `simulate gpus`)")
+    return found
+
+
+def _measure(device: str, quick: bool, base: str | None, dtype: str, budget: float) -> dict[str, Any]:
+    from simulator.calibrate import require_torch
+    from simulator.calibrate.harness import cuda_ready, run_calibration
+    from simulator.calibrate.plan import full_plan, quick_plan, tiny_plan
+
+    torch = require_torch()
+    if device == "cuda":
+        cuda_ready(torch)
+        name = str(torch.cuda.get_device_name(0))
+        plan = quick_plan() if quick else full_plan()
+    else:
+        name, plan = "cpu", tiny_plan()
+    gpu = _base_gpu(base, device, name)
+    return run_calibration(torch, device, plan, gpu, dtype, budget, log=lambda line: click.echo(line, err=True))
+
+
+def _overlay_gpu(overlay: dict[str, Any]) -> GPUSpec:
+    """Validate a derived overlay exactly as ``--gpu PATH`` would load it."""
+    from simulator.calibrate.overlay import write_overlay
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "overlay.yaml"
+        write_overlay(path, overlay)
+        return load_gpu(str(path))
+
+
+@click.command("calibrate", epilog=EPILOG, context_settings={"max_content_width": 100})
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the measured GPU overlay (YAML) here, e.g. configs/gpus/measured/h200.yaml.")
+@click.option("--quick", is_flag=True, help="Fewer sizes (GPU); --device cpu always runs tiny sizes.")
+@click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True, help="cpu runs a 2-layer, 64-wide model to exercise the code path; its numbers describe nothing.")
+@click.option("--base", metavar="NAME", help="Shipped GPU the overlay refines. Default: the one matching the CUDA device's name (required on CPU).")
+@click.option("--dtype", type=click.Choice(["fp16", "bf16"]), default="fp16", show_default=True, help="Dtype of the overlay's GEMMs, attention and the end-to-end model (fp8 GEMMs are timed too, into the raw timings).")
+@click.option("--budget-seconds", type=click.FloatRange(min=1), default=240.0, show_default=True, help="Wall-clock budget; later cases are skipped (and listed) once it is spent.")
+@click.option("--save-measurements", type=click.Path(dir_okay=False, path_type=Path), help="Write the raw timings (JSON) here. Default with --out: NAME.measurements.json beside it.")
+@click.option("--check", is_flag=True, help="Print predicted (shipped and measured efficiencies) vs measured end-to-end step times.")
+@click.option("--measurements", type=click.Path(dir_okay=False, path_type=Path), help="Use timings saved by an earlier run instead of measuring (no PyTorch needed).")
+@click.option("--overlay", type=click.Path(dir_okay=False, path_type=Path), help="With --check: the overlay for the measured column (default: derived from the timings).")
+@click.option("--json", "as_json", is_flag=True, help="With --check: print the table as one JSON object (SI units).")
+@reports_input_errors
+def calibrate_command(
+    out: Path | None, quick: bool, device: str, base: str | None, dtype: str, budget_seconds: float,
+    save_measurements: Path | None, check: bool, measurements: Path | None, overlay: Path | None, as_json: bool,
+) -> None:
+    """Measure a GPU with PyTorch and check the cost model against real timings.
+
+    Times HBM bandwidth (copy, read-reduce), elementwise adds, GEMMs (fp16/bf16/fp8;
+    decode-like M = 1..256 and prefill-like M = 512..8192 over llama2-7b/70b projection
+    shapes), SDPA attention (prefill T = 512..8192, decode against a KV cache of T =
+    512..32768, MHA and GQA) and a random-weight llama2-7b decoder end to end (decode at
+    batch 1/8/32/128 x context 512/2048/8192, prefill of 512/2048 tokens). The achieved
+    fractions of the base GPU's peaks become a GPU YAML overlay that --gpu loads.
+    """
+    from simulator.calibrate.check import base_gpu, check_dict, check_rows, check_text
+    from simulator.calibrate.overlay import derive_overlay, load_measurements, save_measurements as save, write_overlay
+
+    if out is None and not check:
+        raise InputError("simulate calibrate: give --out PATH (the overlay to write) and/or --check")
+    if overlay is not None and not check:
+        raise InputError("--overlay: only used with --check")
+    if measurements is not None:
+        timings = load_measurements(measurements)
+    else:
+        timings = _measure(device, quick, base, dtype, budget_seconds)
+        saved = save_measurements or (default_measurements_path(out) if out is not None else None)
+        if saved is not None:
+            save(saved, timings)
+            click.echo(f"wrote raw timings to {saved}", err=True)
+    derived = derive_overlay(timings)
+    if out is not None:
+        write_overlay(out, derived)
+        click.echo(f"wrote overlay {out} ({len(derived['efficiency_by_op'])} efficiency_by_op entries; load it with --gpu {out})", err=True)
+    if not check:
+        return
+    measured_gpu = load_gpu(str(overlay)) if overlay is not None else _overlay_gpu(derived)
+    shipped_gpu = base_gpu(timings)
+    rows = check_rows(timings, shipped_gpu, measured_gpu)
+    if as_json:
+        click.echo(json.dumps(check_dict(timings, rows, shipped_gpu, measured_gpu), indent=2))
+    else:
+        click.echo(check_text(timings, rows, shipped_gpu, measured_gpu))

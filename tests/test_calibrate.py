@@ -1,0 +1,341 @@
+"""Calibration without PyTorch: work counts, overlay derivation, the check's arithmetic, the CLI.
+
+Every expected number is worked out by hand here. The shipped efficiency defaults never
+matter: the check's GPUs are built in the test, and overlays are compared on their own
+fields.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from simulator.calibrate.check import check_rows, error_percent, summary
+from simulator.calibrate.overlay import (
+    SCHEMA,
+    achieved_fraction,
+    derive_overlay,
+    load_measurements,
+    save_measurements,
+    token_buckets,
+    write_overlay,
+)
+from simulator.calibrate.timing import CpuTimer, calls_per_repeat
+from simulator.calibrate.work import (
+    attention_work,
+    copies_to_defeat_cache,
+    copy_bytes,
+    elementwise_add_work,
+    gemm_work,
+    read_bytes,
+)
+from simulator.cli import main
+from simulator.config import GPUSpec, ModelSpec, load_gpu
+from simulator.config.gpu import Efficiency
+from simulator.cost import efficiency_factors
+from simulator.errors import InputError
+
+
+# ---- work counts (the cost model's own) -------------------------------------------------
+
+def _json_of(output: str) -> dict:
+    """The JSON object in a command's output (click < 8.2 mixes the stderr progress lines in)."""
+    return json.JSONDecoder().raw_decode(output[output.index("{"):])[0]
+
+
+def test_gemm_work_of_a_decode_token_through_a_4096_square_weight():
+    work = gemm_work(1, 4096, 4096, "fp16")
+    assert work.flops == 2 * 1 * 4096 * 4096 == 33_554_432
+    # weight read once (2 bytes each) + the token's input and output rows
+    assert work.bytes == 4096 * 4096 * 2 + 1 * (4096 + 4096) * 2 == 33_570_816
+
+
+def test_fp8_gemm_counts_one_byte_weights_and_fp16_activations():
+    work = gemm_work(16, 1024, 2048, "fp8")
+    assert work.flops == 2 * 16 * 1024 * 2048 == 67_108_864
+    assert work.bytes == 1024 * 2048 * 1 + 16 * (1024 + 2048) * 2 == 2_195_456
+
+
+def test_attention_work_of_one_decode_query_against_512_keys_llama2_7b_layer():
+    # 32 heads, 32 KV heads, head dim 128, fp16: K and V of 512 tokens read, one token's K/V written,
+    # q read and the output written (flash, no I/O fusion).
+    work = attention_work("decode", 1, 512, 32, 32, 128, "fp16", query_tile_rows=128)
+    assert work.bytes == 2 * 32 * 128 * 2 * 512 + 2 * 32 * 128 * 2 * 1 + 2 * 1 * 32 * 128 * 2 == 8_421_376
+    # 4 n d per (query, key) pair for QK^T and PV, 5 n per pair for the softmax
+    assert work.flops == 4 * 32 * 128 * 512 + 5 * 32 * 512 == 8_470_528
+
+
+def test_elementwise_add_and_bandwidth_bytes():
+    work = elementwise_add_work(8, 4096, "fp16")
+    assert work.bytes == 3 * 8 * 4096 * 2 == 196_608
+    assert work.flops == 8 * 4096 == 32_768
+    assert copy_bytes(2**30) == 2 * 2**30
+    assert read_bytes(2**30) == 2**30
+
+
+def test_buffer_sets_cycled_to_miss_a_50_mib_cache():
+    l2 = 50 * 2**20
+    assert copies_to_defeat_cache(32 * 2**20, l2) == 5  # ceil(150 MiB / 32 MiB)
+    assert copies_to_defeat_cache(1 * 2**20, l2) == 16  # 150 would be needed; capped
+    assert copies_to_defeat_cache(2**30, l2) == 1
+    assert copies_to_defeat_cache(2**20, 0) == 1  # CPU: no cache to defeat
+
+
+def test_calls_per_repeat_groups_short_calls():
+    assert calls_per_repeat(1e-4, 2e-3, 64) == 20
+    assert calls_per_repeat(3e-4, 2e-3, 64) == 7  # ceil(6.67)
+    assert calls_per_repeat(1e-6, 2e-3, 64) == 64
+    assert calls_per_repeat(5e-3, 2e-3, 64) == 1
+
+
+def test_cpu_timer_calls_warmup_then_repeats():
+    calls = []
+    timer = CpuTimer(warmup=2, repeats=3, target_seconds=0.0, most_calls=16)
+    seconds = timer(lambda: calls.append(1))
+    # 2 warm-up calls, 1 call to size the groups, then 3 repeats of 1 call each
+    assert len(calls) == 2 + 1 + 3
+    assert seconds >= 0.0
+
+
+# ---- overlay --------------------------------------------------------------------------
+
+PEAK = 1e12  # FLOP/s
+BANDWIDTH = 1e9  # bytes/s
+LAUNCH = 1e-6  # s
+
+
+def _measurements() -> dict:
+    """Timings made up so that every achieved fraction is a round number."""
+
+    def gemm(tokens, flops, moved, seconds, dtype="fp16"):
+        return {"dtype": dtype, "model": "m", "op": "o", "tokens": tokens, "k": 1, "n": 1,
+                "flops": flops, "bytes": moved, "seconds": seconds}
+
+    return {
+        "schema": SCHEMA,
+        "device": {"kind": "cuda", "name": "Made-up GPU", "torch": "2.13.0", "cuda": "12.8", "date": "2026-12-02T00:00:00Z"},
+        "base_gpu": "A100-SXM4-80GB",
+        "dtype": "fp16",
+        "plan": "test",
+        "peaks": {"source": "datasheet of A100-SXM4-80GB", "flops": {"fp16": PEAK}, "hbm_bandwidth_bytes_per_second": BANDWIDTH},
+        "launch_seconds": LAUNCH,
+        "timing": {"method": "made up", "warmup": 0, "repeats": 1, "statistic": "median"},
+        "bandwidth": [
+            {"kernel": "copy", "buffer_bytes": 1000, "bytes": 2000, "seconds": 2000 / 9.5e8, "bytes_per_second": 9.5e8},
+            {"kernel": "copy", "buffer_bytes": 10**6, "bytes": 2e6, "seconds": 2.5e-3, "bytes_per_second": 8e8},
+            {"kernel": "read", "buffer_bytes": 10**6, "bytes": 1e6, "seconds": 1e6 / 7e8, "bytes_per_second": 7e8},
+        ],
+        "elementwise": [
+            {"kernel": "add", "dtype": "fp16", "tokens": 1, "width": 8, "flops": 8, "bytes": 48, "seconds": 5e-7},
+            {"kernel": "add", "dtype": "fp16", "tokens": 1024, "width": 1000, "flops": 1.024e6, "bytes": 3e6,
+             "seconds": LAUNCH + 3e6 / (BANDWIDTH * 0.6)},
+        ],
+        "gemm": [
+            # memory-bound (2e6 / 1e12 = 2 us of compute < 2.004 ms of memory): achieved 0.5 of bandwidth
+            gemm(1, 2e6, 2_004_000, LAUNCH + 2_004_000 / (BANDWIDTH * 0.5)),
+            # memory-bound, 0.7 of bandwidth
+            gemm(1, 1e3, 7e5, LAUNCH + 7e5 / (BANDWIDTH * 0.7)),
+            # compute-bound (10 ms of compute > 1 ms of memory): achieved 0.8 of peak
+            gemm(4096, 1e10, 1e6, LAUNCH + 1e10 / (PEAK * 0.8)),
+            # another dtype: not part of an fp16 overlay
+            gemm(4096, 1e10, 1e6, 1.0, dtype="bf16"),
+        ],
+        "attention": [
+            {"variant": "MHA", "phase": "decode", "batch": 1, "context": 512, "tokens": 1, "dtype": "fp16",
+             "flops": 1e3, "bytes": 1e6, "seconds": LAUNCH + 1e6 / (BANDWIDTH * 0.25)},
+        ],
+        "endtoend": {"model": {}, "cases": []},
+        "skipped": [],
+    }
+
+
+def test_achieved_fraction_subtracts_the_kernel_cost():
+    case = {"flops": 2e6, "bytes": 2_004_000, "seconds": 1e-6 + 4.008e-3}
+    bound, fraction = achieved_fraction(case, PEAK, BANDWIDTH, LAUNCH)
+    assert bound == "memory"
+    assert fraction == pytest.approx(2_004_000 / (1e9 * 4.008e-3)) == pytest.approx(0.5)
+    assert achieved_fraction({"flops": 1, "bytes": 1, "seconds": 5e-7}, PEAK, BANDWIDTH, LAUNCH) is None
+
+
+def test_achieved_fraction_is_capped_at_one():
+    # 1e6 bytes in 0.5 ms = 2e9 B/s, twice the "peak"
+    assert achieved_fraction({"flops": 0.0, "bytes": 1e6, "seconds": 5e-4}, PEAK, BANDWIDTH, 0.0) == ("memory", 1.0)
+
+
+def test_token_buckets_cover_every_count():
+    assert token_buckets([8, 1, 64]) == [(0, 7), (8, 63), (64, None)]
+    assert token_buckets([512]) == [(0, None)]
+
+
+def test_overlay_from_saved_timings():
+    overlay = derive_overlay(_measurements())
+    assert overlay["base"] == "A100-SXM4-80GB"
+    assert overlay["efficiency"] == {
+        "kernel_launch_seconds": 1e-6,
+        "memory": 0.8,  # best on the largest (1e6-byte) buffer: copy 8e8 / 1e9; the 1000-byte copy is not used
+        "compute": 0.8,  # the one compute-bound fp16 GEMM
+    }
+    assert overlay["efficiency_by_op"] == [
+        {"op_class": "gemm", "min_tokens": 0, "max_tokens": 4095, "memory": 0.6},  # median of 0.5 and 0.7
+        {"op_class": "gemm", "min_tokens": 4096, "max_tokens": None, "compute": 0.8},
+        {"op_class": "attention", "min_tokens": 0, "max_tokens": None, "memory": 0.25},
+        # the 1-token add took less than the kernel cost: no information, no entry for its bucket
+        {"op_class": "elementwise", "min_tokens": 1024, "max_tokens": None, "memory": 0.6},
+    ]
+    measured = overlay["measured"]
+    assert measured["date"] == "2026-12-02T00:00:00Z"
+    assert measured["torch"] == "2.13.0" and measured["cuda"] == "12.8" and measured["device"] == "Made-up GPU"
+    assert all(isinstance(v, str) for v in measured.values())
+
+
+def test_overlay_file_loads_as_a_gpu_and_drives_the_cost_model(tmp_path):
+    path = tmp_path / "made-up.yaml"
+    write_overlay(path, derive_overlay(_measurements()))
+    gpu = load_gpu(str(path))
+    a100 = load_gpu("a100")
+    assert gpu.name == "A100-SXM4-80GB-measured"
+    assert gpu.peak_flops == a100.peak_flops  # peaks come from the base on a GPU
+    assert gpu.efficiency.memory == 0.8 and gpu.efficiency.compute == 0.8
+    assert gpu.efficiency.kernel_launch_seconds == 1e-6
+    assert gpu.efficiency.link == a100.efficiency.link  # not measured: the base's
+    assert len(gpu.efficiency_by_op) == 4
+    assert efficiency_factors(gpu, "gemm", 1)[1] == 0.6
+    assert efficiency_factors(gpu, "gemm", 8192)[0] == 0.8
+    assert efficiency_factors(gpu, "attention", 128)[1] == 0.25
+    assert gpu.measured["device"] == "Made-up GPU"
+
+
+def test_cpu_overlay_replaces_the_peaks(tmp_path):
+    timings = _measurements()
+    timings["peaks"] = {"source": "measured", "flops": {"fp16": 4e9}, "hbm_bandwidth_bytes_per_second": 8e10}
+    overlay = derive_overlay(timings)
+    assert overlay["peak_flops"] == {"fp16": 4e9}
+    assert overlay["hbm_bandwidth_bytes_per_second"] == 8e10
+    path = tmp_path / "cpu.yaml"
+    write_overlay(path, overlay)
+    assert load_gpu(str(path)).hbm_bandwidth_bytes_per_second == 8e10
+
+
+def test_load_measurements_rejects_other_files(tmp_path):
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps({"schema": "something else"}))
+    with pytest.raises(InputError, match="not a calibration timings file"):
+        load_measurements(path)
+    path.write_text("{not json")
+    with pytest.raises(InputError, match="malformed JSON"):
+        load_measurements(path)
+    with pytest.raises(InputError, match="no such file"):
+        load_measurements(tmp_path / "missing.json")
+
+
+# ---- the check -------------------------------------------------------------------------
+
+# One layer, hidden 8, one head (head dim 8), FFN 16, vocabulary 16, fp16, fusion none.
+# HBM bytes of one decode step at batch 1, context 4 (flash attention, every elementwise op a kernel):
+#   embedding 8*2 read + 8*2 written = 32; each RMSNorm 8*2 weight + (8+8)*2 = 48 (three of them: 144)
+#   qkv 8*24*2 + (8+24)*2 = 448; rotary (16+16)*2 = 64
+#   attention: K/V read 2*8*2*4 = 128, K/V written 2*8*2 = 32, q in + out 2*8*2 = 32 -> 192
+#   o_proj 8*8*2 + (8+8)*2 = 160; two residual adds (16+8)*2 = 48 each: 96
+#   gate_up 8*32*2 + (8+32)*2 = 592; SiLU x up (32+16)*2 = 96; down 16*8*2 + (16+8)*2 = 304
+#   lm_head 8*16*2 + (8+16)*2 = 304
+STEP_BYTES = 32 + 144 + 448 + 64 + 192 + 160 + 96 + 592 + 96 + 304 + 304
+assert STEP_BYTES == 2432
+
+
+def _hand_gpu(memory: float) -> GPUSpec:
+    # FLOPs are free (1e30 FLOP/s) and launches cost nothing: the step takes bytes / (bandwidth * memory).
+    return GPUSpec(
+        name=f"hand-{memory}", peak_flops={"fp16": 1e30}, hbm_bytes=1e12, hbm_bandwidth_bytes_per_second=STEP_BYTES,
+        sram_bytes_per_sm=1e5, link_bandwidth_bytes_per_second=1e9,
+        efficiency=Efficiency(compute=1.0, memory=memory, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0),
+    )
+
+
+def _check_timings() -> dict:
+    model = ModelSpec(name="hand", num_layers=1, hidden_size=8, num_heads=1, ffn_size=16, vocab_size=16, max_context=64)
+    timings = _measurements()
+    timings["endtoend"] = {
+        "model": model.model_dump(),
+        "cases": [
+            {"phase": "decode", "batch": 1, "context": 4, "seconds": 0.8},
+            {"phase": "decode", "batch": 1, "context": 4, "seconds": 1.25},
+        ],
+    }
+    timings["skipped"] = [{"section": "endtoend", "case": "decode batch=128 ctx=8192", "reason": "does not fit"}]
+    return timings
+
+
+def test_error_percent():
+    assert error_percent(1.0, 0.8) == pytest.approx(25.0)
+    assert error_percent(1.0, 1.25) == pytest.approx(-20.0)
+
+
+def test_check_rows_predict_the_unfused_flash_decoder():
+    rows = check_rows(_check_timings(), _hand_gpu(1.0), _hand_gpu(0.5))
+    assert len(rows) == 2
+    # shipped column: 2432 bytes at 2432 B/s = 1 s; measured column at half the bandwidth: 2 s
+    assert [r.shipped_seconds for r in rows] == pytest.approx([1.0, 1.0])
+    assert [r.overlay_seconds for r in rows] == pytest.approx([2.0, 2.0])
+    assert [r.shipped_error_percent for r in rows] == pytest.approx([25.0, -20.0])  # (1 - 0.8)/0.8, (1 - 1.25)/1.25
+    assert [r.overlay_error_percent for r in rows] == pytest.approx([150.0, 60.0])  # (2 - 0.8)/0.8, (2 - 1.25)/1.25
+    stats = summary(rows)
+    assert stats["shipped_median_abs_error_percent"] == pytest.approx(22.5)
+    assert stats["shipped_max_abs_error_percent"] == pytest.approx(25.0)
+    assert stats["overlay_median_abs_error_percent"] == pytest.approx(105.0)
+    assert stats["overlay_max_abs_error_percent"] == pytest.approx(150.0)
+
+
+# ---- CLI -----------------------------------------------------------------------------
+
+def _saved(tmp_path: Path) -> Path:
+    """Saved timings of the hand model on the A100 base."""
+    timings = _check_timings()
+    path = tmp_path / "timings.json"
+    save_measurements(path, timings)
+    return path
+
+
+def test_cli_check_from_saved_timings_needs_no_torch(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # any `import torch` now fails
+    out = tmp_path / "overlay.yaml"
+    result = CliRunner().invoke(main, ["calibrate", "--check", "--measurements", str(_saved(tmp_path)), "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    table = _json_of(result.output)
+    assert [r["measured_seconds"] for r in table["rows"]] == [0.8, 1.25]
+    assert table["fusion"] == "none" and table["attention_kernel"] == "flash"
+    assert table["skipped"][0]["case"] == "decode batch=128 ctx=8192"
+    assert load_gpu(str(out)).efficiency.memory == 0.8
+
+
+def test_cli_check_text_has_a_row_per_case_and_the_summary(tmp_path):
+    result = CliRunner().invoke(main, ["calibrate", "--check", "--measurements", str(_saved(tmp_path))])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("decode  batch   1  ctx     4") == 2
+    assert "|error| with shipped efficiencies:  median" in result.output
+    assert "skipped: does not fit" in result.output
+
+
+def test_cli_without_torch_says_how_to_install_it(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    result = CliRunner().invoke(main, ["calibrate", "--out", str(tmp_path / "x.yaml")])
+    assert result.exit_code == 2
+    assert "pip install -e '.[calibrate]'" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert "Traceback" not in result.output
+
+
+def test_cli_needs_out_or_check():
+    result = CliRunner().invoke(main, ["calibrate"])
+    assert result.exit_code == 2
+    assert "--out" in result.output
+
+
+def test_cli_overlay_only_with_check(tmp_path):
+    result = CliRunner().invoke(main, ["calibrate", "--out", str(tmp_path / "x.yaml"), "--overlay", "y.yaml"])
+    assert result.exit_code == 2
+    assert "--overlay" in result.output
+
