@@ -13,6 +13,9 @@ import click
 
 from simulator.cli.listing import gpus_command, models_command
 from simulator.cli.layers import layers_command
+from simulator.cli.compare import compare_command
+from simulator.cli.explain import explain_command
+from simulator.cli.roofline import roofline_command
 from simulator.cli.sweep import sweep_command
 from simulator.cli.validate import validate_command
 from simulator.cli.options import MODEL_OPTIONS, WORKLOAD_OPTIONS, apply_options, reports_input_errors
@@ -87,5 +90,8 @@ main.add_command(layers_command)
 main.add_command(models_command)
 main.add_command(gpus_command)
 # Further sub-commands register here, one line each.
+main.add_command(compare_command)
+main.add_command(roofline_command)
+main.add_command(explain_command)
 main.add_command(sweep_command)
 main.add_command(validate_command)

@@ -1,0 +1,55 @@
+"""``simulate explain``: one paragraph in words on why a run is as fast as it is."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from typing import Any
+
+import click
+
+from simulator.cli.options import MODEL_OPTIONS, WORKLOAD_OPTIONS, apply_options, deployment_from_options, reports_input_errors
+from simulator.compare import text_table
+from simulator.explain import explain_run, kernel_choices, kernel_choices_text
+from simulator.units import fmt_rate, fmt_seconds
+
+EPILOG = """\b
+Examples:
+  simulate explain --model llama2-70b --gpu a100 --batch 64 --ctx 4096
+  simulate explain --model llama2-7b --gpu a100 --batch 1 --ctx 2048 --weights int4
+  simulate explain --model llama2-7b --gpu h100 --batch 256 --ctx 1024 --json
+"""
+
+
+@click.command("explain", epilog=EPILOG)
+@apply_options(MODEL_OPTIONS + WORKLOAD_OPTIONS)
+@click.option("--json", "as_json", is_flag=True, help="Print the paragraph, the facts behind it and the levers as JSON (SI units).")
+@reports_input_errors
+def explain_command(batch: int, ctx_tokens: int, gen: int, as_json: bool, **options: Any) -> None:
+    """Explain a run in words: what is memory-bound, intensity vs ridge, the biggest lever.
+
+    The levers (bigger batch, fewer KV heads, lower precision, more GPUs) are measured
+    with the cost model, not guessed. Below the paragraph: attention bytes per layer for
+    both attention kernels, and kernels and activation bytes per layer for each fusion level.
+    """
+    deployment = deployment_from_options(options, batch, ctx_tokens)
+    explanation = explain_run(deployment, batch, ctx_tokens, gen)
+    choices = kernel_choices(deployment.system, batch, ctx_tokens, gen)
+    if as_json:
+        click.echo(json.dumps({**explanation.as_dict(), "kernel_choices": choices}, indent=2))
+        return
+    click.echo(textwrap.fill(explanation.paragraph, width=100))
+    if deployment.note:
+        click.echo(f"({deployment.note})")
+    click.echo("")
+    click.echo(f"Levers, measured at context {ctx_tokens} (decode step; decode tokens/s per GPU vs this run)")
+    rows = [[lv.lever, lv.change, str(lv.batch), str(lv.tp), fmt_seconds(lv.step_seconds),
+             fmt_rate(lv.tokens_per_second_per_gpu, "").strip(), f"{lv.throughput_gain:.2f}x",
+             f"{lv.latency_gain:.2f}x", lv.caveat]
+            for lv in explanation.levers]
+    headers = ["lever", "change", "batch", "tp", "step", "tokens/s/GPU", "throughput", "speed", "note"]
+    for line in text_table(headers, rows, {2, 3, 4, 5, 6, 7}):
+        click.echo("  " + line)
+    click.echo("")
+    for line in kernel_choices_text(choices, batch, ctx_tokens, gen):
+        click.echo(line)

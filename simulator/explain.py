@@ -1,0 +1,320 @@
+"""Explanations in words: why a run is as fast as it is, and which lever moves it most.
+
+``explain_run`` looks at the last decode step of a closed batch (and its prefill):
+which operators are memory-bound, the weight GEMMs' arithmetic intensity against the
+ridge point, the batch at which those GEMMs would become compute-bound, and what the
+KV-cache reads cost. It then *measures* the levers with the same cost model, at the same
+tensor-parallel degree unless the lever is more GPUs:
+
+- bigger batch: the larger of 2x the batch and the ridge batch, capped by memory;
+- fewer KV heads: MHA -> GQA-8, GQA-g (g > 8) -> GQA-8, GQA -> MQA (a model change);
+- lower precision: int4 weight-only, fp8 weights (where the GPU has fp8), fp8 KV cache;
+- more GPUs: twice the tensor-parallel degree.
+
+The biggest lever for throughput (decode tokens/s of the deployment) and for latency
+(decode step time) are named. ``kernel_choices`` shows, per layer, the attention bytes
+of both kernels and the kernels and activation bytes of each fusion level.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from simulator.compare import max_batch_that_fits
+from simulator.config.model import with_attention
+from simulator.cost import StepCost
+from simulator.errors import InputError
+from simulator.layers import ATTENTION_KERNELS, FUSIONS, check_tensor_parallel
+from simulator.planner import Deployment
+from simulator.step import Step
+from simulator.system import System
+from simulator.units import fmt_bytes, fmt_seconds
+
+# Operators outside the repeated decoder layer.
+NOT_IN_LAYER = frozenset({"embedding", "final_norm", "lm_head"})
+# Largest batch the ridge search tries.
+RIDGE_BATCH_LIMIT = 1 << 16
+
+
+@dataclass(frozen=True)
+class Lever:
+    """One alternative, measured: decode step at its batch and decode tokens/s (whole deployment and per GPU).
+
+    ``throughput_gain`` compares tokens/s per GPU (what a fleet pays for); ``latency_gain`` the step time.
+    """
+
+    lever: str
+    change: str
+    batch: int
+    tp: int
+    step_seconds: float
+    tokens_per_second: float
+    throughput_gain: float
+    latency_gain: float
+    caveat: str = ""
+
+    @property
+    def tokens_per_second_per_gpu(self) -> float:
+        return self.tokens_per_second / self.tp
+
+
+@dataclass(frozen=True)
+class Explanation:
+    paragraph: str
+    facts: dict[str, Any]
+    levers: tuple[Lever, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"paragraph": self.paragraph, "facts": self.facts, "levers": [asdict(lever) for lever in self.levers]}
+
+
+def _gemms(cost: StepCost) -> list:
+    return [op for op in cost.operators if op.kind == "gemm"]
+
+
+def gemm_intensity(cost: StepCost) -> float:
+    """FLOPs over HBM bytes of all weight GEMMs of a step together, FLOP/byte."""
+    gemms = _gemms(cost)
+    return float(sum(op.flops for op in gemms)) / float(sum(op.bytes for op in gemms))
+
+
+def _gemms_compute_bound(system: System, batch: int, context_tokens: int) -> bool:
+    gemms = _gemms(system.step_cost(Step.decode(batch, context_tokens)))
+    return sum(float(op.compute_seconds) for op in gemms) >= sum(float(op.memory_seconds) for op in gemms)
+
+
+def ridge_batch(system: System, context_tokens: int) -> int | None:
+    """Smallest decode batch at which the weight GEMMs' compute time reaches their memory time (efficiencies and dequantisation included)."""
+    if _gemms_compute_bound(system, 1, context_tokens):
+        return 1
+    low, high = 1, 2
+    while not _gemms_compute_bound(system, high, context_tokens):
+        low, high = high, high * 2
+        if high > RIDGE_BATCH_LIMIT:
+            return None
+    while high - low > 1:  # low memory-bound, high compute-bound
+        mid = (low + high) // 2
+        if _gemms_compute_bound(system, mid, context_tokens):
+            high = mid
+        else:
+            low = mid
+    return high
+
+
+def _step(system: System, batch: int, context_tokens: int) -> float:
+    return float(system.step_seconds(Step.decode(batch, context_tokens)))
+
+
+def _lever(name: str, change: str, system: System, batch: int, ctx: int, base_step: float, base_rate: float,
+           caveat: str = "") -> Lever:
+    step = _step(system, batch, ctx)
+    rate = batch / step
+    return Lever(name, change, batch, system.tp, step, rate, (rate / system.tp) / base_rate, base_step / step, caveat)
+
+
+def _rebuild(system: System, **changes: Any) -> System | None:
+    """The system with some fields changed, or None where that combination is not valid."""
+    fields = {"model": system.model, "gpu": system.gpu, "precision": system.precision, "tp": system.tp,
+              "attention_kernel": system.attention_kernel, "fusion": system.fusion, **changes}
+    try:
+        check_tensor_parallel(fields["model"], fields["tp"])
+        return System(**fields)
+    except InputError:
+        return None
+
+
+def measure_levers(deployment: Deployment, batch: int, ctx: int, largest_batch: int, ridge: int | None) -> list[Lever]:
+    system = deployment.system
+    model, gpu, precision = system.model, system.gpu, system.precision
+    base_step = _step(system, batch, ctx)
+    base_rate = batch / base_step / system.tp  # decode tokens/s per GPU
+    levers = []
+    target = min(largest_batch, max(2 * batch, ridge or 0))
+    if target > batch:
+        levers.append(_lever("bigger batch", f"batch {target}", system, target, ctx, base_step, base_rate,
+                             "raises each token's latency"))
+    g, n = model.num_kv_heads, model.num_heads
+    fewer = 8 if g > 8 and n % 8 == 0 else 1 if g > 1 else None
+    if fewer is not None:
+        variant = with_attention(model, "mqa" if fewer == 1 else f"gqa:{fewer}")
+        other = _rebuild(system, model=variant)
+        if other is not None:
+            levers.append(_lever("fewer KV heads", variant.attention_kind, other, batch, ctx, base_step, base_rate,
+                                 "a model change: needs a model trained or uptrained that way"))
+    options = []
+    if precision.weight_bytes_per_element >= 2:
+        options.append(("int4 weights (weight-only)", {"weights": "int4"}))
+        if "fp8" in gpu.peak_flops:
+            options.append(("fp8 weights (W8A8)", {"weights": "fp8"}))
+    if precision.kv_bytes_per_element >= 2:
+        options.append(("fp8 KV cache", {"kv": "fp8"}))
+    for label, change in options:
+        other = _rebuild(system, precision=precision.model_copy(update=change))
+        if other is not None:
+            levers.append(_lever("lower precision", label, other, batch, ctx, base_step, base_rate,
+                                 "accuracy to be checked"))
+    wider = _rebuild(system, tp=2 * system.tp) if 2 * system.tp <= gpu.max_gpus_per_node else None
+    if wider is not None:
+        lever = _lever("more GPUs", f"tensor parallel {2 * system.tp}", wider, batch, ctx, base_step, base_rate)
+        levers.append(replace(lever, caveat=f"{2 * lever.throughput_gain:.2f}x the deployment's tokens/s on 2x the GPUs"))
+    return levers
+
+
+def _names(ops: list) -> str:
+    return ", ".join(op.name for op in ops)
+
+
+def explain_run(deployment: Deployment, batch: int, ctx: int, gen: int) -> Explanation:
+    """One paragraph on the run's last decode step and prefill, with the levers measured."""
+    if gen >= ctx:
+        raise InputError(f"--gen: {gen} must be < --ctx {ctx} (the prompt is ctx - gen tokens)")
+    system = deployment.system
+    model, gpu, precision = system.model, system.gpu, system.precision
+    dtype = precision.compute_dtype
+    ridge = gpu.ridge_point(dtype)
+    achievable_ridge = ridge * gpu.efficiency.compute / gpu.efficiency.memory
+    decode = system.step_cost(Step.decode(batch, ctx))
+    prefill = system.step_cost(Step.prefill(batch, ctx - gen))
+    step = float(decode.seconds)
+    kernels = [op for op in decode.operators if op.kind != "allreduce" and op.bound not in ("fused", "idle")]
+    memory_bound = [op for op in kernels if op.bound == "memory"]
+    memory_share = sum(float(op.seconds) for op in memory_bound) / step
+    # Name only the memory-bound operators that matter (1% of the step or more).
+    named = [op for op in memory_bound if float(op.seconds) >= 0.01 * step]
+    intensity = gemm_intensity(decode)
+    attention = next(op for op in decode.operators if op.kind == "attention")
+    attention_share = float(attention.seconds) / step
+    kv_read_total = float(attention.kv_read_bytes) * system.tp
+    prefill_intensity = gemm_intensity(prefill)
+    prefill_bound = "compute-bound" if prefill_intensity >= achievable_ridge else "memory-bound"
+    reach = ridge_batch(system, ctx)
+    largest = max_batch_that_fits(model, precision, gpu, system.tp, ctx, system)
+    levers = measure_levers(deployment, batch, ctx, largest, reach)
+
+    where = f"{model.name} on {system.tp}x {gpu.name} ({precision.weights} weights, {precision.kv} KV cache)"
+    text = [
+        f"{where} at batch {batch}, context {ctx}: a decode step takes {fmt_seconds(step)}, "
+        f"{100 * memory_share:.0f}% of it in memory-bound operators"
+        + (f" ({_names(named)})." if named else ".")
+    ]
+    compute_bound = intensity >= achievable_ridge
+    text.append(
+        f"The weight GEMMs run at {intensity:.1f} FLOP/byte against a ridge point of {ridge:.0f} FLOP/byte "
+        f"({gpu.peak(dtype) / 1e12:.0f} TFLOP/s {dtype} / {gpu.hbm_bandwidth_bytes_per_second / 1e12:.2f} TB/s; "
+        f"{achievable_ridge:.0f} with the assumed efficiencies), "
+        + ("so they are compute-bound." if compute_bound else
+           f"so the tensor cores wait on memory ({intensity / achievable_ridge:.0%} of the way to the ridge).")
+    )
+    if reach is None:
+        text.append("No batch up to 65536 makes them compute-bound.")
+    elif reach > batch:
+        fits = (f"which fits in memory (up to {largest} sequences of {ctx} tokens)" if reach <= largest
+                else f"more than the {largest} sequences of {ctx} tokens that fit in memory")
+        limit = " (dequantising the weights on the CUDA cores becomes the limit)" if precision.weight_only_quant else ""
+        text.append(f"They would turn compute-bound near batch {reach}{limit}, {fits}.")
+    text.append(
+        f"Attention reads {fmt_bytes(kv_read_total)} of KV cache per step at {float(attention.intensity):.1f} FLOP/byte "
+        f"({100 * attention_share:.0f}% of the step); batching cannot raise that intensity, only fewer KV heads "
+        f"(GQA/MQA) or a smaller KV dtype can."
+    )
+    text.append(
+        f"Prefill of {batch} x {ctx - gen} tokens takes {fmt_seconds(float(prefill.seconds))} and is {prefill_bound} "
+        f"(GEMMs at {prefill_intensity:.0f} FLOP/byte)."
+    )
+    if levers:
+        by_throughput = sorted(levers, key=lambda lv: lv.throughput_gain, reverse=True)
+        best = by_throughput[0]
+        text.append(
+            f"Biggest lever for throughput: {best.lever} ({best.change}: {best.throughput_gain:.2f}x decode tokens/s per GPU, "
+            f"step {fmt_seconds(best.step_seconds)}" + (f"; {best.caveat}" if best.caveat else "") + ")"
+        )
+        if len(by_throughput) > 1:
+            runner = by_throughput[1]
+            text[-1] += f", then {runner.lever} ({runner.change}: {runner.throughput_gain:.2f}x)"
+        text[-1] += "."
+        by_latency = sorted((lv for lv in levers if lv.lever != "bigger batch"), key=lambda lv: lv.latency_gain, reverse=True)
+        if by_latency and by_latency[0].latency_gain > 1.0:
+            fast = by_latency[0]
+            text.append(f"For latency: {fast.lever} ({fast.change}) cuts the step to {fmt_seconds(fast.step_seconds)} "
+                        f"({fast.latency_gain:.2f}x faster).")
+    facts = {
+        "decode_step_seconds": step,
+        "memory_bound_share": memory_share,
+        "memory_bound_operators": [op.name for op in memory_bound],
+        "gemm_intensity_flop_per_byte": intensity,
+        "ridge_flop_per_byte": ridge,
+        "achievable_ridge_flop_per_byte": achievable_ridge,
+        "ridge_batch": reach,
+        "max_batch_that_fits": largest,
+        "attention_kv_read_bytes": kv_read_total,
+        "attention_share": attention_share,
+        "prefill_seconds": float(prefill.seconds),
+        "prefill_gemm_intensity_flop_per_byte": prefill_intensity,
+    }
+    return Explanation(" ".join(text), facts, tuple(levers))
+
+
+@dataclass(frozen=True)
+class LayerProfile:
+    """Per decoder layer, per GPU, one step: kernels launched, activation and attention HBM bytes, and the step's time."""
+
+    kernels: float
+    activation_bytes: float
+    attention_bytes: float
+    step_seconds: float
+
+
+def layer_profile(system: System, step: Step) -> LayerProfile:
+    """Sum over the operators of one decoder layer (one instance each) of ``op.work(step)``."""
+    layer = [op for op in system.operators if op.name not in NOT_IN_LAYER]
+    works = [(op, op.work(step)) for op in layer]
+    attention = next(w for op, w in works if op.kind == "attention")
+    return LayerProfile(
+        kernels=float(sum(w.launches for _, w in works)),
+        activation_bytes=float(sum(w.activation_bytes for _, w in works)),
+        attention_bytes=float(attention.kv_read_bytes + attention.kv_write_bytes + attention.activation_bytes),
+        step_seconds=float(system.step_seconds(step)),
+    )
+
+
+def kernel_choices(system: System, batch: int, ctx: int, gen: int) -> dict[str, Any]:
+    """Attention bytes per layer for both kernels, kernels and activation bytes per layer for each fusion level."""
+    steps = {"prefill": Step.prefill(batch, ctx - gen), "decode": Step.decode(batch, ctx)}
+    attention = {}
+    for kernel in ATTENTION_KERNELS:
+        other = _rebuild(system, attention_kernel=kernel, fusion="elementwise" if system.fusion == "full" and kernel != "flash" else system.fusion)
+        attention[kernel] = {phase: asdict(layer_profile(other, s)) for phase, s in steps.items()} if other else None
+    fusion = {}
+    for level in FUSIONS:
+        other = _rebuild(system, fusion=level, attention_kernel="flash" if level == "full" else system.attention_kernel)
+        fusion[level] = {phase: asdict(layer_profile(other, s)) for phase, s in steps.items()} if other else None
+    return {"attention_kernel": attention, "fusion": fusion, "current": {"attention_kernel": system.attention_kernel,
+                                                                        "fusion": system.fusion}}
+
+
+def kernel_choices_text(choices: dict[str, Any], batch: int, ctx: int, gen: int) -> list[str]:
+    from simulator.compare import text_table
+
+    mark = choices["current"]
+    lines = [f"Attention kernel (per layer, per GPU; prefill {batch} x {ctx - gen} tokens, decode at context {ctx})"]
+    rows = []
+    for kernel, phases in choices["attention_kernel"].items():
+        rows.append([kernel + (" *" if kernel == mark["attention_kernel"] else ""),
+                     fmt_bytes(phases["prefill"]["attention_bytes"]), fmt_seconds(phases["prefill"]["step_seconds"]),
+                     fmt_bytes(phases["decode"]["attention_bytes"]), fmt_seconds(phases["decode"]["step_seconds"])])
+    lines += ["  " + line for line in text_table(
+        ["kernel", "prefill attention bytes", "prefill", "decode attention bytes", "decode step"], rows, {1, 2, 3, 4})]
+    lines += ["", "Fusion (per layer, per GPU)"]
+    rows = []
+    for level, phases in choices["fusion"].items():
+        if phases is None:
+            continue
+        rows.append([level + (" *" if level == mark["fusion"] else ""), f"{phases['decode']['kernels']:.0f}",
+                     fmt_bytes(phases["prefill"]["activation_bytes"]), fmt_seconds(phases["prefill"]["step_seconds"]),
+                     fmt_bytes(phases["decode"]["activation_bytes"]), fmt_seconds(phases["decode"]["step_seconds"])])
+    lines += ["  " + line for line in text_table(
+        ["fusion", "kernels", "prefill activation bytes", "prefill", "decode activation bytes", "decode step"],
+        rows, {1, 2, 3, 4, 5})]
+    lines.append("  (* = this run; 'full' fuses the attention block and always uses flash attention)")
+    return lines

@@ -1,0 +1,87 @@
+"""`simulate explain`: the paragraph's facts against hand arithmetic, and the levers it measures."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from simulator.cli import main
+from simulator.config import load_gpu, load_model
+from simulator.config.precision import Precision
+from simulator.explain import explain_run, kernel_choices, ridge_batch
+from simulator.planner import plan_deployment
+from simulator.system import System
+
+EXACT = dict(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
+
+
+def pinned_a100():
+    return load_gpu("a100").with_efficiency(**EXACT).model_copy(update={"efficiency_by_op": []})
+
+
+@pytest.fixture(scope="module")
+def batch_1():
+    deployment = plan_deployment(load_model("llama2-7b"), pinned_a100(), Precision(), batch=1, context_tokens=2048)
+    return explain_run(deployment, batch=1, ctx=2048, gen=128)
+
+
+def test_batch_1_decode_is_memory_bound_at_about_1_flop_per_byte(batch_1):
+    facts = batch_1.facts
+    assert facts["ridge_flop_per_byte"] == pytest.approx(312e12 / 2.039e12)  # 153
+    assert 0.99 < facts["gemm_intensity_flop_per_byte"] < 1.0  # 2 H H' / (2 H H' + 2 (H + H'))
+    assert facts["memory_bound_share"] > 0.99
+    assert {"qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attention"} <= set(facts["memory_bound_operators"])
+    text = batch_1.paragraph
+    assert "153 FLOP/byte" in text and "memory-bound" in text and "batch 1" in text
+
+
+def test_ridge_batch_is_near_the_ridge_point_times_bw_over_2():
+    # DESIGN.md: decode GEMM intensity ~ 2B / b_w, so fp16 GEMMs reach the 153 FLOP/byte ridge near B = 153
+    # (a little later: the activation rows add bytes).
+    system = System(load_model("llama2-7b"), pinned_a100(), Precision())
+    reach = ridge_batch(system, 2048)
+    assert 153 <= reach <= 1.1 * 153
+    # int8 weights (1 byte): twice the intensity per token, so about half the batch (~77).
+    int8 = ridge_batch(System(load_model("llama2-7b"), pinned_a100(), Precision(weights="int8")), 2048)
+    assert 0.45 * reach < int8 < 0.55 * reach
+
+
+def test_biggest_throughput_lever_at_batch_1_is_a_bigger_batch(batch_1):
+    levers = {lv.lever: lv for lv in batch_1.levers}
+    assert set(levers) == {"bigger batch", "fewer KV heads", "lower precision", "more GPUs"}
+    best = max(batch_1.levers, key=lambda lv: lv.throughput_gain)
+    assert best.lever == "bigger batch"
+    assert "Biggest lever for throughput: bigger batch" in batch_1.paragraph
+    # Memory-bound steps: ~ (weights + B x KV per sequence) / bandwidth. llama2-7b: 6,738,415,616 fp16 params,
+    # and (MHA) 2 x 32 x 32 x 128 x 2 x 2048 = 1 GiB of KV per sequence, so batch B gives
+    # B x (W + KV) / (W + B x KV) times the tokens/s (activations and the LM head add ~2%).
+    W, KV, B = 6_738_415_616 * 2, 2 * 32 * 32 * 128 * 2 * 2048, best.batch
+    assert KV == 2**30
+    assert best.throughput_gain == pytest.approx(B * (W + KV) / (W + B * KV), rel=0.03)
+    # Twice the GPUs halve the weight bytes per GPU: the step gets faster, tokens/s per GPU does not grow.
+    assert levers["more GPUs"].latency_gain > 1.5
+    assert levers["more GPUs"].throughput_gain < 1.0
+
+
+def test_kernel_choices_per_layer():
+    system = System(load_model("llama2-7b"), pinned_a100(), Precision())
+    choices = kernel_choices(system, batch=1, ctx=4096, gen=1)
+    fusion = choices["fusion"]
+    assert [fusion[level]["decode"]["kernels"] for level in ("none", "elementwise", "full")] == [11, 5, 3]
+    # Prefill of 4095 tokens: none - elementwise = 4095 x (8H + 2(n+g)d + 4F) x 2 bytes (tests/test_effects.py).
+    saved = fusion["none"]["prefill"]["activation_bytes"] - fusion["elementwise"]["prefill"]["activation_bytes"]
+    assert saved == 4095 * 93_184 * 2
+    attention = choices["attention_kernel"]
+    assert attention["naive"]["prefill"]["attention_bytes"] > 3 * attention["flash"]["prefill"]["attention_bytes"]
+
+
+def test_cli_paragraph_and_json():
+    runner = CliRunner()
+    args = ["explain", "--model", "llama2-70b", "--gpu", "a100", "--batch", "64", "--ctx", "4096"]
+    text = runner.invoke(main, args)
+    assert text.exit_code == 0, text.output
+    assert "ridge point" in text.output and "Biggest lever" in text.output
+    assert "Attention kernel" in text.output and "Fusion" in text.output
+    data = json.loads(runner.invoke(main, args + ["--json"]).output)
+    assert data["facts"]["max_batch_that_fits"] >= 64
+    assert set(data["kernel_choices"]["fusion"]) == {"none", "elementwise", "full"}
