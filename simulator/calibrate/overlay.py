@@ -47,7 +47,7 @@ def significant(value: float, digits: int = 4) -> float:
 def achieved_fraction(case: dict[str, Any], peak_flops: float, bandwidth: float, launch_seconds: float) -> tuple[str, float] | None:
     """('compute' | 'memory', achieved fraction of that peak, capped at 1), or None if the case is all launch."""
     busy = case["seconds"] - launch_seconds
-    if busy <= 0:
+    if busy <= 0 or (case["flops"] <= 0 and case["bytes"] <= 0):
         return None
     compute_bound = case["flops"] / peak_flops >= case["bytes"] / bandwidth
     if compute_bound:
