@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from simulator.cli.listing import gpus_command, models_command
+from simulator.cli.calibrate import calibrate_command
 from simulator.cli.layers import layers_command
 from simulator.cli.compare import compare_command
 from simulator.cli.explain import explain_command
@@ -93,5 +94,6 @@ main.add_command(gpus_command)
 main.add_command(compare_command)
 main.add_command(roofline_command)
 main.add_command(explain_command)
+main.add_command(calibrate_command)
 main.add_command(sweep_command)
 main.add_command(validate_command)
