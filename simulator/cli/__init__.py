@@ -23,7 +23,6 @@ from simulator.cli.options import MODEL_OPTIONS, WORKLOAD_OPTIONS, apply_options
 from simulator.errors import InputError
 from simulator.cli.engine_options import ENGINE_OPTIONS, ProgressBar
 from simulator.report import engine_run_dict, engine_run_text, flatten, to_csv, write_per_request_csv
-from simulator.run import simulate_from_options
 
 EPILOG = """\b
 Examples:
@@ -66,6 +65,8 @@ def main(
     if not options.get("model") and not options.get("gpu"):
         click.echo(click_ctx.get_help())
         return
+    from simulator.run import simulate_from_options  # here: simulator.run imports simulator.cli.options
+
     settings = {**{k: v for k, v in options.items() if v is not None}, "batch": batch, "ctx": ctx_tokens, "gen": gen}
     progress = ProgressBar(quiet)
     try:

@@ -1,0 +1,186 @@
+"""The serving engine: every iteration charged by the cost model, scheduler behaviour, latency under load."""
+
+import math
+
+import numpy as np
+import pytest
+
+from simulator.analytic import run_batch
+from simulator.config import load_gpu, load_model
+from simulator.config.precision import Precision
+from simulator.engine.engine import simulate
+from simulator.engine.metrics import DONE, aggregate
+from simulator.engine.scheduler import SchedulerConfig
+from simulator.engine.workload import LengthSpec, Workload, closed_batch, open_loop
+from simulator.errors import InputError
+from simulator.planner import plan_deployment
+from simulator.step import Step
+
+EXACT = dict(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
+BLOCKS = 5000  # plenty: memory plays no part unless a test says so
+
+
+@pytest.fixture(scope="module")
+def deployment():
+    gpu = load_gpu("a100").with_efficiency(**EXACT)
+    return plan_deployment(load_model("llama2-7b"), gpu, Precision(), batch=1, context_tokens=1024, tp=1)
+
+
+@pytest.fixture(scope="module")
+def system(deployment):
+    return deployment.system
+
+
+def fixed(n):
+    return LengthSpec("fixed", n)
+
+
+def test_static_closed_batch_is_prefill_then_decode_steps(system):
+    batch, prompt, output = 4, 100, 20
+    r = simulate(system, closed_batch(batch, fixed(prompt), fixed(output)), SchedulerConfig("static"), BLOCKS)
+    prefill = system.step_seconds(Step.prefill(batch, prompt))
+    # Decode tick k (1 .. 19) feeds token k back and attends prompt + k keys.
+    decode = [system.step_seconds(Step.decode(batch, prompt + k)) for k in range(1, output)]
+    assert r.first_token == pytest.approx([prefill] * batch, rel=1e-9)
+    assert r.finish == pytest.approx([prefill + sum(decode)] * batch, rel=1e-9)
+    assert r.totals.iterations == 1 + 19
+    m = aggregate(r, system.tp, system.peak_flops, system.gpu.hbm_bandwidth_bytes_per_second)
+    assert m.tpot.mean == pytest.approx(sum(decode) / 19, rel=1e-9)
+    # Every inter-token gap is one decode step; the median of 19 steps x 4 sequences is step 10.
+    assert m.itl.p50 == pytest.approx(decode[9], rel=1e-9)
+    assert m.output_tokens_per_second == pytest.approx(4 * 20 / (prefill + sum(decode)), rel=1e-9)
+
+
+def test_engine_matches_the_analytic_closed_batch(deployment):
+    analytic = run_batch(deployment, batch=8, context_tokens=1024, gen_tokens=64)
+    r = simulate(deployment.system, closed_batch(8, fixed(1024 - 64), fixed(64)), SchedulerConfig("continuous"), BLOCKS)
+    assert r.first_token[0] == pytest.approx(analytic.ttft_seconds, rel=1e-9)
+    assert r.finish[0] == pytest.approx(analytic.e2e_seconds, rel=1e-9)
+
+
+def test_one_request_gives_the_same_result_under_every_scheduler(system):
+    w = closed_batch(1, fixed(300), fixed(40))
+    static = simulate(system, w, SchedulerConfig("static"), BLOCKS)
+    continuous = simulate(system, w, SchedulerConfig("continuous"), BLOCKS)
+    chunked = simulate(system, w, SchedulerConfig("chunked", max_num_seqs=1, max_batched_tokens=512), BLOCKS)
+    for other in (continuous, chunked):
+        assert np.array_equal(other.first_token, static.first_token)
+        assert np.array_equal(other.finish, static.finish)
+        assert other.totals.iterations == static.totals.iterations == 40
+
+
+def test_chunked_prefill_splits_the_prompt_into_budget_sized_chunks(system):
+    w = closed_batch(1, fixed(100), fixed(3))
+    r = simulate(system, w, SchedulerConfig("chunked", max_num_seqs=1, max_batched_tokens=64), BLOCKS)
+    # 100 prompt tokens in a budget of 64: a chunk of 64 (no token emitted), then 36 on top of 64 cached.
+    first = system.step_seconds(Step.prefill(1, 64, emits_token=False))
+    second = system.step_seconds(Step.prefill(1, 36, cached_tokens=64))
+    assert r.first_token[0] == pytest.approx(first + second, rel=1e-9)
+    assert r.log["prefill_tokens"].tolist() == [64, 36, 0, 0]
+
+
+def test_mixed_iteration_reads_weights_once_for_prefill_and_decode(system):
+    prompt = 200
+    prefill = system.step_seconds(Step.prefill(1, prompt))
+    step = [system.step_seconds(Step.decode(1, prompt + k)) for k in (1, 2, 3)]
+    # Request 1 arrives halfway through request 0's third decode tick, so it joins at the fourth:
+    # one iteration prefills its 200 tokens and decodes request 0's token 4 (attending 204 keys).
+    arrival = prefill + step[0] + step[1] + step[2] / 2
+    w = Workload(np.array([0.0, arrival]), np.array([prompt, prompt]), np.array([10, 10]), "trace", "two")
+    r = simulate(system, w, SchedulerConfig("chunked"), BLOCKS)
+    log = r.log
+    mixed = np.flatnonzero((log["prefill_tokens"] == prompt) & (log["decode_seqs"] == 1))
+    assert mixed.tolist() == [4]
+    expected = system.step_seconds(Step.prefill(1, prompt) + Step.decode(1, prompt + 4))
+    assert log["seconds"][4] == pytest.approx(expected, rel=1e-9)
+    assert expected < prefill + system.step_seconds(Step.decode(1, prompt + 4))  # the weights are read once
+
+
+def test_chunked_iterations_stay_within_the_token_budget(system):
+    w = open_loop(40, 50.0, LengthSpec("uniform", 100, 900), LengthSpec("uniform", 5, 60), seed=2)
+    r = simulate(system, w, SchedulerConfig("chunked", max_num_seqs=16, max_batched_tokens=256), BLOCKS)
+    log = r.log
+    assert (log["prefill_tokens"] + log["decode_seqs"]).max() <= 256
+    assert log["running"].max() <= 16
+    assert (r.status == DONE).all()
+
+
+def test_continuous_batching_beats_static_on_mixed_output_lengths(system):
+    n, seqs, prompt = 128, 8, 32
+    w = closed_batch(n, fixed(prompt), LengthSpec("uniform", 16, 512), seed=0)
+    outputs = w.output_tokens
+    static = simulate(system, w, SchedulerConfig("static", max_num_seqs=seqs), BLOCKS)
+    continuous = simulate(system, w, SchedulerConfig("continuous", max_num_seqs=seqs), BLOCKS)
+    # Static runs 16 batches of 8 in order, each for as many decode ticks as its longest request needs.
+    static_ticks = sum(int(outputs[i:i + seqs].max()) - 1 for i in range(0, n, seqs))
+    assert static.totals.decode_iterations == static_ticks
+    # Continuous admits before it decodes, so all 8 slots decode while any request waits: at most
+    # sum(o - 1) / 8 full ticks, then a tail shorter than the longest request; plus one prefill
+    # iteration per request at most.
+    continuous_ticks = math.ceil(int((outputs - 1).sum()) / seqs) + int(outputs.max())
+    assert continuous.totals.decode_iterations <= continuous_ticks
+    # Bound both makespans with the cheapest and dearest iterations of this workload
+    # (batch <= 8, at most 32 + 511 keys per sequence).
+    fastest = system.step_seconds(Step.decode(1, prompt + 1))
+    slowest_decode = system.step_seconds(Step.decode(seqs, prompt + 512))
+    slowest_prefill = system.step_seconds(Step.prefill(seqs, prompt))
+    margin = static_ticks * fastest / (continuous_ticks * slowest_decode + n * slowest_prefill)
+    assert margin > 1.2  # the workload is mixed enough for the check to mean something
+    ratio = np.nanmax(static.finish) / np.nanmax(continuous.finish)  # = throughput ratio (same tokens)
+    assert ratio >= margin
+
+
+def test_low_load_ttft_is_the_prefill_of_one_request(system):
+    prompt, output = 100, 20
+    w = open_loop(60, 0.2, fixed(prompt), fixed(output), seed=4)
+    r = simulate(system, w, SchedulerConfig("continuous"), BLOCKS)
+    ttft = r.first_token - w.arrival_seconds
+    prefill = system.step_seconds(Step.prefill(1, prompt))
+    longest_wait = max(prefill, system.step_seconds(Step.decode(1, prompt + output)))
+    # Alone, a request's first token is its prefill; at worst it waits for the iteration in flight.
+    assert np.median(ttft) == pytest.approx(prefill, rel=1e-9)
+    assert ttft.min() >= prefill * (1 - 1e-12)
+    assert ttft.max() <= prefill + longest_wait
+
+
+def test_past_capacity_queueing_grows_without_bound(system):
+    prompt, output, seqs = 100, 50, 4
+    alone = system.step_seconds(Step.prefill(1, prompt)) + sum(
+        system.step_seconds(Step.decode(1, prompt + k)) for k in range(1, output))
+    capacity = seqs / alone  # requests/s if 4 ran together at batch-1 speed: an upper bound
+    config = SchedulerConfig("continuous", max_num_seqs=seqs)
+
+    def queue_delays(n):
+        w = open_loop(n, 3 * capacity, fixed(prompt), fixed(output), seed=5)
+        r = simulate(system, w, config, BLOCKS)
+        return r.first_scheduled - w.arrival_seconds
+
+    short, long = queue_delays(100), queue_delays(200)
+    # Arrivals outpace service, so the wait grows roughly linearly with the request index.
+    assert short[75:].mean() > 3 * short[:25].mean()
+    assert long[-20:].mean() > 1.6 * short[-20:].mean()
+
+
+def test_same_seed_same_run_different_seed_different_arrivals():
+    from simulator.run import run_from_options
+
+    options = {"model": "llama2-7b", "gpu": "a100", "qps": 20, "requests": 50, "scheduler": "chunked",
+               "output_tokens": "uniform:5:50", "ctx": 1024}
+    a, b = run_from_options({**options, "seed": 1}), run_from_options({**options, "seed": 1})
+    c = run_from_options({**options, "seed": 2})
+    assert a == b
+    assert a["latency"] != c["latency"]
+
+
+def test_run_from_options_rejects_unknown_keys_and_bad_values():
+    from simulator.run import fit_error, run_from_options
+
+    with pytest.raises(InputError, match="unknown option"):
+        run_from_options({"model": "llama2-7b", "gpu": "a100", "qsp": 3})
+    with pytest.raises(InputError, match="--scheduler"):
+        run_from_options({"model": "llama2-7b", "gpu": "a100", "scheduler": "fifo"})
+    with pytest.raises(InputError, match="--max-batched-tokens 64 is below --max-num-seqs 256"):
+        run_from_options({"model": "llama2-7b", "gpu": "a100", "scheduler": "chunked", "max_batched_tokens": 64})
+    assert "no memory left for the KV cache" in fit_error(
+        {"model": "llama2-7b", "gpu": "a100", "gpu_memory_utilization": 0.15})
+    assert fit_error({"model": "llama2-7b", "gpu": "a100"}) is None

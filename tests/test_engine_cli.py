@@ -1,0 +1,90 @@
+"""The main command through the engine: open-loop and trace workloads, JSON keys, per-request CSV, bad input."""
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from simulator.cli import main
+
+DATA = Path(__file__).parent / "data"
+SMALL = ["--model", "llama2-7b", "--gpu", "a100"]
+
+
+def invoke(args):
+    return CliRunner().invoke(main, args, catch_exceptions=False)
+
+
+def test_json_latencies_are_percentiles_and_engine_keys_are_added():
+    result = invoke(SMALL + ["--qps", "5", "--requests", "40", "--output-tokens", "uniform:5:40", "--ctx", "600",
+                             "--slo-ttft", "0.2", "--slo-tpot", "0.05", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    for key in ("ttft_seconds", "tpot_seconds", "e2e_seconds", "itl_seconds", "queue_seconds"):
+        summary = data["latency"][key]
+        assert set(summary) == {"mean", "p50", "p90", "p99"}
+        assert summary["p50"] <= summary["p90"] <= summary["p99"]
+    assert data["requests"]["total"] == 40 and data["requests"]["completed"] == 40
+    assert data["workload"]["kind"] == "poisson" and data["scheduler"]["name"] == "continuous"
+    assert isinstance(data["preemptions"], int)
+    assert 0 < data["mfu"] < 1 and 0 < data["mbu"] < 1
+    throughput = data["throughput"]
+    assert throughput["requests_per_second"] == pytest.approx(40 / data["time"]["duration_seconds"])
+    assert throughput["goodput_requests_per_second"] <= throughput["requests_per_second"]
+    assert throughput["slo_attainment"] == pytest.approx(
+        throughput["goodput_requests_per_second"] * data["time"]["duration_seconds"] / 40)
+
+
+def test_per_request_csv_has_one_row_per_request(tmp_path):
+    out = tmp_path / "requests.csv"
+    result = invoke(SMALL + ["--trace", str(DATA / "azure_trace_small.csv"), "--kv-blocks", "60",
+                             "--per-request", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(out.open()))
+    assert [int(r["prompt_tokens"]) for r in rows] == [374, 396, 879, 91, 1200, 512]
+    # 60 blocks of 16 tokens = 960 tokens: the request of 1200 + 250 tokens can never fit.
+    assert [r["status"] for r in rows] == ["done", "done", "done", "done", "rejected", "done"]
+    assert "KV-cache blocks" in rows[4]["reject_reason"] and rows[4]["ttft_seconds"] == ""
+    assert "rejected     1" in result.output
+    assert "simulating" not in result.stderr  # no progress bar when stderr is not a terminal
+
+
+def test_unsorted_trace_warns_on_stderr():
+    result = invoke(SMALL + ["--trace", str(DATA / "trace_small.jsonl"), "--json"])
+    assert result.exit_code == 0
+    assert "arrivals were not sorted" in result.stderr
+    assert json.loads(result.stdout)["warnings"]
+
+
+def test_the_three_schedulers_run_and_report_themselves():
+    outputs = {}
+    for scheduler in ("static", "continuous", "chunked"):
+        result = invoke(SMALL + ["--qps", "8", "--requests", "60", "--ctx", "1024", "--scheduler", scheduler, "--json"])
+        assert result.exit_code == 0, result.output
+        outputs[scheduler] = json.loads(result.stdout)
+        assert outputs[scheduler]["scheduler"]["name"] == scheduler
+    assert outputs["chunked"]["scheduler"]["max_batched_tokens"] == 2048
+    # Static makes arrivals wait for the running batch to finish: its median TTFT is the worst.
+    ttft = {name: data["latency"]["ttft_seconds"]["p50"] for name, data in outputs.items()}
+    assert ttft["static"] > ttft["continuous"] and ttft["static"] > ttft["chunked"]
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--trace", "no/such/file.csv"], "--trace: cannot read"),
+        (["--qps", "-1"], "--qps: must be > 0"),
+        (["--scheduler", "chunked", "--max-batched-tokens", "10"], "--max-batched-tokens 10 is below --max-num-seqs"),
+        (["--output-tokens", "uniform:9"], "--output-tokens: cannot read"),
+        (["--gpu-memory-utilization", "0.1"], "no memory left for the KV cache"),
+        (["--slo-ttft", "0"], "--slo-ttft: must be > 0"),
+    ],
+)
+def test_bad_engine_input_is_one_line_and_exit_2(args, message):
+    result = CliRunner().invoke(main, SMALL + args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
