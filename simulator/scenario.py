@@ -230,7 +230,7 @@ def convert_value(param: click.Option, value: Any, path: str) -> Any:
     if value is None:
         return None  # the option's default, as when the flag is left out
     if isinstance(value, (list, dict)):
-        raise _Problem(path, f"expected a single value for --{param.name}, got a {type(value).__name__}")
+        raise _Problem(path, f"expected a single value, got a {type(value).__name__} (axes take lists; base takes one value)")
     if isinstance(kind, click.types.IntParamType) and (isinstance(value, bool) or (isinstance(value, float) and not value.is_integer())):
         raise _Problem(path, f"expected an integer, got {value!r}")
     if isinstance(kind, click.types.FloatParamType) and isinstance(value, bool):
@@ -397,6 +397,8 @@ def _output(source: Path, block: OutputBlock, out: str | None) -> tuple[Path, Li
     fmt = by_suffix or block.format or "csv"
     if path.is_dir():
         raise _Problem(field_name, f"'{given}' is a folder; give a file path such as {given.rstrip('/')}/results.{fmt}")
+    if path.resolve() == source.resolve():
+        raise _Problem(field_name, f"'{given}' is the scenario file itself; choose another results path")
     if not path.parent.is_dir():
         raise _Problem(field_name, f"folder '{path.parent}' of '{given}' does not exist; create it or choose another path")
     return path, fmt, False
@@ -413,8 +415,8 @@ def _check_search(data: ScenarioFile, params: dict[str, click.Option], axis_name
         qps = search.max_qps_under_slo
         if "qps" not in params:
             raise _Problem("search.max_qps_under_slo", "needs the serving engine's --qps option, which this `simulate` lacks")
-        if "qps" in axis_names or "qps" in data.base:
-            raise _Problem("search.max_qps_under_slo", "qps is also set in base or swept; the search sets it itself")
+        if "qps" in axis_names:
+            raise _Problem("search.max_qps_under_slo", "qps is swept; the search sets it itself (a qps in base sets the point's own run)")
         if qps.high <= qps.low:
             raise _Problem("search.max_qps_under_slo.high", f"must be above low ({qps.low:g}), got {qps.high:g}")
     if search.max_batch_under_slo is not None:

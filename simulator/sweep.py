@@ -109,12 +109,10 @@ def metric_columns(result: dict[str, Any], task: PointTask) -> dict[str, Any]:
     if task.slo:
         row["slo.met"] = meets_slo(result, task.slo)
     price = task.usd_per_gpu_hour.get(str(result.get("gpu")))
-    tokens_per_second = result.get("throughput", {}).get("output_tokens_per_second")
     if price is not None:
         row["cost.usd_per_gpu_hour"] = price
         row["cost.usd_per_hour"] = price * gpus
-        if tokens_per_second:
-            row[COST_KEY] = usd_per_million_output_tokens(price, gpus, float(tokens_per_second))
+        row[COST_KEY] = _cost_per_million(result, task)
     row.update({key: _scalar(value) for key, value in flatten(result).items()})
     warnings = result.get("warnings")
     if warnings:  # a list, which flatten leaves out; kept as one cell so nothing is silently lost
@@ -158,57 +156,76 @@ def bisect_max_float(passes: Callable[[float], bool], low: float, high: float, t
     return good
 
 
-def search_columns(task: PointTask, point_result: dict[str, Any] | None) -> dict[str, Any]:
+def _cost_per_million(result: dict[str, Any], task: PointTask) -> float | None:
+    price = task.usd_per_gpu_hour.get(str(result.get("gpu")))
+    tokens_per_second = result.get("throughput", {}).get("output_tokens_per_second")
+    if price is None or not tokens_per_second:
+        return None
+    return usd_per_million_output_tokens(price, gpus_used(result), float(tokens_per_second))
+
+
+def max_batch_columns(task: PointTask, low: int, high: int) -> dict[str, Any]:
+    """search.max_batch_under_slo.*: the largest batch in [low, high] whose run fits and meets the SLO."""
+    results: dict[int, dict[str, Any] | None] = {}
+
+    def passes(batch: int) -> bool:
+        results[batch] = run_point({**task.options, "batch": batch})[0]
+        return meets_slo(results[batch], task.slo)
+
+    best = bisect_max_int(passes, low, high)
+    prefix = "search.max_batch_under_slo."
+    if best is None:
+        return {prefix + "batch": None}
+    at_best = results[best]
+    assert at_best is not None  # it passed, so it ran
+    return {
+        prefix + "batch": best,
+        prefix + "at_bound": best == high,
+        prefix + "output_tokens_per_second": at_best["throughput"]["output_tokens_per_second"],
+        prefix + "usd_per_million_output_tokens": _cost_per_million(at_best, task),
+    }
+
+
+def max_qps_columns(task: PointTask, low: float, high: float, tolerance: float, target_qps: float | None) -> dict[str, Any]:
+    """search.max_qps_under_slo.* and, with ``target_qps``, search.min_gpus_for_qps.*."""
+    results: dict[float, dict[str, Any] | None] = {}
+
+    def passes(qps: float) -> bool:
+        results[qps] = run_point({**task.options, "qps": qps})[0]
+        return meets_slo(results[qps], task.slo)
+
+    best = bisect_max_float(passes, low, high, tolerance)
+    prefix = "search.max_qps_under_slo."
+    row: dict[str, Any] = {prefix + "qps": best}
+    at_best = results[best] if best is not None else None
+    if best is not None and at_best is not None:
+        row[prefix + "at_bound"] = best == high
+        row[prefix + "output_tokens_per_second"] = at_best["throughput"]["output_tokens_per_second"]
+        for metric in LATENCY_METRICS:
+            row[prefix + f"p99_{metric}_seconds"] = p99_seconds(at_best, metric)
+    if target_qps is not None:
+        prefix = "search.min_gpus_for_qps."
+        row[prefix + "target_qps"] = target_qps
+        if best is not None and at_best is not None:
+            replicas = math.ceil(target_qps / best)
+            gpus = replicas * gpus_used(at_best)
+            price = task.usd_per_gpu_hour.get(str(at_best.get("gpu")))
+            row[prefix + "replicas"] = replicas
+            row[prefix + "gpus"] = gpus
+            row[prefix + "usd_per_hour"] = None if price is None else gpus * price
+    return row
+
+
+def search_columns(task: PointTask) -> dict[str, Any]:
     """Run the scenario's searches from this point's options."""
     row: dict[str, Any] = {}
-    batch_search = task.search.get("max_batch_under_slo")
-    if batch_search:
-        results: dict[int, dict[str, Any] | None] = {}
-
-        def batch_passes(batch: int) -> bool:
-            results[batch] = run_point({**task.options, "batch": batch})[0]
-            return meets_slo(results[batch], task.slo)
-
-        best = bisect_max_int(batch_passes, batch_search["low"], batch_search["high"])
-        prefix = "search.max_batch_under_slo."
-        row[prefix + "batch"] = best
-        if best is not None:
-            at_best = results[best]
-            assert at_best is not None
-            row[prefix + "at_bound"] = best == batch_search["high"]
-            row[prefix + "output_tokens_per_second"] = at_best["throughput"]["output_tokens_per_second"]
-            cost = metric_columns(at_best, task).get(COST_KEY)
-            row[prefix + "usd_per_million_output_tokens"] = cost
-    qps_search = task.search.get("max_qps_under_slo")
-    if qps_search:
-        rate_results: dict[float, dict[str, Any] | None] = {}
-
-        def rate_passes(qps: float) -> bool:
-            rate_results[qps] = run_point({**task.options, "qps": qps})[0]
-            return meets_slo(rate_results[qps], task.slo)
-
-        best_rate = bisect_max_float(rate_passes, qps_search["low"], qps_search["high"], qps_search["tolerance"])
-        prefix = "search.max_qps_under_slo."
-        row[prefix + "qps"] = best_rate
-        if best_rate is not None:
-            at_rate = rate_results[best_rate]
-            assert at_rate is not None
-            row[prefix + "at_bound"] = best_rate == qps_search["high"]
-            row[prefix + "output_tokens_per_second"] = at_rate["throughput"]["output_tokens_per_second"]
-            for metric in LATENCY_METRICS:
-                row[prefix + f"p99_{metric}_seconds"] = p99_seconds(at_rate, metric)
+    batch = task.search.get("max_batch_under_slo")
+    if batch:
+        row.update(max_batch_columns(task, batch["low"], batch["high"]))
+    qps = task.search.get("max_qps_under_slo")
+    if qps:
         target = (task.search.get("min_gpus_for_qps") or {}).get("qps")
-        if target is not None:
-            prefix = "search.min_gpus_for_qps."
-            row[prefix + "target_qps"] = target
-            if best_rate is not None:
-                replica_gpus = gpus_used(rate_results[best_rate] or point_result or {})
-                replicas = math.ceil(target / best_rate)
-                row[prefix + "replicas"] = replicas
-                row[prefix + "gpus"] = replicas * replica_gpus
-                price = task.usd_per_gpu_hour.get(str((rate_results[best_rate] or {}).get("gpu")))
-                if price is not None:
-                    row[prefix + "usd_per_hour"] = replicas * replica_gpus * price
+        row.update(max_qps_columns(task, qps["low"], qps["high"], qps["tolerance"], target))
     return row
 
 
@@ -224,7 +241,7 @@ def evaluate_point(task: PointTask) -> dict[str, Any]:
             row["slo.met"] = False
     else:
         row.update(metric_columns(result, task))
-    row.update(search_columns(task, result))
+    row.update(search_columns(task))
     return row
 
 

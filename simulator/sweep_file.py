@@ -88,7 +88,8 @@ class ResultsFile:
         reader = csv.DictReader(io.StringIO(text))
         if reader.fieldnames and "point" not in reader.fieldnames:
             raise InputError(f"{self.path}: not a sweep results file (no 'point' column); choose another --out")
-        return [{key: parse_cell(value) for key, value in row.items() if value not in ("", None)} for row in reader]
+        # Cells past the header (key None) cannot come from this writer; they are left out.
+        return [{key: parse_cell(value) for key, value in row.items() if key is not None and value not in ("", None)} for row in reader]
 
     def _json_row(self, line: str, number: int) -> dict[str, Any]:
         try:

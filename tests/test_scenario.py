@@ -167,6 +167,8 @@ def test_searches_need_an_slo_and_must_not_sweep_what_they_search(tmp_path):
     assert "search.max_batch_under_slo: a search needs an slo block" in error_of(tmp_path, no_slo)
     swept = BASE + "sweep: {grid: {batch: [1]}}\nslo: {tpot_p99_seconds: 0.05}\nsearch: {max_batch_under_slo: {}}\n"
     assert "search.max_batch_under_slo: batch is swept" in error_of(tmp_path, swept)
+    qps_swept = BASE + "sweep: {grid: {qps: [1, 2]}}\nslo: {ttft_p99_seconds: 2}\nsearch: {max_qps_under_slo: {}}\n"
+    assert "search.max_qps_under_slo: qps is swept" in error_of(tmp_path, qps_swept)
     gpus_alone = BASE + "sweep: {grid: {tp: [1]}}\nslo: {tpot_p99_seconds: 0.05}\nsearch: {min_gpus_for_qps: {qps: 5}}\n"
     assert "search.min_gpus_for_qps: needs search.max_qps_under_slo" in error_of(tmp_path, gpus_alone)
 

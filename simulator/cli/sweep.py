@@ -173,6 +173,8 @@ def _fmt(value: Any, kind: str) -> str:
         return fmt_seconds(float(value))
     if kind == "rate":
         return f"{float(value):,.1f}"
+    if kind == "qps":
+        return f"{float(value):.2f}"
     if kind == "usd":
         return f"${float(value):,.2f}"
     if kind == "bool":
@@ -188,6 +190,14 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
     for row in rows:
         lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
     return lines
+
+
+def _search_cell(row: dict[str, Any], key: str) -> str:
+    """A search result; '>= x' when it is the search's upper bound (the true answer may be higher)."""
+    value = row.get(key)
+    text = _fmt(value, "qps" if key.endswith("qps") else "")
+    at_bound = row.get(key.rsplit(".", 1)[0] + ".at_bound") is True
+    return f">= {text}" if at_bound else text
 
 
 def _point_cells(row: dict[str, Any], axes: list[str]) -> list[str]:
@@ -243,7 +253,7 @@ def summary_text(scenario: Scenario, outcome: SweepOutcome, where: str, limit: i
         table = [
             _point_cells(r, axes)
             + [_fmt(r.get("gpus"), "")]
-            + [_fmt(r.get(k), "rate" if k.endswith("qps") else "") for k in searched]
+            + [_search_cell(r, k) for k in searched]
             + ([_fmt(r.get("search.min_gpus_for_qps.usd_per_hour"), "usd")] if extra else [])
             for r in rows[: 3 * limit]
         ]
@@ -256,7 +266,7 @@ def summary_text(scenario: Scenario, outcome: SweepOutcome, where: str, limit: i
         lines += ["", "Best per objective" + (" (throughput and cost among points meeting the SLO)" if has_slo else "")]
         table = []
         for objective, row in best:
-            kind = {"s": "seconds", "$": "usd", "tokens/s": "rate", "requests/s": "rate"}.get(objective.unit, "")
+            kind = {"s": "seconds", "$": "usd", "tokens/s": "rate", "requests/s": "qps"}.get(objective.unit, "")
             value = _fmt(row.get(objective.key), kind) + ("" if kind in ("seconds", "usd") or not objective.unit else f" {objective.unit}")
             description = " ".join(f"{name}={_fmt(row.get(f'input.{name}'), '')}" for name in axes)
             table.append([objective.label, value, f"point {row['point']}", description])
