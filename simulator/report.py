@@ -415,7 +415,8 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         "",
         "Latency",
         f"  prefill      {fmt_seconds(float(prefill_cost.seconds)) if prefill_cost else '-'}  (first prefill iteration: "
-        f"{int(first_step.sequences) if first_step else 0} sequences, {int(first_step.prefill_tokens) if first_step else 0} tokens)",
+        f"{_count(int(first_step.sequences) if first_step else 0, 'sequence')}, "
+        f"{int(first_step.prefill_tokens) if first_step else 0} tokens)",
         f"  decode step  {fmt_seconds(float(first_cost.seconds)) if first_cost else '-'} at first, "
         f"{fmt_seconds(float(last_cost.seconds)) if last_cost else '-'} at last",
         *("  " + line for line in _table(
@@ -445,6 +446,10 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
     if prefill_cost is not None:
         lines += ["", "Top operators, first prefill", *("  " + line for line in operator_table(prefill_cost.operators, tp, top))]
     return "\n".join(lines)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 def _slo_text(opts: dict[str, Any]) -> str:

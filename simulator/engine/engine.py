@@ -240,7 +240,12 @@ class Engine:
             self.max_running = self.running
         self.serial += 1
         self.admit_serial[rid] = self.serial
-        self.admission_order.append((self.serial, rid))
+        order = self.admission_order
+        order.append((self.serial, rid))
+        if len(order) > 4 * self.running + 1024:
+            # Drop entries of requests that finished or were preempted since (keeps the list O(running)).
+            self.admission_order = [(serial, r) for serial, r in order
+                                    if self.admit_serial[r] == serial and self.status[r] in (PREFILLING, DECODING)]
         if self.first_scheduled[rid] != self.first_scheduled[rid]:  # NaN: first time scheduled
             self.first_scheduled[rid] = self._now
         if self.chunked:
