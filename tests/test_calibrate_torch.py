@@ -90,9 +90,37 @@ def test_random_decoder_produces_finite_logits_of_the_vocabulary():
     assert tuple(prefill.shape) == (1, model.vocab_size)
 
 
+def test_a_failing_case_is_listed_and_the_others_still_run():
+    def broken_timer(fn):
+        raise RuntimeError("CUDA error: made up")
+
+    bench = Bench(torch, "cpu", broken_timer, Budget(60.0))
+    assert measure_bandwidth(bench, (2**16,)) == []
+    assert [s["case"] for s in bench.skipped] == ["copy 65536 bytes", "read 65536 bytes"]
+    assert bench.skipped[0]["reason"] == "RuntimeError: CUDA error: made up"
+
+
+def test_a_spent_budget_skips_the_remaining_cases():
+    bench = Bench(torch, "cpu", lambda fn: 1e-3, Budget(-1.0))
+    assert measure_bandwidth(bench, (2**16, 2**17)) == []
+    assert len(bench.skipped) == 2 and "time budget" in bench.skipped[0]["reason"]
+
+
+CHECKPOINTS: list[int] = []
+
+
 @pytest.fixture(scope="module")
 def tiny_run():
-    return run_calibration(torch, "cpu", tiny_plan(), load_gpu("a100"), "fp16", budget_seconds=120.0)
+    def checkpoint(partial):
+        CHECKPOINTS.append(len(partial["gemm"]))
+
+    return run_calibration(torch, "cpu", tiny_plan(), load_gpu("a100"), "fp16", budget_seconds=120.0, checkpoint=checkpoint)
+
+
+def test_tiny_run_checkpoints_after_every_section(tiny_run):
+    # per-kernel cost, bandwidth, elementwise, gemm fp16, attention, end to end, gemm bf16
+    assert len(CHECKPOINTS) == 7
+    assert CHECKPOINTS[3] == 16 and CHECKPOINTS[-1] == 32  # 4 projections x 4 token counts per dtype
 
 
 def test_tiny_run_measures_every_section(tiny_run):

@@ -72,19 +72,20 @@ def measure_attention(
             if bench.out_of_time("attention", label):
                 continue
             queries = 1 if phase == "decode" else context
-            sets = [
-                (bench.random(batch, n, queries, d, dtype=dtype), bench.random(batch, g, context, d, dtype=dtype),
-                 bench.random(batch, g, context, d, dtype=dtype))
-                for _ in range(copies_to_defeat_cache(kv_bytes, bench.cache_bytes))
-            ]
             try:
+                sets = [
+                    (bench.random(batch, n, queries, d, dtype=dtype), bench.random(batch, g, context, d, dtype=dtype),
+                     bench.random(batch, g, context, d, dtype=dtype))
+                    for _ in range(copies_to_defeat_cache(kv_bytes, bench.cache_bytes))
+                ]
                 fn, backend = attention_fn(bench, shape, sets, causal=phase == "prefill")
-                seconds = bench.timer(fn)
-            except RuntimeError as exc:
-                bench.skip("attention", label, f"{type(exc).__name__}: {str(exc)[:160]}")
+            except Exception as exc:
+                bench.failed("attention", label, exc)
                 continue
-            finally:
-                del sets
+            seconds = bench.time_case("attention", label, fn)
+            del sets, fn
+            if seconds is None:
+                continue
             work = attention_work(phase, batch, context, n, g, d, dtype, query_tile_rows(d))
             rows.append({
                 "variant": shape.label, "phase": phase, "batch": batch, "context": context,

@@ -27,12 +27,23 @@ def measure_bandwidth(bench: Bench, buffer_sizes: tuple[int, ...]) -> list[dict[
     for size in buffer_sizes:
         if bench.out_of_time("bandwidth", f"{size} bytes"):
             continue
-        src = bench.random(size // 2, dtype="fp16")
-        dst = torch.empty_like(src)
-        total = torch.empty((), dtype=torch.float32, device=bench.device)
-        rows.append(bandwidth_row("copy", size, copy_bytes(size), bench.timer(lambda: dst.copy_(src))))
-        rows.append(bandwidth_row("read", size, read_bytes(size), bench.timer(lambda: torch.sum(src, dim=0, dtype=torch.float32, out=total))))
-        del src, dst
+        label = f"{size} bytes"
+        try:
+            src = bench.random(size // 2, dtype="fp16")
+            dst = torch.empty_like(src)
+            total = torch.empty((), dtype=torch.float32, device=bench.device)
+        except Exception as exc:
+            bench.failed("bandwidth", label, exc)
+            continue
+        kernels = (
+            ("copy", copy_bytes(size), lambda: dst.copy_(src)),
+            ("read", read_bytes(size), lambda: torch.sum(src, dim=0, dtype=torch.float32, out=total)),
+        )
+        for kernel, moved, fn in kernels:
+            seconds = bench.time_case("bandwidth", f"{kernel} {label}", fn)
+            if seconds is not None:
+                rows.append(bandwidth_row(kernel, size, moved, seconds))
+        del src, dst, kernels
         bench.release()
     return rows
 
@@ -55,7 +66,9 @@ def measure_elementwise(bench: Bench, tokens: tuple[int, ...], width: int, dtype
             a, b, out = next(cycle)
             torch.add(a, b, out=out)
 
-        rows.append({"kernel": "add", "dtype": dtype, "tokens": m, "width": width, "flops": work.flops, "bytes": work.bytes, "seconds": bench.timer(add)})
+        seconds = bench.time_case("elementwise", f"add {m}x{width}", add)
+        if seconds is not None:
+            rows.append({"kernel": "add", "dtype": dtype, "tokens": m, "width": width, "flops": work.flops, "bytes": work.bytes, "seconds": seconds})
     return rows
 
 

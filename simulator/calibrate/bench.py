@@ -37,6 +37,26 @@ class Bench:
             return True
         return False
 
+    def time_case(self, section: str, case: str, fn: Callable[[], Any]) -> float | None:
+        """Seconds per call of ``fn``, or None with the case listed as skipped and its error.
+
+        A failing case must not cost the others: a GPU run cannot be repeated at will.
+        """
+        try:
+            return self.timer(fn)
+        except Exception as exc:
+            self.failed(section, case, exc)
+            return None
+
+    def failed(self, section: str, case: str, exc: BaseException) -> None:
+        """List a case that raised, and leave the device usable for the next one."""
+        self.skip(section, case, f"{type(exc).__name__}: {str(exc)[:200]}")
+        try:
+            self.synchronize()
+            self.release()
+        except Exception:  # a broken context fails the next case too, which is listed in turn
+            pass
+
     def random(self, *shape: int, dtype: str) -> Any:
         """Normal random values (never zeros: some kernels run faster on them)."""
         torch = self.torch

@@ -143,15 +143,21 @@ def measure_endtoend(
             continue
         if bench.out_of_time("endtoend", label):
             continue
-        cache = decoder.new_cache(batch, context)
         tokens = 1 if phase == "decode" else context
         start = context - 1 if phase == "decode" else 0
-        ids = torch.randint(0, model.vocab_size, (batch, tokens), device=bench.device)
-        rotation = decoder.rotary(start, tokens)
+        try:
+            cache = decoder.new_cache(batch, context)
+            ids = torch.randint(0, model.vocab_size, (batch, tokens), device=bench.device)
+            rotation = decoder.rotary(start, tokens)
+        except Exception as exc:
+            bench.failed("endtoend", label, exc)
+            continue
         with torch.inference_mode():
-            seconds = bench.timer(lambda: decoder.forward(ids, cache, start, rotation))
-        rows.append({"phase": phase, "batch": batch, "context": context, "seconds": seconds})
-        bench.log(f"endtoend {label}: {seconds * 1e3:.3f} ms")
+            seconds = bench.time_case("endtoend", label, lambda: decoder.forward(ids, cache, start, rotation))
         del cache
         bench.release()
+        if seconds is None:
+            continue
+        rows.append({"phase": phase, "batch": batch, "context": context, "seconds": seconds})
+        bench.log(f"endtoend {label}: {seconds * 1e3:.3f} ms")
     return rows

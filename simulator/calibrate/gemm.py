@@ -81,15 +81,23 @@ def measure_gemms(bench: Bench, models: tuple[ModelSpec, ...], tokens: tuple[int
                 continue
             copies = copies_to_defeat_cache(k * n * DTYPE_BYTES[dtype], bench.cache_bytes)
             shape = (n, k) if dtype == "fp8" else (k, n)
-            weights = [bench.random(*shape, dtype=dtype) for _ in range(copies)]
+            try:
+                weights = [bench.random(*shape, dtype=dtype) for _ in range(copies)]
+            except Exception as exc:
+                bench.failed(section, f"{model.name} {op}", exc)
+                continue
             for m in tokens:
                 if bench.out_of_time(section, f"{model.name} {op} m={m}"):
                     continue
                 rows_run = padded_rows(m, dtype)
+                case = f"{model.name} {op} m={m}"
                 try:
-                    seconds = bench.timer(_case_fn(bench, dtype, weights, rows_run, k, n))
-                except RuntimeError as exc:
-                    bench.skip(section, f"{model.name} {op} m={m}", f"{type(exc).__name__}: {str(exc)[:160]}")
+                    fn = _case_fn(bench, dtype, weights, rows_run, k, n)
+                except Exception as exc:
+                    bench.failed(section, case, exc)
+                    continue
+                seconds = bench.time_case(section, case, fn)
+                if seconds is None:
                     continue
                 work = gemm_work(m, k, n, dtype)
                 rows.append({

@@ -85,7 +85,7 @@ def measured_cpu_peaks(bench: Bench, size: int, dtypes: tuple[str, ...], bandwid
         a, b = bench.random(size, size, dtype=dtype), bench.random(size, size, dtype=dtype)
         out = torch.empty(size, size, dtype=bench.dtype(dtype))
         flops[dtype] = 2.0 * size**3 / bench.timer(lambda: torch.matmul(a, b, out=out))
-    best = max(r["bytes_per_second"] for r in bandwidth_rows)
+    best = max((r["bytes_per_second"] for r in bandwidth_rows), default=1.0)  # 1 B/s if none ran: code path only
     return {"source": "measured", "flops": flops, "hbm_bandwidth_bytes_per_second": best}
 
 
@@ -105,8 +105,13 @@ def run_calibration(
     dtype: str,
     budget_seconds: float,
     log: Callable[[str], None] = lambda line: None,
+    checkpoint: Callable[[dict[str, Any]], None] = lambda partial: None,
 ) -> dict[str, Any]:
-    """Measure everything ``plan`` lists on ``device``; the dict :func:`overlay.derive_overlay` and the check read."""
+    """Measure everything ``plan`` lists on ``device``; the dict :func:`overlay.derive_overlay` and the check read.
+
+    ``checkpoint`` receives the timings so far after each section (a run cut short keeps them).
+    A section that raises is listed in ``skipped`` and the run goes on.
+    """
     if device == "cuda":
         cuda_ready(torch)
     else:
@@ -120,52 +125,64 @@ def run_calibration(
     env = environment(torch, device)
     bench = Bench(torch, device, timer, budget, cache_bytes=float(env.get("l2_bytes", 0) or 0), log=log)
     log(f"calibrating {env['name']} (torch {env['torch']}, CUDA {env['cuda']}), plan {plan.name}, overlay on {base.name}")
-
-    def stamp(what: str) -> None:
-        log(f"[{budget.elapsed():6.1f} s] {what}")
-
-    launch = measure_launch_seconds(bench)
-    stamp(f"per-kernel cost {launch * 1e6:.2f} us")
-    bandwidth = measure_bandwidth(bench, plan.bandwidth_buffer_bytes)
-    stamp("bandwidth: " + ", ".join(f"{r['kernel']} {fmt_bytes(r['buffer_bytes'])} {r['bytes_per_second'] / 1e9:.0f} GB/s" for r in bandwidth))
-    elementwise = measure_elementwise(bench, plan.elementwise_tokens, plan.elementwise_width, dtype)
-    stamp(f"elementwise: {len(elementwise)} cases")
-    gemm = measure_gemms(bench, plan.gemm_models, plan.gemm_tokens, dtype)
-    stamp(f"gemm {dtype}: {len(gemm)} cases")
-    attention = measure_attention(
-        bench, plan.attention_shapes, plan.attention_prefill_tokens, plan.attention_decode_batches,
-        plan.attention_decode_contexts, plan.attention_max_kv_bytes, dtype,
-        lambda head_dim: flash_query_tile_rows(base, head_dim, DTYPE_BYTES[dtype]),
-    )
-    stamp(f"attention: {len(attention)} cases")
-    endtoend = measure_endtoend(bench, plan.endtoend_model, dtype, plan.decode_batches, plan.decode_contexts, plan.prefill_tokens)
-    stamp(f"end to end: {len(endtoend)} cases")
-    for other in plan.gemm_dtypes[1:]:
-        gemm += measure_gemms(bench, plan.gemm_models, plan.gemm_tokens, other)
-        stamp(f"gemm {other} done")
-    if device == "cuda":
-        peaks = datasheet_peaks(base)
-    else:
-        peaks = measured_cpu_peaks(bench, plan.peak_matmul_size, plan.gemm_dtypes, bandwidth)
     timing = {"method": getattr(timer, "method", type(timer).__name__), "warmup": plan.warmup, "repeats": plan.repeats,
               "statistic": "median"}
-    if hasattr(timer, "graph_failures"):
-        timing["graph_capture_failures"] = timer.graph_failures
-        timing["graph_capture_errors"] = sorted(set(timer.failures))[:10]
-    return {
+    result: dict[str, Any] = {
         "schema": SCHEMA,
         "device": env,
         "base_gpu": base.name,
         "dtype": dtype,
         "plan": plan.name,
-        "peaks": peaks,
-        "launch_seconds": launch,
+        "peaks": datasheet_peaks(base),
+        "launch_seconds": 0.0,
         "timing": timing,
-        "bandwidth": bandwidth,
-        "elementwise": elementwise,
-        "gemm": gemm,
-        "attention": attention,
-        "endtoend": {"model": plan.endtoend_model.model_dump(), "cases": endtoend},
+        "bandwidth": [],
+        "elementwise": [],
+        "gemm": [],
+        "attention": [],
+        "endtoend": {"model": plan.endtoend_model.model_dump(), "cases": []},
         "skipped": bench.skipped,
-        "elapsed_seconds": budget.elapsed(),
+        "elapsed_seconds": 0.0,
     }
+
+    def section(name: str, measure: Callable[[], Any], store: Callable[[Any], None]) -> None:
+        """Run one section, store what it measured into ``result``, then checkpoint."""
+        try:
+            got = measure()
+        except Exception as exc:
+            bench.failed(name, "whole section", exc)
+            got = None
+        if got is not None:
+            store(got)
+        if hasattr(timer, "graph_failures"):
+            timing["graph_capture_failures"] = timer.graph_failures
+            timing["graph_capture_errors"] = sorted(set(timer.failures))[:10]
+        result["elapsed_seconds"] = budget.elapsed()
+        count = f": {len(got)} cases" if isinstance(got, list) else ""
+        log(f"[{budget.elapsed():6.1f} s] {name} done{count}")
+        checkpoint(result)
+
+    def put(key: str) -> Callable[[Any], None]:
+        return lambda got: result.__setitem__(key, got)
+
+    section("per-kernel cost", lambda: measure_launch_seconds(bench), put("launch_seconds"))
+    section("bandwidth", lambda: measure_bandwidth(bench, plan.bandwidth_buffer_bytes), put("bandwidth"))
+    for row in result["bandwidth"]:
+        log(f"  {row['kernel']} {fmt_bytes(row['buffer_bytes'])}: {row['bytes_per_second'] / 1e9:.0f} GB/s")
+    if device != "cuda":
+        result["peaks"] = measured_cpu_peaks(bench, plan.peak_matmul_size, plan.gemm_dtypes, result["bandwidth"])
+    section("elementwise", lambda: measure_elementwise(bench, plan.elementwise_tokens, plan.elementwise_width, dtype),
+            put("elementwise"))
+    section(f"gemm {dtype}", lambda: measure_gemms(bench, plan.gemm_models, plan.gemm_tokens, dtype), put("gemm"))
+    section("attention", lambda: measure_attention(
+        bench, plan.attention_shapes, plan.attention_prefill_tokens, plan.attention_decode_batches,
+        plan.attention_decode_contexts, plan.attention_max_kv_bytes, dtype,
+        lambda head_dim: flash_query_tile_rows(base, head_dim, DTYPE_BYTES[dtype]),
+    ), put("attention"))
+    section("end to end", lambda: measure_endtoend(
+        bench, plan.endtoend_model, dtype, plan.decode_batches, plan.decode_contexts, plan.prefill_tokens),
+        lambda cases: result["endtoend"].__setitem__("cases", cases))
+    for other in plan.gemm_dtypes[1:]:
+        section(f"gemm {other}", lambda: measure_gemms(bench, plan.gemm_models, plan.gemm_tokens, other),
+                lambda rows: result["gemm"].extend(rows))
+    return result

@@ -45,7 +45,7 @@ def _base_gpu(base: str | None, device: str, device_name: str) -> GPUSpec:
     return found
 
 
-def _measure(device: str, quick: bool, base: str | None, dtype: str, budget: float) -> dict[str, Any]:
+def _measure(device: str, quick: bool, base: str | None, dtype: str, budget: float, saved: Path | None) -> dict[str, Any]:
     from simulator.calibrate import require_torch
     from simulator.calibrate.harness import cuda_ready, run_calibration
     from simulator.calibrate.plan import full_plan, quick_plan, tiny_plan
@@ -58,7 +58,14 @@ def _measure(device: str, quick: bool, base: str | None, dtype: str, budget: flo
     else:
         name, plan = "cpu", tiny_plan()
     gpu = _base_gpu(base, device, name)
-    return run_calibration(torch, device, plan, gpu, dtype, budget, log=lambda line: click.echo(line, err=True))
+    from simulator.calibrate.overlay import save_measurements
+
+    def checkpoint(partial: dict[str, Any]) -> None:
+        # after each section, so that a run cut short keeps what it measured
+        if saved is not None:
+            save_measurements(saved, partial)
+
+    return run_calibration(torch, device, plan, gpu, dtype, budget, log=lambda line: click.echo(line, err=True), checkpoint=checkpoint)
 
 
 def _overlay_gpu(overlay: dict[str, Any]) -> GPUSpec:
@@ -107,8 +114,8 @@ def calibrate_command(
     if measurements is not None:
         timings = load_measurements(measurements)
     else:
-        timings = _measure(device, quick, base, dtype, budget_seconds)
         saved = save_measurements or (default_measurements_path(out) if out is not None else None)
+        timings = _measure(device, quick, base, dtype, budget_seconds, saved)
         if saved is not None:
             save(saved, timings)
             click.echo(f"wrote raw timings to {saved}", err=True)
