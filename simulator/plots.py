@@ -262,11 +262,19 @@ def _pick(rows: list[dict[str, Any]], wanted: str | None, candidates: tuple[str,
     raise InputError(f"--plot: sweep rows have none of {', '.join(candidates)} for the {what} axis")
 
 
+LATENCY_NAMES = {"tpot": "time per output token", "ttft": "time to first token", "e2e": "end-to-end latency",
+                 "itl": "inter-token latency"}
+
+
 def _axis_label(key: str) -> str:
-    name = key.rsplit(".", 1)[-1]
-    if name.endswith("_seconds"):
-        return name[: -len("_seconds")].replace("_", " ").upper().replace("P50", "p50") + " (ms)"
-    return name.replace("_", " ").replace("tokens per second", "(tokens/s)")
+    """'p99.e2e_seconds' -> 'p99 end-to-end latency'; 'throughput.output_tokens_per_second' -> 'output throughput (tokens/s)'."""
+    words = key.replace(".", "_").split("_")
+    percentile = next((w for w in words if w in ("p50", "p90", "p95", "p99", "mean")), "")
+    for short, long in LATENCY_NAMES.items():
+        if short in words:
+            return f"{percentile} {long}".strip()
+    kind = next((w for w in words if w in ("output", "total", "input")), "")
+    return f"{kind} throughput (tokens/s)".strip()
 
 
 def sweep_plot_data(rows: list[dict[str, Any]], latency_key: str | None = None,
@@ -311,15 +319,21 @@ def plot_sweep(rows: list[dict[str, Any]], path: str | Path, latency_key: str | 
     fig = Figure(figsize=(6.5 * panels, 5.5), dpi=110, layout="constrained")
     FigureCanvasAgg(fig)
     axes = [fig.add_subplot(1, panels, i + 1) for i in range(panels)]
+    # Milliseconds read well up to ~10 s; beyond that the axis is in seconds.
+    longest = max(max(s["latency_ms"]) for s in data["series"])
+    scale, unit = (1e-3, "s") if longest > 10_000 else (1.0, "ms")
     for s in data["series"]:
-        axes[0].plot(s["latency_ms"], s["throughput"], marker="o", label=s["label"])
+        axes[0].plot([v * scale for v in s["latency_ms"]], s["throughput"], marker="o", label=s["label"])
         if panels == 2:
             axes[1].plot(s["batch"], s["throughput"], marker="o", label=s["label"])
-    axes[0].set_xlabel(data["latency_label"])
+    axes[0].set_xlabel(f"{data['latency_label']} ({unit})")
     axes[0].set_ylabel(data["throughput_label"])
     axes[0].set_title("Throughput vs latency")
     if panels == 2:
         axes[1].set_xscale("log", base=2)
+        from matplotlib.ticker import ScalarFormatter  # batch ticks as 1, 2, 4, ... not 2^k
+
+        axes[1].xaxis.set_major_formatter(ScalarFormatter())
         axes[1].set_xlabel("batch (sequences)")
         axes[1].set_ylabel(data["throughput_label"])
         axes[1].set_title("Throughput vs batch")
