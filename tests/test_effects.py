@@ -214,3 +214,25 @@ def test_dequantisation_is_not_counted_as_model_flops():
     assert int4.flops == fp16.flops
     dequant = sum(op.dequant_ops for op in int4.operators)
     assert dequant == 32 * LAYER_WEIGHTS * math.ceil(32 / 16) * 4
+
+
+# --- A bounded property: flash never moves more attention bytes than naive -------------------
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(
+    prompt=st.integers(min_value=1, max_value=8192),
+    cached=st.integers(min_value=0, max_value=8192),
+    batch=st.integers(min_value=1, max_value=8),
+    gpu_name=st.sampled_from(["a100", "h100", "v100", "l4", "mi300x"]),
+    model_name=st.sampled_from(["llama2-7b", "llama2-70b", "falcon-7b"]),
+)
+def test_flash_moves_no_more_attention_bytes_than_naive(prompt, cached, batch, gpu_name, model_name):
+    # Flash streams K/V once per B_r-row tile: 2 g d b_kv / B_r per (query, key) pair; naive moves
+    # 4 n b_a per pair (S and P, written and read). Flash wins while B_r >= g d / (2 n) (<= 64 here).
+    gpu = pinned_gpu(gpu_name)
+    step = Step.prefill(batch, prompt, cached)
+    ops = {k: next(op for op in build_operators(load_model(model_name), Precision(), gpu, 1, k) if op.kind == "attention")
+           for k in ("flash", "naive")}
+    assert total_bytes(ops["flash"].work(step)) <= total_bytes(ops["naive"].work(step))
