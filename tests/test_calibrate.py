@@ -339,3 +339,110 @@ def test_cli_overlay_only_with_check(tmp_path):
     assert result.exit_code == 2
     assert "--overlay" in result.output
 
+
+
+# ---- the CUDA timer, on a fake torch.cuda with a simulated clock ---------------------------
+
+class _FakeCuda:
+    """Just enough of torch.cuda: events read a simulated clock; a graph records calls and replays them."""
+
+    def __init__(self, capture_fails: bool = False):
+        self.now = 0.0
+        self.capturing: list | None = None
+        self.capture_fails = capture_fails
+        self.graph_sizes: list[int] = []
+        cuda = self
+
+        class Event:
+            def __init__(self, enable_timing: bool):
+                self.at = None
+
+            def record(self):
+                self.at = cuda.now
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, end):
+                return (end.at - self.at) * 1e3  # milliseconds, as torch reports
+
+        class CUDAGraph:
+            def __init__(self):
+                self.calls = []
+
+            def replay(self):
+                for call in self.calls:
+                    call()
+
+        self.Event, self.CUDAGraph = Event, CUDAGraph
+
+    def kernel(self, seconds: float):
+        def run():
+            self.now += seconds
+
+        def launch():
+            if self.capturing is not None:
+                self.capturing.append(run)
+            else:
+                run()
+
+        return launch
+
+    def synchronize(self):
+        pass
+
+    def Stream(self):
+        return self
+
+    def current_stream(self):
+        return self
+
+    def wait_stream(self, other):
+        pass
+
+    def stream(self, s):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def graph(self, graph):
+        import contextlib
+
+        @contextlib.contextmanager
+        def capture():
+            if self.capture_fails:
+                raise RuntimeError("operation not permitted when stream is capturing")
+            self.capturing = graph.calls
+            try:
+                yield
+            finally:
+                self.capturing = None
+                self.graph_sizes.append(len(graph.calls))
+
+        return capture()
+
+
+class _FakeTorch:
+    def __init__(self, cuda):
+        self.cuda = cuda
+
+
+def test_cuda_timer_replays_a_graph_of_grouped_calls():
+    from simulator.calibrate.timing import CudaTimer
+
+    cuda = _FakeCuda()
+    timer = CudaTimer(_FakeTorch(cuda), warmup=3, repeats=5, target_seconds=2e-3, most_calls=64)
+    assert timer(cuda.kernel(1e-4)) == pytest.approx(1e-4)
+    # a 0.1 ms kernel is grouped 2 ms / 0.1 ms = 20 to a graph
+    assert cuda.graph_sizes == [20]
+    assert timer.graph_failures == 0
+
+
+def test_cuda_timer_falls_back_to_eager_calls_when_capture_fails():
+    from simulator.calibrate.timing import CudaTimer
+
+    cuda = _FakeCuda(capture_fails=True)
+    timer = CudaTimer(_FakeTorch(cuda), warmup=1, repeats=3, target_seconds=1e-3)
+    assert timer(cuda.kernel(5e-4)) == pytest.approx(5e-4)
+    assert timer.graph_failures == 1
+    assert "RuntimeError" in timer.failures[0]
