@@ -6,7 +6,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -236,3 +235,26 @@ def test_summary_names_the_pareto_front_and_best_points(tmp_path):
     assert result.exit_code == 0, result.output
     assert "4 points (2 fit, 2 do not fit memory)" in result.output
     assert "Pareto front" in result.output and "Best per objective" in result.output
+
+
+def test_plot_draws_the_points_that_fit(tmp_path):
+    pytest.importorskip("matplotlib")
+    scenario_file = tmp_path / "small.yaml"
+    scenario_file.write_text(SMALL)
+    plot = tmp_path / "sweep.png"
+    result = CliRunner().invoke(main, ["sweep", str(scenario_file), "--workers", "1", "--out", str(tmp_path / "p.csv"), "--plot", str(plot)])
+    assert result.exit_code == 0, result.output
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_matplotlib_says_how_to_install_it_before_running(tmp_path, monkeypatch):
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real_find_spec(name, *a))
+    scenario_file = tmp_path / "small.yaml"
+    scenario_file.write_text(SMALL)
+    out = tmp_path / "p.csv"
+    result = CliRunner().invoke(main, ["sweep", str(scenario_file), "--out", str(out), "--plot", str(tmp_path / "x.png")])
+    assert result.exit_code == 2 and "pip install 'memwall[plot]'" in result.output
+    assert not out.exists()  # refused before any point ran
