@@ -431,10 +431,11 @@ def test_cuda_timer_replays_a_graph_of_grouped_calls():
     from simulator.calibrate.timing import CudaTimer
 
     cuda = _FakeCuda()
-    timer = CudaTimer(_FakeTorch(cuda), warmup=3, repeats=5, target_seconds=2e-3, most_calls=64)
-    assert timer(cuda.kernel(1e-4)) == pytest.approx(1e-4)
-    # a 0.1 ms kernel is grouped 2 ms / 0.1 ms = 20 to a graph
-    assert cuda.graph_sizes == [20]
+    # powers of two keep the simulated clock exact: a 2**-13 s (122 us) kernel, 2**-9 s (1.95 ms) per repeat
+    timer = CudaTimer(_FakeTorch(cuda), warmup=3, repeats=5, target_seconds=2**-9, most_calls=64)
+    assert timer(cuda.kernel(2**-13)) == pytest.approx(2**-13)
+    # grouped 2**-9 / 2**-13 = 16 calls to a graph
+    assert cuda.graph_sizes == [16]
     assert timer.graph_failures == 0
 
 
