@@ -106,6 +106,8 @@ def build_workload(opts: dict[str, Any], max_tokens: int) -> Workload:
     """The workload named by merged options (see module docstring)."""
     prompt, output = _lengths(opts)
     seed = int(opts["seed"])
+    if opts["requests"] is not None and int(opts["requests"]) < 1:
+        raise InputError(f"--requests: must be >= 1 (got {opts['requests']})")
     if opts["trace"] is not None:
         trace = read_trace(opts["trace"])
         if opts["qps"] is None:

@@ -184,3 +184,32 @@ def test_run_from_options_rejects_unknown_keys_and_bad_values():
     assert "no memory left for the KV cache" in fit_error(
         {"model": "llama2-7b", "gpu": "a100", "gpu_memory_utilization": 0.15})
     assert fit_error({"model": "llama2-7b", "gpu": "a100"}) is None
+
+
+@pytest.mark.parametrize("scheduler,blocks", [("static", BLOCKS), ("continuous", BLOCKS), ("continuous", 60),
+                                              ("chunked", BLOCKS), ("chunked", 60)])
+def test_stretches_equal_stepping_one_iteration_at_a_time(system, monkeypatch, scheduler, blocks):
+    """Costing decode stretches in one vectorised call changes nothing but speed."""
+    import simulator.engine.engine as engine_module
+
+    w = open_loop(40, 30.0, LengthSpec("uniform", 10, 200), LengthSpec("uniform", 2, 80), seed=6)
+    config = SchedulerConfig(scheduler, max_num_seqs=12) if scheduler != "chunked" else SchedulerConfig(
+        "chunked", max_num_seqs=12, max_batched_tokens=128)
+    fast = simulate(system, w, config, blocks)
+    monkeypatch.setattr(engine_module, "STRETCH_MAX", 1)
+    slow = simulate(system, w, config, blocks)
+    assert fast.totals.cost_calls < slow.totals.cost_calls
+    assert fast.totals.iterations == slow.totals.iterations
+    assert np.array_equal(fast.preemptions, slow.preemptions)
+    assert (blocks == BLOCKS) == (slow.total_preemptions == 0)
+    for name in ("prefill_tokens", "decode_seqs", "blocks_used", "running"):
+        assert np.array_equal(fast.log[name], slow.log[name]), name
+    for name in ("first_scheduled", "first_token", "finish"):
+        assert getattr(fast, name) == pytest.approx(getattr(slow, name), rel=1e-12), name
+    for a, b in ((fast, slow),):
+        assert np.sum(a.itl["seconds"] * a.itl["weight"]) == pytest.approx(np.sum(b.itl["seconds"] * b.itl["weight"]))
+        assert a.itl["weight"].sum() == b.itl["weight"].sum()
+    # One inter-token gap per output token after the first, preempted requests included.
+    assert fast.itl["weight"].sum() == int((w.output_tokens - 1).sum())
+    assert (fast.status == DONE).all()
+    assert fast.totals.flops == pytest.approx(slow.totals.flops, rel=1e-12)

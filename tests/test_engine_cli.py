@@ -80,6 +80,7 @@ def test_the_three_schedulers_run_and_report_themselves():
         (["--output-tokens", "uniform:9"], "--output-tokens: cannot read"),
         (["--gpu-memory-utilization", "0.1"], "no memory left for the KV cache"),
         (["--slo-ttft", "0"], "--slo-ttft: must be > 0"),
+        (["--qps", "2", "--requests", "0"], "--requests: must be >= 1"),
     ],
 )
 def test_bad_engine_input_is_one_line_and_exit_2(args, message):

@@ -92,6 +92,20 @@ class EngineResult:
         return int(self.preemptions.sum())
 
 
+@dataclass(frozen=True)
+class Stretch:
+    """Planned decode ticks: ``steps`` runnable; per tick j (arrays over the horizon): decoders,
+    keys attended in total, new blocks, blocks freed by completions so far; the tick index at
+    which each finishing decoder is gone (sorted)."""
+
+    steps: int
+    batch: np.ndarray
+    context: np.ndarray
+    needs: np.ndarray | None
+    freed_by: np.ndarray
+    leave_at: np.ndarray
+
+
 def cost_totals(cost: StepCost) -> tuple:
     """(seconds, FLOPs, HBM bytes, compute-bound s, memory-bound s, communication s) of a step, one GPU.
 
@@ -176,6 +190,7 @@ class Engine:
         self.last_tick = 0.0
         self.pending_joins: dict[float, int] = {}  # decoders that have not ticked yet, by the time of their last token
         self.done = 0
+        self.last_decode_seconds = 0.0  # duration of the latest decode tick (sizes the next stretch)
 
         self.log = iteration_log()
         self.itl = itl_samples()
@@ -456,29 +471,71 @@ class Engine:
                 self._prefill_done(chunk.rid, now)
         self._finish_decoders(now)
 
-    def _stretch_length(self) -> tuple[int, np.ndarray | None]:
-        """Decode ticks that can run with no join, leave or preemption; block needs per tick (incremental)."""
-        self._clean_heap()
-        steps = min(self.finish_heap[0][0] - self.clock, STRETCH_MAX)
-        if not self.incremental:
-            return steps, None
-        phases = (-(self.clock + np.arange(steps))) % self.bs
-        needs = np.cumsum(self.phase_counts[phases])
-        return int(np.searchsorted(needs, self.alloc.free, side="right")), needs
+    def _plan_stretch(self, across_completions: bool, limit: int = STRETCH_MAX) -> "Stretch":
+        """The decode ticks that can run before anything but completions changes the batch.
 
-    def _stretch(self, env: simpy.Environment, cut_at_arrival: bool) -> Generator:
+        Without ``across_completions`` the stretch ends at the first completion (a waiting request
+        might take the freed slot); with it, completions only shrink the batch, and the stretch
+        runs on to :data:`STRETCH_MAX` ticks or until the last decoder finishes. Either way it stops
+        before the first tick whose new blocks are not free.
+        """
+        self._clean_heap()
+        clock, bs = self.clock, self.bs
+        first = self.finish_heap[0][0] - clock
+        if across_completions:
+            horizon = limit
+            leaving = sorted((fc, rid) for fc, rid in self.finish_heap
+                             if fc - clock <= horizon and self.status[rid] == DECODING and self.finish_clock[rid] == fc)
+            if len(leaving) == self.decoding:
+                horizon = leaving[-1][0] - clock  # everyone finishes inside the horizon
+        else:
+            horizon = min(first, limit)
+            leaving = [(fc, rid) for fc, rid in self.finish_heap if fc == first + clock
+                       and self.status[rid] == DECODING and self.finish_clock[rid] == fc] if first <= horizon else []
+        rids = np.array([rid for _, rid in leaving], dtype=np.int64)
+        leave_at = np.array([fc for fc, _ in leaving], dtype=np.int64) - clock  # first tick index they are gone
+        cached_now = self.base_cached[rids] + clock - self.base_clock[rids]
+        ticks = np.arange(horizon)
+        gone = np.searchsorted(leave_at, ticks, side="right")  # decoders finished before tick j
+        batch = self.decoding - gone
+        gone_cached = np.concatenate([[0], np.cumsum(cached_now)])[gone]
+        context = (self.decode_cached - gone_cached) + batch * (ticks + 1.0)
+        if self.incremental:
+            freed = -(-(cached_now + leave_at) // bs)
+        else:
+            freed = self.held[rids]
+        freed_by = np.concatenate([[0], np.cumsum(freed)])[gone]
+        needs = None
+        steps = horizon
+        if self.incremental:
+            phases = (-(clock + ticks)) % bs
+            finished_by_phase = np.zeros((horizon + 1, bs), dtype=np.int64)
+            np.add.at(finished_by_phase, (leave_at, (self.base_cached[rids] - self.base_clock[rids]) % bs), 1)
+            finished_by_phase = np.cumsum(finished_by_phase, axis=0)[:horizon]
+            needs = self.phase_counts[phases] - finished_by_phase[ticks, phases]
+            short = np.flatnonzero(np.cumsum(needs) > self.alloc.free + freed_by)
+            if len(short):
+                steps = int(short[0])
+        return Stretch(steps, batch, context, needs, freed_by, leave_at)
+
+    def _stretch(self, env: simpy.Environment, cut_at_arrival: bool, across_completions: bool) -> Generator:
         """Decode ticks costed in one vectorised call (see module docstring); falls back to one tick with preemption."""
-        steps, needs = self._stretch_length()
+        limit = STRETCH_MAX
+        if cut_at_arrival and self.next_arrival < self.n and self.last_decode_seconds > 0:
+            # Costing ticks past the next arrival is wasted work: plan a little beyond where it lands.
+            gap = float(self.arrival[self.next_arrival]) - env.now
+            limit = max(1, min(STRETCH_MAX, int(1.25 * gap / self.last_decode_seconds) + 4))
+        plan = self._plan_stretch(across_completions, limit)
+        steps = plan.steps
         if steps == 0:
             self._make_room_for_decode()
             if self.decoding:
                 yield from self._iteration(env, [], decode=True)
             return
         now = env.now
-        batch = float(self.decoding)
-        contexts = self.decode_cached + batch * np.arange(1.0, steps + 1.0)
+        batch, contexts = plan.batch[:steps].astype(float), plan.context[:steps]
         if steps == 1:
-            values = self._cost_scalar(_decode_step(batch, float(contexts[0])))
+            values = self._cost_scalar(_decode_step(float(batch[0]), float(contexts[0])))
             seconds, flops, moved, compute_bound, memory_bound, communication = (np.array([v]) for v in values)
         else:
             self.totals.cost_calls += 1
@@ -490,22 +547,30 @@ class Engine:
             first_after = int(np.searchsorted(ends, self.arrival[self.next_arrival], side="left"))
             steps = min(steps, first_after + 1)
         ends, seconds = ends[:steps], seconds[:steps]
-        if needs is not None:
-            self.alloc.allocate(int(needs[steps - 1]))
-            used = self.alloc.used - int(needs[steps - 1]) + needs[:steps]
-        else:
-            used = self.alloc.used
+        self.last_decode_seconds = float(seconds[-1])
         self._charge(seconds, flops[:steps], moved[:steps], compute_bound[:steps], memory_bound[:steps],
                      communication[:steps], steps, True)
-        self._note_decode_step(_decode_step(batch, float(contexts[0])), mixed=False)
+        self._note_decode_step(_decode_step(float(batch[0]), float(contexts[0])), mixed=False)
         if steps > 1:
-            self._note_decode_step(_decode_step(batch, float(contexts[steps - 1])), mixed=False)
+            self._note_decode_step(_decode_step(float(batch[steps - 1]), float(contexts[steps - 1])), mixed=False)
+        used = self.alloc.used - plan.freed_by[:steps]
+        if plan.needs is not None:
+            used = used + np.cumsum(plan.needs[:steps])
+        running = self.running - (self.decoding - plan.batch[:steps])
         yield env.timeout(float(ends[-1]) - now)
         self._now = env.now
-        self.log.append(end=ends, seconds=seconds, prefill_tokens=0, decode_seqs=self.decoding,
-                        blocks_used=used, running=self.running)
-        self._ticks(ends)
-        self._finish_decoders(env.now)
+        self.log.append(end=ends, seconds=seconds, prefill_tokens=0, decode_seqs=plan.batch[:steps],
+                        blocks_used=used, running=running)
+        # Replay the ticks segment by segment (the batch changes only where decoders finish).
+        start = 0
+        for stop in [*np.unique(plan.leave_at[plan.leave_at <= steps]).tolist(), steps]:
+            if stop <= start:
+                continue
+            if plan.needs is not None:
+                self.alloc.allocate(int(plan.needs[start:stop].sum()))
+            self._ticks(ends[start:stop])
+            self._finish_decoders(float(ends[stop - 1]))
+            start = stop
 
     def _serve(self, env: simpy.Environment) -> Generator:
         scheduler = self.config.scheduler
@@ -528,7 +593,7 @@ class Engine:
                     yield from self._iteration(env, chunks, decode=False)
                     continue
                 if chunks is not None:
-                    yield from self._stretch(env, cut_at_arrival=False)
+                    yield from self._stretch(env, cut_at_arrival=False, across_completions=True)
                     continue
             elif scheduler == "continuous":
                 chunks = plan_continuous(self)
@@ -536,11 +601,13 @@ class Engine:
                     yield from self._iteration(env, chunks, decode=False)
                     continue
                 if chunks is not None:
-                    yield from self._stretch(env, cut_at_arrival=not self.waiting)
+                    idle_queue = not self.waiting
+                    yield from self._stretch(env, cut_at_arrival=idle_queue, across_completions=idle_queue)
                     continue
             else:
                 if self.decoding and not self.partials and not self._head_admissible():
-                    yield from self._stretch(env, cut_at_arrival=not self.waiting)
+                    idle_queue = not self.waiting
+                    yield from self._stretch(env, cut_at_arrival=idle_queue, across_completions=idle_queue)
                     continue
                 self._make_room_for_decode()
                 chunks = plan_chunked(self)
