@@ -210,8 +210,8 @@ def format_path(parts: tuple[Any, ...] | list[Any]) -> str:
     return text or "(top level)"
 
 
-class _Problem(Exception):
-    """A problem at a field path; turned into an InputError naming the file."""
+class FieldError(InputError):
+    """A problem at a field path of a scenario; load_scenario adds the file name."""
 
     def __init__(self, path: str, message: str) -> None:
         super().__init__(f"{path}: {message}")
@@ -230,24 +230,24 @@ def convert_value(param: click.Option, value: Any, path: str) -> Any:
     if value is None:
         return None  # the option's default, as when the flag is left out
     if isinstance(value, (list, dict)):
-        raise _Problem(path, f"expected a single value, got a {type(value).__name__} (axes take lists; base takes one value)")
+        raise FieldError(path, f"expected a single value, got a {type(value).__name__} (axes take lists; base takes one value)")
     if isinstance(kind, click.types.IntParamType) and (isinstance(value, bool) or (isinstance(value, float) and not value.is_integer())):
-        raise _Problem(path, f"expected an integer, got {value!r}")
+        raise FieldError(path, f"expected an integer, got {value!r}")
     if isinstance(kind, click.types.FloatParamType) and isinstance(value, bool):
-        raise _Problem(path, f"expected a number, got {value!r}")
+        raise FieldError(path, f"expected a number, got {value!r}")
     if isinstance(kind, click.types.IntParamType) and isinstance(value, float):
         value = int(value)
     try:
         return kind.convert(value, param, None)
     except click.BadParameter as exc:
-        raise _Problem(path, exc.message.rstrip(".")) from None
+        raise FieldError(path, exc.message.rstrip(".")) from None
 
 
 def _check_name(name: str, params: dict[str, click.Option], path: str) -> click.Option:
     if name in params:
         return params[name]
     hint = suggest(name, list(params))
-    raise _Problem(path, f"unknown option '{name}'{hint}; valid options: {', '.join(params)}")
+    raise FieldError(path, f"unknown option '{name}'{hint}; valid options: {', '.join(params)}")
 
 
 def _validate_model(cls: type[BaseModel], data: Any, path: str) -> Any:
@@ -256,13 +256,13 @@ def _validate_model(cls: type[BaseModel], data: Any, path: str) -> Any:
     except pydantic.ValidationError as exc:
         err = exc.errors()[0]
         where = format_path([path, *err["loc"]]) if err["loc"] else path or "(top level)"
-        message = err["msg"]
+        message = re.sub(r" or instance of \w+", "", err["msg"])  # our class names mean nothing to a user
         if err["type"] == "extra_forbidden":
             allowed = _fields_at(cls, err["loc"][:-1])
             message = f"unknown field '{err['loc'][-1]}'{suggest(str(err['loc'][-1]), allowed)}; allowed: {', '.join(allowed)}"
         elif "input" in err and not isinstance(err["input"], (dict, list)):
             message = f"{message} (got {err['input']!r})"
-        raise _Problem(where, message) from None
+        raise FieldError(where, message) from None
 
 
 def _fields_at(cls: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
@@ -292,16 +292,16 @@ def expand_values(spec: Any, path: str) -> list[Any]:
         elif "powers_of_two" in spec:
             bounds = _validate_model(_PowersOfTwoRange, spec, path).powers_of_two
             if bounds.stop < bounds.start:
-                raise _Problem(f"{path}.powers_of_two", f"stop {bounds.stop:g} is below start {bounds.start:g}")
+                raise FieldError(f"{path}.powers_of_two", f"stop {bounds.stop:g} is below start {bounds.start:g}")
             exponents = range(math.ceil(math.log2(bounds.start)), math.floor(math.log2(bounds.stop)) + 1)
             values = [2**k if k >= 0 else 2.0**k for k in exponents]
             if not values:
-                raise _Problem(f"{path}.powers_of_two", f"no power of two lies in [{bounds.start:g}, {bounds.stop:g}]")
+                raise FieldError(f"{path}.powers_of_two", f"no power of two lies in [{bounds.start:g}, {bounds.stop:g}]")
         elif {"start", "stop", "step"} & set(spec):
             rng = _validate_model(_StepRange, spec, path)
             values = _step_range(spec, rng, path)
         else:
-            raise _Problem(
+            raise FieldError(
                 path,
                 f"unrecognised range {sorted(spec)}; use a list, {{values: [...]}}, {{start, stop, step}} "
                 "or {powers_of_two: {start, stop}}",
@@ -309,18 +309,18 @@ def expand_values(spec: Any, path: str) -> list[Any]:
     else:
         values = [spec]
     if not values:
-        raise _Problem(path, "empty list of values")
+        raise FieldError(path, "empty list of values")
     return values
 
 
 def _step_range(spec: dict[str, Any], rng: _StepRange, path: str) -> list[Any]:
     if rng.step == 0:
-        raise _Problem(f"{path}.step", "step must not be 0")
+        raise FieldError(f"{path}.step", "step must not be 0")
     if (rng.stop - rng.start) * rng.step < 0:
-        raise _Problem(f"{path}.step", f"step {rng.step:g} never goes from start {rng.start:g} to stop {rng.stop:g}")
+        raise FieldError(f"{path}.step", f"step {rng.step:g} never goes from start {rng.start:g} to stop {rng.stop:g}")
     count = math.floor((rng.stop - rng.start) / rng.step + 1e-9) + 1
     if count > 100_000:
-        raise _Problem(path, f"{count} values; at most 100000 per axis")
+        raise FieldError(path, f"{count} values; at most 100000 per axis")
     integral = all(isinstance(spec[k], int) and not isinstance(spec[k], bool) for k in ("start", "stop", "step"))
     if integral:
         return [int(spec["start"]) + i * int(spec["step"]) for i in range(count)]
@@ -364,14 +364,14 @@ def _check_configs(base: dict[str, Any], axes: tuple[Axis, ...], zipped_names: s
     named = set(base) | {axis.name for axis in axes}
     for required in ("model", "gpu"):
         if required not in named:
-            raise _Problem("base", f"no {required} given: set base.{required} or sweep it")
+            raise FieldError("base", f"no {required} given: set base.{required} or sweep it")
 
 
 def _load_or_problem(loader: Any, value: str, path: str) -> Any:
     try:
         return loader(value)
     except InputError as exc:
-        raise _Problem(path, _without_option_prefix(str(exc))) from None
+        raise FieldError(path, _without_option_prefix(str(exc))) from None
 
 
 def _prices(cost: CostBlock) -> dict[str, float]:
@@ -379,7 +379,7 @@ def _prices(cost: CostBlock) -> dict[str, float]:
     for key, price in cost.usd_per_gpu_hour.items():
         path = f"cost.usd_per_gpu_hour.{key}"
         if price <= 0:
-            raise _Problem(path, f"price must be > 0 US dollars per GPU-hour (got {price})")
+            raise FieldError(path, f"price must be > 0 US dollars per GPU-hour (got {price})")
         prices[_load_or_problem(load_gpu, str(key), path).name] = float(price)
     return prices
 
@@ -393,14 +393,14 @@ def _output(source: Path, block: OutputBlock, out: str | None) -> tuple[Path, Li
     path = Path(given)
     by_suffix: Literal["csv", "jsonl"] | None = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}.get(path.suffix)  # type: ignore[assignment]
     if out is None and block.format and by_suffix and block.format != by_suffix:
-        raise _Problem("output.format", f"{block.format} but output.path '{given}' ends in {path.suffix}")
+        raise FieldError("output.format", f"{block.format} but output.path '{given}' ends in {path.suffix}")
     fmt = by_suffix or block.format or "csv"
     if path.is_dir():
-        raise _Problem(field_name, f"'{given}' is a folder; give a file path such as {given.rstrip('/')}/results.{fmt}")
+        raise FieldError(field_name, f"'{given}' is a folder; give a file path such as {given.rstrip('/')}/results.{fmt}")
     if path.resolve() == source.resolve():
-        raise _Problem(field_name, f"'{given}' is the scenario file itself; choose another results path")
+        raise FieldError(field_name, f"'{given}' is the scenario file itself; choose another results path")
     if not path.parent.is_dir():
-        raise _Problem(field_name, f"folder '{path.parent}' of '{given}' does not exist; create it or choose another path")
+        raise FieldError(field_name, f"folder '{path.parent}' of '{given}' does not exist; create it or choose another path")
     return path, fmt, False
 
 
@@ -408,25 +408,25 @@ def _check_search(data: ScenarioFile, params: dict[str, click.Option], axis_name
     search = data.search or SearchBlock()
     wanted = [name for name in ("max_qps_under_slo", "max_batch_under_slo", "min_gpus_for_qps") if getattr(search, name)]
     if data.slo is not None and not data.slo.limits():
-        raise _Problem("slo", "no limit set; give ttft_p99_seconds, tpot_p99_seconds and/or e2e_p99_seconds")
+        raise FieldError("slo", "no limit set; give ttft_p99_seconds, tpot_p99_seconds and/or e2e_p99_seconds")
     if wanted and data.slo is None:
-        raise _Problem(f"search.{wanted[0]}", "a search needs an slo block (ttft_p99_seconds, tpot_p99_seconds, e2e_p99_seconds)")
+        raise FieldError(f"search.{wanted[0]}", "a search needs an slo block (ttft_p99_seconds, tpot_p99_seconds, e2e_p99_seconds)")
     if search.max_qps_under_slo is not None:
         qps = search.max_qps_under_slo
         if "qps" not in params:
-            raise _Problem("search.max_qps_under_slo", "needs the serving engine's --qps option, which this `simulate` lacks")
+            raise FieldError("search.max_qps_under_slo", "needs the serving engine's --qps option, which this `simulate` lacks")
         if "qps" in axis_names:
-            raise _Problem("search.max_qps_under_slo", "qps is swept; the search sets it itself (a qps in base sets the point's own run)")
+            raise FieldError("search.max_qps_under_slo", "qps is swept; the search sets it itself (a qps in base sets the point's own run)")
         if qps.high <= qps.low:
-            raise _Problem("search.max_qps_under_slo.high", f"must be above low ({qps.low:g}), got {qps.high:g}")
+            raise FieldError("search.max_qps_under_slo.high", f"must be above low ({qps.low:g}), got {qps.high:g}")
     if search.max_batch_under_slo is not None:
         batch = search.max_batch_under_slo
         if "batch" in axis_names:
-            raise _Problem("search.max_batch_under_slo", "batch is swept; the search sets it itself (move batch to base or drop the search)")
+            raise FieldError("search.max_batch_under_slo", "batch is swept; the search sets it itself (move batch to base or drop the search)")
         if batch.high < batch.low:
-            raise _Problem("search.max_batch_under_slo.high", f"must be at least low ({batch.low}), got {batch.high}")
+            raise FieldError("search.max_batch_under_slo.high", f"must be at least low ({batch.low}), got {batch.high}")
     if search.min_gpus_for_qps is not None and search.max_qps_under_slo is None:
-        raise _Problem("search.min_gpus_for_qps", "needs search.max_qps_under_slo (the capacity of one replica)")
+        raise FieldError("search.min_gpus_for_qps", "needs search.max_qps_under_slo (the capacity of one replica)")
     return search
 
 
@@ -447,7 +447,7 @@ def load_scenario(path: str | Path, out: str | None = None) -> Scenario:
     raw = read_mapping(source)
     try:
         return _build(source, raw, out)
-    except _Problem as problem:
+    except FieldError as problem:
         raise InputError(f"{source}: {problem.path}: {problem.message}") from None
 
 
@@ -460,19 +460,19 @@ def _build(source: Path, raw: dict[str, Any], out: str | None) -> Scenario:
     zipped = _axes(data.sweep.zipped, "sweep.zip", params)
     grid = _axes(data.sweep.grid, "sweep.grid", params)
     if not zipped and not grid:
-        raise _Problem("sweep", "empty sweep: give at least one axis under sweep.grid or sweep.zip")
+        raise FieldError("sweep", "empty sweep: give at least one axis under sweep.grid or sweep.zip")
     for axis in grid:
         if axis.name in {a.name for a in zipped}:
-            raise _Problem(f"sweep.grid.{axis.name}", "also under sweep.zip; sweep an option in one place")
+            raise FieldError(f"sweep.grid.{axis.name}", "also under sweep.zip; sweep an option in one place")
     for block, axes in (("zip", zipped), ("grid", grid)):
         for axis in axes:
             if axis.name in base:
-                raise _Problem(f"sweep.{block}.{axis.name}", f"also set in base.{axis.name}; set it in one place")
+                raise FieldError(f"sweep.{block}.{axis.name}", f"also set in base.{axis.name}; set it in one place")
     if zipped:
         first = zipped[0]
         for axis in zipped[1:]:
             if len(axis.values) != len(first.values):
-                raise _Problem(
+                raise FieldError(
                     f"sweep.zip.{axis.name}",
                     f"{len(axis.values)} value(s) but sweep.zip.{first.name} has {len(first.values)}; zipped axes go in step",
                 )

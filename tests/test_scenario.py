@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.cli import main
 from simulator.errors import InputError
@@ -47,6 +49,30 @@ def test_step_range_includes_stop_when_the_steps_land_on_it():
 
 def test_float_step_range_reads_as_written():
     assert expand_values({"start": 0.1, "stop": 0.5, "step": 0.1}, "x") == [0.1, 0.2, 0.3, 0.4, 0.5]
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(start=st.integers(-50, 50), step=st.integers(1, 10), count=st.integers(1, 30), overshoot=st.integers(0, 9))
+def test_step_range_has_every_step_from_start_up_to_stop(start, step, count, overshoot):
+    stop = start + (count - 1) * step + overshoot % step  # past the last step by less than one step
+    values = expand_values({"start": start, "stop": stop, "step": step}, "x")
+    assert len(values) == count and values[0] == start
+    assert all(b - a == step for a, b in zip(values, values[1:]))
+    assert values[-1] <= stop < values[-1] + step
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(start=st.integers(1, 5000), width=st.integers(0, 5000))
+def test_powers_of_two_are_exactly_those_in_the_bounds(start, width):
+    stop = start + width
+    if 2 ** (stop.bit_length() - 1) < start:  # no power of two in [start, stop]
+        with pytest.raises(InputError, match="no power of two lies in"):
+            expand_values({"powers_of_two": {"start": start, "stop": stop}}, "x")
+        return
+    values = expand_values({"powers_of_two": {"start": start, "stop": stop}}, "x")
+    assert all(v & (v - 1) == 0 and start <= v <= stop for v in values)  # powers of two, inside
+    assert values[0] / 2 < start and values[-1] * 2 > stop  # none missing at either end
+    assert all(b == 2 * a for a, b in zip(values, values[1:]))
 
 
 def test_values_form_and_scalar_form():
