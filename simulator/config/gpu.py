@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from simulator.config.loader import config_root, looks_like_path, read_mapping, suggest, validate
+from simulator.config.loader import config_root, load_validated, looks_like_path, read_mapping, suggest, validate
 from simulator.config.precision import DTYPE_BYTES
 from simulator.errors import InputError
 
@@ -116,7 +116,7 @@ def list_gpus() -> list[GPUSpec]:
 
 
 def _load_gpu_file(path: Path) -> GPUSpec:
-    return validate(GPUSpec, read_mapping(path), str(path))
+    return load_validated(GPUSpec, path)
 
 
 def load_gpu(name_or_path: str) -> GPUSpec:

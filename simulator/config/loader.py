@@ -7,6 +7,7 @@ Errors become :class:`InputError` naming the file, the line or field, and what i
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import os
 from pathlib import Path
@@ -85,3 +86,21 @@ def suggest(name: str, known: list[str]) -> str:
 def looks_like_path(name: str) -> bool:
     """A --model/--gpu value is a file path when it has a separator or a config suffix."""
     return os.sep in name or "/" in name or name.endswith((".yaml", ".yml", ".json"))
+
+
+def load_validated(model_cls: type[pydantic.BaseModel], path: Path) -> Any:
+    """``validate(model_cls, read_mapping(path))``, cached while the file is unchanged.
+
+    Name lookups scan every shipped config; a sweep does that for every point, so the parsed,
+    validated (frozen, hence shareable) objects are kept, keyed by the file's modification time.
+    """
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:
+        stamp = None
+    return _load_validated(model_cls, str(path), stamp)
+
+
+@functools.lru_cache(maxsize=256)
+def _load_validated(model_cls: type[pydantic.BaseModel], path: str, stamp: int | None) -> Any:
+    return validate(model_cls, read_mapping(Path(path)), path)

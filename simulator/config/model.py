@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from simulator.config.loader import config_root, looks_like_path, read_mapping, suggest, validate
+from simulator.config.loader import config_root, load_validated, looks_like_path, read_mapping, suggest, validate
 from simulator.errors import InputError
 
 
@@ -166,7 +166,7 @@ def _model_files() -> list[Path]:
 
 def list_models() -> list[ModelSpec]:
     """Every shipped model config, sorted by file name."""
-    return [validate(ModelSpec, read_mapping(path), str(path)) for path in _model_files()]
+    return [load_validated(ModelSpec, path) for path in _model_files()]
 
 
 def load_model_file(path: Path) -> ModelSpec:
