@@ -1,0 +1,75 @@
+"""Sweep speed: points per second for a 1,000-point grid, one worker and all cores.
+
+Run: python -m benchmarks.bench_sweep [--out benchmarks/results.json] [--points 1000]
+The grid is LLaMA-3-8B closed batches on H100: batch x context x weights x KV dtype.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import yaml
+
+from benchmarks.common import machine, report, write_results
+from simulator.scenario import load_scenario
+from simulator.sweep import InlineExecutor, run_sweep
+
+
+def grid_scenario(folder: Path, points: int) -> Path:
+    """A scenario whose grid has ``points`` points (10 contexts x 4 dtype pairs x points/40 batches)."""
+    batches = max(1, points // 40)
+    data = {
+        "name": "bench",
+        "base": {"model": "llama3-8b", "gpu": "h100", "gen": 64},
+        "sweep": {
+            "grid": {
+                "batch": list(range(1, batches + 1)),
+                "ctx": [256 * (i + 1) for i in range(10)],
+                "weights": ["fp16", "fp8"],
+                "kv": ["fp16", "fp8"],
+            }
+        },
+        "output": {"path": str(folder / "bench.csv"), "format": "csv"},
+    }
+    path = folder / "bench.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def points_per_second(path: Path, workers: int) -> tuple[float, int]:
+    scenario = load_scenario(path)
+    if scenario.output_path.exists():
+        scenario.output_path.unlink()
+    start = time.perf_counter()
+    if workers == 1:
+        outcome = run_sweep(scenario, InlineExecutor())
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            outcome = run_sweep(scenario, pool, in_flight=4 * workers)
+    seconds = time.perf_counter() - start
+    return outcome.total / seconds, outcome.total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", help="merge figures into this JSON file")
+    parser.add_argument("--points", type=int, default=1000)
+    args = parser.parse_args()
+    cpus = os.cpu_count() or 1
+    print(f"sweep benchmark on {machine()['cpu_count']} CPUs")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = grid_scenario(Path(tmp), args.points)
+        one, total = points_per_second(path, 1)
+        figures = [report(f"sweep of {total} points, --workers 1", one, "points/s")]
+        many, _ = points_per_second(path, cpus)
+        figures.append(report(f"sweep of {total} points, --workers {cpus}", many, "points/s"))
+    write_results(args.out, "sweep", figures)
+
+
+if __name__ == "__main__":
+    main()
