@@ -213,3 +213,54 @@ def test_stretches_equal_stepping_one_iteration_at_a_time(system, monkeypatch, s
     assert fast.itl["weight"].sum() == int((w.output_tokens - 1).sum())
     assert (fast.status == DONE).all()
     assert fast.totals.flops == pytest.approx(slow.totals.flops, rel=1e-12)
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=15)
+@given(
+    scheduler=st.sampled_from(["static", "continuous", "chunked"]),
+    n=st.integers(1, 25),
+    qps=st.floats(1.0, 200.0),
+    spare_blocks=st.integers(0, 40),
+    seqs=st.integers(1, 8),
+    seed=st.integers(0, 1000),
+)
+def test_invariants_hold_for_any_small_workload(system, scheduler, n, qps, spare_blocks, seqs, seed):
+    w = open_loop(n, qps, LengthSpec("uniform", 1, 120), LengthSpec("uniform", 1, 60), seed=seed)
+    largest = int(((w.prompt_tokens + w.output_tokens - 1 + 15) // 16).max())
+    blocks = largest + spare_blocks  # every request fits alone, so none is rejected
+    budget = max(seqs, 64) if scheduler == "chunked" else None
+    r = simulate(system, w, SchedulerConfig(scheduler, max_num_seqs=seqs, max_batched_tokens=budget), blocks)
+    assert (r.status == DONE).all()
+    assert r.log["blocks_used"].max() <= blocks
+    assert r.log["running"].max() <= seqs and r.log["decode_seqs"].max() <= seqs
+    assert (r.first_scheduled >= w.arrival_seconds).all()
+    assert (r.first_token > r.first_scheduled).all() and (r.finish >= r.first_token).all()
+    # Every output token after the first comes from a decode tick, except those a recomputation emits
+    # (at most one per preemption; none when the victim had not emitted yet or was preempted mid-prefill).
+    decoded, after_first = int(r.log["decode_seqs"].sum()), int((w.output_tokens - 1).sum())
+    assert after_first - r.total_preemptions <= decoded <= after_first
+    if scheduler == "continuous":  # victims are always decoding: each recomputation emits exactly one token
+        assert decoded == after_first - r.total_preemptions
+    assert int(r.itl["weight"].sum()) == int((w.output_tokens - 1).sum())
+    assert int(r.log["prefill_tokens"].sum()) >= int(w.prompt_tokens.sum())
+    if budget is not None:
+        assert (r.log["prefill_tokens"] + r.log["decode_seqs"]).max() <= budget
+    if scheduler == "static":
+        assert r.total_preemptions == 0
+
+
+def test_a_recomputed_request_is_not_finished_by_its_stale_schedule(system, monkeypatch):
+    """Regression: a preempted request readmitted with the same finish tick as before it was preempted."""
+    import simulator.engine.engine as engine_module
+
+    w = open_loop(11, 103.39961338613101, LengthSpec("uniform", 1, 150), LengthSpec("uniform", 1, 70), seed=347906)
+    config = SchedulerConfig("continuous", max_num_seqs=9)
+    fast = simulate(system, w, config, kv_blocks=29)
+    monkeypatch.setattr(engine_module, "STRETCH_MAX", 1)
+    slow = simulate(system, w, config, kv_blocks=29)
+    assert fast.total_preemptions == 3
+    assert fast.finish == pytest.approx(slow.finish, rel=1e-12)
+    assert int(fast.log["decode_seqs"].sum()) == int((w.output_tokens - 1).sum()) - 3

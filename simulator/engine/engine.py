@@ -179,7 +179,7 @@ class Engine:
         self.decoding = 0
         self.decode_cached = 0  # cached tokens summed over decoding sequences
         self.phase_counts = np.zeros(self.bs, dtype=np.int64)  # decoders by (cached - clock) mod block size
-        self.finish_heap: list[tuple[int, int]] = []
+        self.finish_heap: list[tuple[int, int, int]] = []  # (finish clock, rid, admission serial)
         self.admission_order: list[tuple[int, int]] = []  # (serial, rid), newest last; stale entries skipped
         self.serial = 0
         self.waiting: deque[int] = deque()
@@ -293,7 +293,7 @@ class Engine:
         self.decode_cached += cached
         finish_clock = self.clock + int(self.output[rid]) - emitted
         self.finish_clock[rid] = finish_clock
-        heapq.heappush(self.finish_heap, (finish_clock, rid))
+        heapq.heappush(self.finish_heap, (finish_clock, rid, int(self.admit_serial[rid])))
         self.join_time[rid] = now
         self.pending_joins[now] = self.pending_joins.get(now, 0) + 1
 
@@ -318,9 +318,10 @@ class Engine:
     def _finish_decoders(self, now: float) -> None:
         heap = self.finish_heap
         while heap and heap[0][0] <= self.clock:
-            finish_clock, rid = heapq.heappop(heap)
-            if self.status[rid] != DECODING or self.finish_clock[rid] != finish_clock:
+            entry = heapq.heappop(heap)
+            if not self._current(entry):
                 continue  # stale: the sequence was preempted after this entry was pushed
+            rid = entry[1]
             cached = self._leave_decode(rid)
             blocks = blocks_for(cached, self.bs) if self.incremental else int(self.held[rid])
             self.emitted[rid] = self.output[rid]
@@ -329,8 +330,13 @@ class Engine:
 
     def _clean_heap(self) -> None:
         heap = self.finish_heap
-        while heap and (self.status[heap[0][1]] != DECODING or self.finish_clock[heap[0][1]] != heap[0][0]):
+        while heap and not self._current(heap[0]):
             heapq.heappop(heap)
+
+    def _current(self, entry: tuple[int, int, int]) -> bool:
+        """Is this finish-heap entry the live one of a decoding sequence (not left by a preemption)?"""
+        _, rid, serial = entry
+        return self.status[rid] == DECODING and self.admit_serial[rid] == serial
 
     def _preempt_newest(self) -> None:
         """Free the newest running request's blocks and queue it (first) for recomputation."""
@@ -360,16 +366,22 @@ class Engine:
         self.prefilled[rid] = 0
         self.waiting.appendleft(rid)
 
-    def _make_room_for_decode(self) -> None:
-        """Allocate the blocks the next decode tick needs, preempting the newest requests until they fit."""
-        if not self.incremental:
-            return
-        while self.decoding:
-            need = int(self.phase_counts[(-self.clock) % self.bs])
-            if need <= self.alloc.free:
-                self.alloc.allocate(need)
-                return
-            self._preempt_newest()
+    def _make_room_for_decode(self) -> int:
+        """Allocate the blocks the next decode tick needs, preempting the newest requests until they fit.
+
+        Returns how many requests were preempted (an iteration that preempts admits nobody, as in vLLM,
+        so a victim is not readmitted into the blocks it just gave up).
+        """
+        preempted = 0
+        if self.incremental:
+            while self.decoding:
+                need = int(self.phase_counts[(-self.clock) % self.bs])
+                if need <= self.alloc.free:
+                    self.alloc.allocate(need)
+                    break
+                self._preempt_newest()
+                preempted += 1
+        return preempted
 
     def _ticks(self, ends: np.ndarray) -> None:
         """Bookkeeping after ``len(ends)`` decode ticks ending at times ``ends`` (blocks already allocated)."""
@@ -484,14 +496,13 @@ class Engine:
         first = self.finish_heap[0][0] - clock
         if across_completions:
             horizon = limit
-            leaving = sorted((fc, rid) for fc, rid in self.finish_heap
-                             if fc - clock <= horizon and self.status[rid] == DECODING and self.finish_clock[rid] == fc)
+            leaving = sorted((e[0], e[1]) for e in self.finish_heap if e[0] - clock <= horizon and self._current(e))
             if len(leaving) == self.decoding:
                 horizon = leaving[-1][0] - clock  # everyone finishes inside the horizon
         else:
             horizon = min(first, limit)
-            leaving = [(fc, rid) for fc, rid in self.finish_heap if fc == first + clock
-                       and self.status[rid] == DECODING and self.finish_clock[rid] == fc] if first <= horizon else []
+            leaving = [(e[0], e[1]) for e in self.finish_heap
+                       if e[0] == first + clock and self._current(e)] if first <= horizon else []
         rids = np.array([rid for _, rid in leaving], dtype=np.int64)
         leave_at = np.array([fc for fc, _ in leaving], dtype=np.int64) - clock  # first tick index they are gone
         cached_now = self.base_cached[rids] + clock - self.base_clock[rids]
@@ -609,8 +620,8 @@ class Engine:
                     idle_queue = not self.waiting
                     yield from self._stretch(env, cut_at_arrival=idle_queue, across_completions=idle_queue)
                     continue
-                self._make_room_for_decode()
-                chunks = plan_chunked(self)
+                preempted = self._make_room_for_decode()
+                chunks = plan_chunked(self, admit=preempted == 0 or not self.decoding)
                 if chunks is not None:
                     yield from self._iteration(env, chunks, decode=True)
                     continue

@@ -104,10 +104,11 @@ def plan_continuous(state) -> list[Chunk] | None:
     return [] if state.decoding else None
 
 
-def plan_chunked(state) -> list[Chunk] | None:
+def plan_chunked(state, admit: bool = True) -> list[Chunk] | None:
     """Decodes plus prefill chunks filling the token budget; [] for decode only; None when idle.
 
-    The caller has already made room for this iteration's decode blocks (preempting if needed).
+    The caller has already made room for this iteration's decode blocks (preempting if needed,
+    in which case ``admit`` is False: no new request starts in that iteration).
     """
     room = state.config.max_batched_tokens - state.decoding
     chunks: list[Chunk] = []
@@ -119,7 +120,7 @@ def plan_chunked(state) -> list[Chunk] | None:
         take = min(left, room)
         chunks.append(Chunk(rid, take, done, take == left))
         room -= take
-    while room > 0 and state.waiting and state.running < state.config.max_num_seqs and state.admissible(state.waiting[0]):
+    while admit and room > 0 and state.waiting and state.running < state.config.max_num_seqs and state.admissible(state.waiting[0]):
         rid = state.admit(state.waiting[0])
         target = int(state.target[rid])
         take = min(target, room)
