@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
+
 from simulator.cli.options import DEPLOYMENT_KEYS, deployment_from_options
 from simulator.engine.engine import EngineResult, simulate
 from simulator.engine.kvcache import KVCapacity, kv_capacity
@@ -146,7 +148,21 @@ def prepare(options: dict[str, Any]) -> Prepared:
         if opts[key] is not None and not float(opts[key]) > 0:
             raise InputError(f"{option}: must be > 0 seconds (got {opts[key]})")
     workload = build_workload(opts, deployment.system.model.max_context)
+    _check_some_request_fits(workload, capacity, deployment)
     return Prepared(opts, deployment, workload, capacity, config)
+
+
+def _check_some_request_fits(workload: Workload, capacity: KVCapacity, deployment: Deployment) -> None:
+    """A run where no request can ever fit the KV cache does not fit (single oversized requests are only rejected)."""
+    tokens = np.maximum(workload.prompt_tokens + workload.output_tokens - 1, workload.prompt_tokens)
+    smallest = int(tokens.min())
+    if -(-smallest // capacity.block_size) > capacity.blocks:
+        system = deployment.system
+        raise InputError(
+            f"{system.model.name} on {system.tp}x {system.gpu.name} does not fit: every request needs more KV cache "
+            f"than the {capacity.blocks} blocks of {capacity.block_size} tokens available (the smallest needs "
+            f"{smallest} tokens); raise --tp or --gpu-memory-utilization, or shorten the requests"
+        )
 
 
 def fit_error(options: dict[str, Any]) -> str | None:

@@ -184,6 +184,9 @@ def test_run_from_options_rejects_unknown_keys_and_bad_values():
     assert "no memory left for the KV cache" in fit_error(
         {"model": "llama2-7b", "gpu": "a100", "gpu_memory_utilization": 0.15})
     assert fit_error({"model": "llama2-7b", "gpu": "a100"}) is None
+    # The default request (1920 + 128 tokens) caches at most 2047 tokens = 128 blocks of 16: 127 blocks are too few.
+    assert "does not fit" in fit_error({"model": "llama2-7b", "gpu": "a100", "kv_blocks": 127})
+    assert fit_error({"model": "llama2-7b", "gpu": "a100", "kv_blocks": 128}) is None
 
 
 @pytest.mark.parametrize("scheduler,blocks", [("static", BLOCKS), ("continuous", BLOCKS), ("continuous", 60),

@@ -79,7 +79,7 @@ def kv_capacity(
         blocks = max(0, math.floor(budget / per_block))
     if blocks < 1:
         raise InputError(
-            f"{system.model.name} on {system.tp}x {system.gpu.name}: no memory left for the KV cache "
+            f"{system.model.name} on {system.tp}x {system.gpu.name} does not fit: no memory left for the KV cache "
             f"({gpu_memory_utilization:g} x {hbm / GIB:.1f} GiB minus weights {plan.weights_bytes_per_gpu / GIB:.1f}, "
             f"workspace {workspace / GIB:.1f} and runtime {plan.reserved_bytes_per_gpu / GIB:.1f} GiB per GPU); "
             f"raise --tp or --gpu-memory-utilization, or quantise the weights"
