@@ -111,7 +111,7 @@ def cost_totals(cost: StepCost) -> tuple:
 
     The same sums as StepCost's properties, in one pass over the operators (this runs per iteration).
     """
-    seconds = flops = moved = compute_bound = memory_bound = communication = 0.0
+    seconds = flops = moved = compute_bound = communication = 0.0
     for op in cost.operators:
         seconds = seconds + op.seconds
         if op.kind == "allreduce":
@@ -122,11 +122,9 @@ def cost_totals(cost: StepCost) -> tuple:
         compute_wins = op.compute_seconds >= op.memory_seconds
         if isinstance(compute_wins, np.ndarray):
             compute_bound = compute_bound + np.where(compute_wins, op.seconds, 0.0)
-            memory_bound = memory_bound + np.where(compute_wins, 0.0, op.seconds)
         elif compute_wins:
             compute_bound = compute_bound + op.seconds
-        else:
-            memory_bound = memory_bound + op.seconds
+    memory_bound = seconds - compute_bound - communication
     if isinstance(seconds, np.ndarray):
         return seconds, flops, moved, compute_bound, memory_bound, communication
     return float(seconds), float(flops), float(moved), float(compute_bound), float(memory_bound), float(communication)
@@ -424,16 +422,23 @@ class Engine:
     def _charge(self, seconds, flops, moved, compute_bound, memory_bound, communication, iterations: int,
                 decode: bool) -> None:
         t = self.totals
+        if isinstance(seconds, np.ndarray):  # arrays over the iterations of a stretch
+            seconds, flops, moved = float(seconds.sum()), float(flops.sum()), float(moved.sum())
+            compute_bound, memory_bound = float(compute_bound.sum()), float(memory_bound.sum())
+            communication = float(communication.sum())
+        else:
+            seconds, flops, moved = float(seconds), float(flops), float(moved)
+            compute_bound, memory_bound, communication = float(compute_bound), float(memory_bound), float(communication)
         if decode:
             t.decode_iterations += iterations
-            t.decode_flops += float(np.sum(flops))
-            t.decode_bytes += float(np.sum(moved))
-        t.busy_seconds += float(np.sum(seconds))
-        t.flops += float(np.sum(flops))
-        t.bytes += float(np.sum(moved))
-        t.compute_bound_seconds += float(np.sum(compute_bound))
-        t.memory_bound_seconds += float(np.sum(memory_bound))
-        t.communication_seconds += float(np.sum(communication))
+            t.decode_flops += flops
+            t.decode_bytes += moved
+        t.busy_seconds += seconds
+        t.flops += flops
+        t.bytes += moved
+        t.compute_bound_seconds += compute_bound
+        t.memory_bound_seconds += memory_bound
+        t.communication_seconds += communication
         t.iterations += iterations
 
     # -- iterations ----------------------------------------------------------------------------------------
