@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from simulator.analytic import BatchRun
 from simulator.cost import OperatorCost, StepCost
+from simulator.engine.metrics import REJECT_KEYS, REJECT_REASONS, STATE_NAMES
 from simulator.units import fmt_bytes, fmt_count, fmt_rate, fmt_seconds
 
 if TYPE_CHECKING:
@@ -410,7 +411,8 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         "Requests",
         f"  completed    {m.completed:,} of {m.requests:,} in {fmt_seconds(m.duration_seconds)} "
         f"({m.iterations:,} iterations, busy {100 * m.busy_seconds / m.duration_seconds if m.duration_seconds else 0:.0f}%)",
-        f"  rejected     {m.rejected:,}" + "".join(f"; {count} {reason}" for reason, count in m.rejected_by_reason.items()),
+        f"  rejected     {m.rejected:,}" + "".join(
+            f"; {count} {REJECT_REASONS[REJECT_KEYS.index(key)]}" for key, count in m.rejected_by_reason.items() if count),
         f"  preemptions  {m.preemptions:,} ({m.preempted_requests:,} requests recomputed)",
         "",
         "Latency",
@@ -469,8 +471,6 @@ PER_REQUEST_COLUMNS = (
 
 def write_per_request_csv(run: "EngineRun", path: str) -> None:
     """One row per request (times in seconds; empty where the request never got there)."""
-    from simulator.engine.metrics import REJECT_REASONS, STATE_NAMES
-
     result, workload = run.result, run.workload
     arrival = workload.arrival_seconds
     outputs = workload.output_tokens

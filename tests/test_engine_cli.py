@@ -48,6 +48,9 @@ def test_per_request_csv_has_one_row_per_request(tmp_path):
     assert [r["status"] for r in rows] == ["done", "done", "done", "done", "rejected", "done"]
     assert "KV-cache blocks" in rows[4]["reject_reason"] and rows[4]["ttft_seconds"] == ""
     assert "rejected     1" in result.output
+    data = json.loads(invoke(SMALL + ["--trace", str(DATA / "azure_trace_small.csv"), "--kv-blocks", "60", "--json"]).stdout)
+    assert data["requests"]["rejected"] == 1
+    assert data["requests"]["rejected_reasons"] == {"kv_cache": 1, "max_context": 0, "empty": 0, "prompt_over_budget": 0}
     assert "simulating" not in result.stderr  # no progress bar when stderr is not a terminal
 
 

@@ -21,6 +21,9 @@ import numpy as np
 PENDING, WAITING, PREFILLING, DECODING, DONE, REJECTED = 0, 1, 2, 3, 4, 5
 STATE_NAMES = ("pending", "waiting", "prefilling", "decoding", "done", "rejected")
 
+# Short names of the reject reasons (index = code), for JSON/CSV keys that are the same in every run.
+REJECT_KEYS = ("", "max_context", "kv_cache", "empty", "prompt_over_budget")
+
 REJECT_REASONS = (
     "",
     "prompt + output exceed the model's maximum context",
@@ -118,6 +121,7 @@ class Aggregates:
     completed: int
     rejected: int
     rejected_by_reason: dict[str, int]
+    """count per reject key (REJECT_KEYS), every key present"""
     preemptions: int
     preempted_requests: int
     ttft: Summary
@@ -193,8 +197,8 @@ def aggregate(result, tp: int, peak_flops: float, hbm_bandwidth: float,
     if slo_tpot is not None:
         good &= tpot_all <= slo_tpot
     rejected = result.status == REJECTED
-    reasons = {REJECT_REASONS[code]: int(np.count_nonzero(result.reject_reason[rejected] == code))
-               for code in np.unique(result.reject_reason[rejected])}
+    reasons = {key: int(np.count_nonzero(result.reject_reason[rejected] == code))
+               for code, key in enumerate(REJECT_KEYS) if code}
     duration = float(finish.max() - workload.arrival_seconds.min()) if len(finish) else 0.0
     totals = result.totals
     busy = totals.busy_seconds
