@@ -239,7 +239,7 @@ class Engine:
     def _head_admissible(self) -> bool:
         return bool(self.waiting) and self.running < self.config.max_num_seqs and self.admissible(self.waiting[0])
 
-    def admit(self, rid: int, now: float | None = None) -> int:
+    def admit(self, rid: int) -> int:
         """Take ``rid`` (the head of the queue) into the running set; its blocks are allocated."""
         assert self.waiting[0] == rid
         self.waiting.popleft()
