@@ -106,6 +106,17 @@ class Stretch:
     leave_at: np.ndarray
 
 
+@dataclass
+class Guess:
+    """Candidate Steps (fields arrays of ``count``) for the iteration after a stretch; ``step_after(j)`` is the
+    scalar Step if the stretch ends after tick j; ``values`` their cost totals once computed."""
+
+    steps: Step
+    count: int
+    step_after: Callable[[int], Step]
+    values: list | None = None
+
+
 def cost_totals(cost: StepCost) -> tuple:
     """(seconds, FLOPs, HBM bytes, compute-bound s, memory-bound s, communication s) of a step, one GPU.
 
@@ -137,6 +148,36 @@ def _decode_step(batch: float, context: float | np.ndarray) -> Step:
         tokens=batch, prefill_tokens=0.0, sequences=batch, logit_tokens=batch, attention_pairs=context,
         prefill_attention_pairs=zero, score_elements=context, context_tokens=context,
     )
+
+
+def iteration_step(chunks: list[Chunk], decoders: int, decode_cached: int) -> Step:
+    """The Step of one iteration: prefill ``chunks`` plus one token for each of ``decoders`` sequences
+    whose cached tokens sum to ``decode_cached`` (each attends its cache and itself)."""
+    prefill = logits = pairs = scores = context = 0.0
+    for chunk in chunks:
+        c, k = float(chunk.tokens), float(chunk.cached)
+        prefill += c
+        logits += chunk.emits
+        pairs += c * k + c * (c + 1.0) / 2.0
+        scores += c * (k + c)
+        context += k + c
+    tokens, prefill_pairs = prefill, pairs
+    if decoders:
+        keys = float(decode_cached + decoders)
+        tokens += decoders
+        logits += decoders
+        pairs += keys
+        scores += keys
+        context += keys
+    return Step(
+        tokens=tokens, prefill_tokens=prefill, sequences=float(len(chunks) + decoders), logit_tokens=logits,
+        attention_pairs=pairs, prefill_attention_pairs=prefill_pairs, score_elements=scores, context_tokens=context,
+    )
+
+
+def _step_key(step: Step) -> tuple:
+    return (step.tokens, step.prefill_tokens, step.sequences, step.logit_tokens, step.attention_pairs,
+            step.prefill_attention_pairs, step.score_elements, step.context_tokens)
 
 
 class Engine:
@@ -402,8 +443,7 @@ class Engine:
 
     def _cost_scalar(self, step: Step) -> tuple[float, float, float, float, float, float]:
         """(seconds, FLOPs, bytes, compute-bound s, memory-bound s, communication s) of one step, memoised."""
-        key = (step.tokens, step.prefill_tokens, step.sequences, step.logit_tokens, step.attention_pairs,
-               step.prefill_attention_pairs, step.score_elements, step.context_tokens)
+        key = _step_key(step)
         hit = self.cost_cache.get(key)
         if hit is not None:
             return hit
@@ -445,28 +485,9 @@ class Engine:
 
     def _iteration(self, env: simpy.Environment, chunks: list[Chunk], decode: bool) -> Generator:
         """One iteration: ``chunks`` of prefill plus (``decode``) one token for every decoding sequence."""
-        tokens = prefill = logits = pairs = scores = context = 0.0
-        for chunk in chunks:
-            c, k = float(chunk.tokens), float(chunk.cached)
-            prefill += c
-            logits += chunk.emits
-            pairs += c * k + c * (c + 1.0) / 2.0
-            scores += c * (k + c)
-            context += k + c
-        tokens = prefill
-        prefill_pairs = pairs
         decoders = self.decoding if decode else 0
-        if decoders:
-            keys = float(self.decode_cached + decoders)
-            tokens += decoders
-            logits += decoders
-            pairs += keys
-            scores += keys
-            context += keys
-        step = Step(
-            tokens=tokens, prefill_tokens=prefill, sequences=float(len(chunks) + decoders), logit_tokens=logits,
-            attention_pairs=pairs, prefill_attention_pairs=prefill_pairs, score_elements=scores, context_tokens=context,
-        )
+        step = iteration_step(chunks, decoders, self.decode_cached)
+        prefill = step.prefill_tokens
         if chunks and self.first_prefill_step is None:
             self.first_prefill_step = step
         if decoders:
@@ -534,6 +555,49 @@ class Engine:
                 steps = int(short[0])
         return Stretch(steps, batch, context, needs, freed_by, leave_at)
 
+    def _guess_next_iteration(self, plan: "Stretch", steps: int) -> "Guess | None":
+        """The iteration likely to follow a stretch cut by the next arrival, one candidate per tick it may follow.
+
+        Costing these in the stretch's own vectorised call and remembering the one that applies
+        (:meth:`_remember_guess`) saves a scalar cost-model call per arrival. A wrong guess costs
+        nothing but a cache entry: the cache maps a Step to its exact cost.
+        """
+        rid = self.next_arrival
+        if self.reject_reason[rid] or self.running >= self.config.max_num_seqs:
+            return None
+        prompt = int(self.prompt[rid])
+        if not self.chunked:  # continuous: the newcomer's prefill runs alone
+            step = iteration_step([Chunk(rid, prompt, 0, True)], 0, 0)
+            if _step_key(step) in self.cost_cache:
+                return None
+            return Guess(step, 1, lambda tick: step)
+        # chunked: after tick j the decoders (unchanged while nobody finishes) run with the newcomer's first chunk
+        decoders = self.decoding
+        candidates = steps if not len(plan.leave_at) else min(steps, int(plan.leave_at[0]) - 1)
+        if candidates < 1:
+            return None
+        take = min(prompt, self.config.max_batched_tokens - decoders)
+        if take < 1:
+            return None
+        chunk = Chunk(rid, take, 0, take == prompt)
+        base = iteration_step([chunk], 0, 0)
+        keys = (self.decode_cached + decoders * (np.arange(candidates) + 2)).astype(float)
+        steps_array = Step(
+            tokens=base.tokens + decoders, prefill_tokens=base.prefill_tokens, sequences=float(1 + decoders),
+            logit_tokens=base.logit_tokens + decoders, attention_pairs=base.attention_pairs + keys,
+            prefill_attention_pairs=base.prefill_attention_pairs, score_elements=base.score_elements + keys,
+            context_tokens=base.context_tokens + keys,
+        )
+        return Guess(steps_array, candidates,
+                     lambda tick: iteration_step([chunk], decoders, self.decode_cached + decoders * (tick + 1)))
+
+    def _remember_guess(self, guess: "Guess", last_tick: int) -> None:
+        index = 0 if guess.count == 1 else last_tick
+        if index >= guess.count or len(self.cost_cache) >= COST_CACHE_MAX:
+            return
+        step = guess.step_after(index)
+        self.cost_cache[_step_key(step)] = tuple(float(column[index]) for column in guess.values)
+
     def _stretch(self, env: simpy.Environment, cut_at_arrival: bool, across_completions: bool) -> Generator:
         """Decode ticks costed in one vectorised call (see module docstring); falls back to one tick with preemption."""
         limit = STRETCH_MAX
@@ -550,18 +614,30 @@ class Engine:
             return
         now = env.now
         batch, contexts = plan.batch[:steps].astype(float), plan.context[:steps]
-        if steps == 1:
+        guess = self._guess_next_iteration(plan, steps) if cut_at_arrival and self.next_arrival < self.n else None
+        if steps == 1 and guess is None:
             values = self._cost_scalar(_decode_step(float(batch[0]), float(contexts[0])))
             seconds, flops, moved, compute_bound, memory_bound, communication = (np.array([v]) for v in values)
         else:
+            step = _decode_step(batch, contexts)
+            if guess is not None:
+                step = Step(**{name: np.concatenate([np.broadcast_to(np.asarray(value, dtype=float), (steps,)),
+                                                     np.broadcast_to(np.asarray(getattr(guess.steps, name), dtype=float),
+                                                                     (guess.count,))])
+                               for name, value in vars(step).items()})
             self.totals.cost_calls += 1
-            ones = np.ones(steps)
-            seconds, flops, moved, compute_bound, memory_bound, communication = (
-                ones * value for value in cost_totals(self.system.step_cost(_decode_step(batch, contexts))))
+            ones = np.ones(steps + (guess.count if guess else 0))
+            totals = [ones * value for value in cost_totals(self.system.step_cost(step))]
+            if guess is not None:
+                guess.values = [column[steps:] for column in totals]
+                totals = [column[:steps] for column in totals]
+            seconds, flops, moved, compute_bound, memory_bound, communication = totals
         ends = now + np.cumsum(seconds)
         if cut_at_arrival and self.next_arrival < self.n:
             first_after = int(np.searchsorted(ends, self.arrival[self.next_arrival], side="left"))
             steps = min(steps, first_after + 1)
+        if guess is not None:
+            self._remember_guess(guess, steps - 1)
         ends, seconds = ends[:steps], seconds[:steps]
         self.last_decode_seconds = float(seconds[-1])
         self._charge(seconds, flops[:steps], moved[:steps], compute_bound[:steps], memory_bound[:steps],
