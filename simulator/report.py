@@ -6,9 +6,11 @@ import csv
 import io
 from typing import TYPE_CHECKING, Any, Iterable
 
+import numpy as np
+
 from simulator.analytic import BatchRun
 from simulator.cost import OperatorCost, StepCost
-from simulator.engine.metrics import REJECT_KEYS, REJECT_REASONS, STATE_NAMES
+from simulator.engine.metrics import REJECT_KEYS, REJECT_REASONS, REJECTED, STATE_NAMES
 from simulator.units import fmt_bytes, fmt_count, fmt_rate, fmt_seconds
 
 if TYPE_CHECKING:
@@ -474,19 +476,21 @@ def write_per_request_csv(run: "EngineRun", path: str) -> None:
     result, workload = run.result, run.workload
     arrival = workload.arrival_seconds
     outputs = workload.output_tokens
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(outputs > 1, (result.finish - result.first_token) / (outputs - 1), np.nan)
 
-    def cell(value: float) -> str:
-        return "" if value != value else repr(float(value))
+    def cells(values: np.ndarray) -> list:
+        return ["" if v != v else v for v in values.tolist()]  # NaN (never happened) -> empty
 
+    rejected = result.status == REJECTED
+    columns = [
+        range(len(workload)), arrival.tolist(), workload.prompt_tokens.tolist(), outputs.tolist(),
+        [STATE_NAMES[code] for code in result.status.tolist()],
+        [REJECT_REASONS[code] if gone else "" for code, gone in zip(result.reject_reason.tolist(), rejected.tolist())],
+        cells(result.first_scheduled - arrival), cells(result.first_token - arrival), cells(tpot),
+        cells(result.finish - arrival), cells(result.finish), result.preemptions.tolist(),
+    ]
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(PER_REQUEST_COLUMNS)
-        for i in range(len(workload)):
-            first, finish = result.first_token[i], result.finish[i]
-            tpot = (finish - first) / (outputs[i] - 1) if outputs[i] > 1 else float("nan")
-            writer.writerow((
-                i, repr(float(arrival[i])), int(workload.prompt_tokens[i]), int(outputs[i]),
-                STATE_NAMES[result.status[i]], REJECT_REASONS[result.reject_reason[i]] if result.status[i] == 5 else "",
-                cell(result.first_scheduled[i] - arrival[i]), cell(first - arrival[i]), cell(tpot),
-                cell(finish - arrival[i]), cell(finish), int(result.preemptions[i]),
-            ))
+        writer.writerows(zip(*columns))
