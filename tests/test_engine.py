@@ -281,18 +281,3 @@ def test_cost_totals_agree_with_step_cost_properties():
         assert np.all(np.asarray(cost.communication_seconds) > 0)
         for got, want in zip(cost_totals(cost), expected):
             assert np.allclose(got, want, rtol=1e-12, atol=0.0)
-
-
-@pytest.mark.parametrize("scheduler", ["continuous", "chunked"])
-def test_guessing_the_next_iteration_changes_nothing_but_speed(system, monkeypatch, scheduler):
-    from simulator.engine.engine import Engine
-
-    w = open_loop(60, 20.0, LengthSpec("uniform", 10, 400), LengthSpec("uniform", 2, 80), seed=9)
-    config = SchedulerConfig(scheduler, max_num_seqs=16, max_batched_tokens=256 if scheduler == "chunked" else None)
-    guessed = simulate(system, w, config, BLOCKS)
-    monkeypatch.setattr(Engine, "_guess_next_iteration", lambda self, plan, steps: None)
-    plain = simulate(system, w, config, BLOCKS)
-    assert guessed.totals.cost_calls < plain.totals.cost_calls
-    assert guessed.totals.iterations == plain.totals.iterations
-    for name in ("first_token", "finish"):
-        assert getattr(guessed, name) == pytest.approx(getattr(plain, name), rel=1e-12)

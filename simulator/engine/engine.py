@@ -106,17 +106,6 @@ class Stretch:
     leave_at: np.ndarray
 
 
-@dataclass
-class Guess:
-    """Candidate Steps (fields arrays of ``count``) for the iteration after a stretch; ``step_after(j)`` is the
-    scalar Step if the stretch ends after tick j; ``values`` their cost totals once computed."""
-
-    steps: Step
-    count: int
-    step_after: Callable[[int], Step]
-    values: list | None = None
-
-
 def cost_totals(cost: StepCost) -> tuple:
     """(seconds, FLOPs, HBM bytes, compute-bound s, memory-bound s, communication s) of a step, one GPU.
 
@@ -529,6 +518,8 @@ class Engine:
             horizon = min(first, limit)
             leaving = [(e[0], e[1]) for e in self.finish_heap
                        if e[0] == first + clock and self._current(e)] if first <= horizon else []
+        if not leaving:
+            return self._plain_stretch(horizon)
         rids = np.array([rid for _, rid in leaving], dtype=np.int64)
         leave_at = np.array([fc for fc, _ in leaving], dtype=np.int64) - clock  # first tick index they are gone
         cached_now = self.base_cached[rids] + clock - self.base_clock[rids]
@@ -555,48 +546,42 @@ class Engine:
                 steps = int(short[0])
         return Stretch(steps, batch, context, needs, freed_by, leave_at)
 
-    def _guess_next_iteration(self, plan: "Stretch", steps: int) -> "Guess | None":
-        """The iteration likely to follow a stretch cut by the next arrival, one candidate per tick it may follow.
+    def _stretch_costs(self, batch: np.ndarray, contexts: np.ndarray) -> list[np.ndarray]:
+        """Cost totals (see :func:`cost_totals`) of decode ticks with ``batch`` decoders attending ``contexts`` keys.
 
-        Costing these in the stretch's own vectorised call and remembering the one that applies
-        (:meth:`_remember_guess`) saves a scalar cost-model call per arrival. A wrong guess costs
-        nothing but a cache entry: the cache maps a Step to its exact cost.
+        The cost model is several times cheaper per call when the batch is a scalar, so a stretch
+        with few distinct batch sizes is costed one constant-batch segment at a time.
         """
-        rid = self.next_arrival
-        if self.reject_reason[rid] or self.running >= self.config.max_num_seqs:
-            return None
-        prompt = int(self.prompt[rid])
-        if not self.chunked:  # continuous: the newcomer's prefill runs alone
-            step = iteration_step([Chunk(rid, prompt, 0, True)], 0, 0)
-            if _step_key(step) in self.cost_cache:
-                return None
-            return Guess(step, 1, lambda tick: step)
-        # chunked: after tick j the decoders (unchanged while nobody finishes) run with the newcomer's first chunk
-        decoders = self.decoding
-        candidates = steps if not len(plan.leave_at) else min(steps, int(plan.leave_at[0]) - 1)
-        if candidates < 1:
-            return None
-        take = min(prompt, self.config.max_batched_tokens - decoders)
-        if take < 1:
-            return None
-        chunk = Chunk(rid, take, 0, take == prompt)
-        base = iteration_step([chunk], 0, 0)
-        keys = (self.decode_cached + decoders * (np.arange(candidates) + 2)).astype(float)
-        steps_array = Step(
-            tokens=base.tokens + decoders, prefill_tokens=base.prefill_tokens, sequences=float(1 + decoders),
-            logit_tokens=base.logit_tokens + decoders, attention_pairs=base.attention_pairs + keys,
-            prefill_attention_pairs=base.prefill_attention_pairs, score_elements=base.score_elements + keys,
-            context_tokens=base.context_tokens + keys,
-        )
-        return Guess(steps_array, candidates,
-                     lambda tick: iteration_step([chunk], decoders, self.decode_cached + decoders * (tick + 1)))
+        changes = np.flatnonzero(np.diff(batch)) + 1
+        if len(changes) > 4:
+            self.totals.cost_calls += 1
+            ones = np.ones(len(batch))
+            return [ones * value for value in cost_totals(self.system.step_cost(_decode_step(batch, contexts)))]
+        parts = []
+        for start, stop in zip([0, *changes.tolist()], [*changes.tolist(), len(batch)]):
+            size = float(batch[start])
+            if stop - start == 1:
+                parts.append([np.array([value]) for value in self._cost_scalar(_decode_step(size, float(contexts[start])))])
+                continue
+            self.totals.cost_calls += 1
+            ones = np.ones(stop - start)
+            parts.append([ones * value for value in cost_totals(self.system.step_cost(_decode_step(size, contexts[start:stop])))])
+        if len(parts) == 1:
+            return parts[0]
+        return [np.concatenate(columns) for columns in zip(*parts)]
 
-    def _remember_guess(self, guess: "Guess", last_tick: int) -> None:
-        index = 0 if guess.count == 1 else last_tick
-        if index >= guess.count or len(self.cost_cache) >= COST_CACHE_MAX:
-            return
-        step = guess.step_after(index)
-        self.cost_cache[_step_key(step)] = tuple(float(column[index]) for column in guess.values)
+    def _plain_stretch(self, horizon: int) -> "Stretch":
+        """:meth:`_plan_stretch` when nobody finishes within ``horizon`` ticks (the common case: fewer numpy calls)."""
+        ticks = np.arange(horizon)
+        batch = np.full(horizon, self.decoding)
+        context = self.decode_cached + self.decoding * (ticks + 1.0)
+        freed_by = np.zeros(horizon, dtype=np.int64)
+        leave_at = np.zeros(0, dtype=np.int64)
+        if not self.incremental:
+            return Stretch(horizon, batch, context, None, freed_by, leave_at)
+        needs = self.phase_counts[(-(self.clock + ticks)) % self.bs]
+        short = np.flatnonzero(np.cumsum(needs) > self.alloc.free)
+        return Stretch(int(short[0]) if len(short) else horizon, batch, context, needs, freed_by, leave_at)
 
     def _stretch(self, env: simpy.Environment, cut_at_arrival: bool, across_completions: bool) -> Generator:
         """Decode ticks costed in one vectorised call (see module docstring); falls back to one tick with preemption."""
@@ -614,30 +599,11 @@ class Engine:
             return
         now = env.now
         batch, contexts = plan.batch[:steps].astype(float), plan.context[:steps]
-        guess = self._guess_next_iteration(plan, steps) if cut_at_arrival and self.next_arrival < self.n else None
-        if steps == 1 and guess is None:
-            values = self._cost_scalar(_decode_step(float(batch[0]), float(contexts[0])))
-            seconds, flops, moved, compute_bound, memory_bound, communication = (np.array([v]) for v in values)
-        else:
-            step = _decode_step(batch, contexts)
-            if guess is not None:
-                step = Step(**{name: np.concatenate([np.broadcast_to(np.asarray(value, dtype=float), (steps,)),
-                                                     np.broadcast_to(np.asarray(getattr(guess.steps, name), dtype=float),
-                                                                     (guess.count,))])
-                               for name, value in vars(step).items()})
-            self.totals.cost_calls += 1
-            ones = np.ones(steps + (guess.count if guess else 0))
-            totals = [ones * value for value in cost_totals(self.system.step_cost(step))]
-            if guess is not None:
-                guess.values = [column[steps:] for column in totals]
-                totals = [column[:steps] for column in totals]
-            seconds, flops, moved, compute_bound, memory_bound, communication = totals
+        seconds, flops, moved, compute_bound, memory_bound, communication = self._stretch_costs(batch, contexts)
         ends = now + np.cumsum(seconds)
         if cut_at_arrival and self.next_arrival < self.n:
             first_after = int(np.searchsorted(ends, self.arrival[self.next_arrival], side="left"))
             steps = min(steps, first_after + 1)
-        if guess is not None:
-            self._remember_guess(guess, steps - 1)
         ends, seconds = ends[:steps], seconds[:steps]
         self.last_decode_seconds = float(seconds[-1])
         self._charge(seconds, flops[:steps], moved[:steps], compute_bound[:steps], memory_bound[:steps],
