@@ -366,6 +366,26 @@ class Engine:
         _, rid, serial = entry
         return self.status[rid] == DECODING and self.admit_serial[rid] == serial
 
+    def _finishing_by(self, last_clock: int) -> list[tuple[int, int]]:
+        """(finish clock, rid) of the live decoders finishing by ``last_clock``, sorted.
+
+        Walks only the part of the heap at or below ``last_clock`` (a heap's children are never
+        smaller than their parent), so the cost is the number of entries found, not the heap size.
+        """
+        heap = self.finish_heap
+        found = []
+        pending = [0] if heap else []
+        while pending:
+            index = pending.pop()
+            entry = heap[index]
+            if entry[0] > last_clock:
+                continue
+            if self._current(entry):
+                found.append((entry[0], entry[1]))
+            pending.extend(child for child in (2 * index + 1, 2 * index + 2) if child < len(heap))
+        found.sort()
+        return found
+
     def _preempt_newest(self) -> None:
         """Free the newest running request's blocks and queue it (first) for recomputation."""
         order = self.admission_order
@@ -511,13 +531,12 @@ class Engine:
         first = self.finish_heap[0][0] - clock
         if across_completions:
             horizon = limit
-            leaving = sorted((e[0], e[1]) for e in self.finish_heap if e[0] - clock <= horizon and self._current(e))
+            leaving = self._finishing_by(clock + horizon)
             if len(leaving) == self.decoding:
                 horizon = leaving[-1][0] - clock  # everyone finishes inside the horizon
         else:
             horizon = min(first, limit)
-            leaving = [(e[0], e[1]) for e in self.finish_heap
-                       if e[0] == first + clock and self._current(e)] if first <= horizon else []
+            leaving = self._finishing_by(first + clock) if first <= horizon else []
         if not leaving:
             return self._plain_stretch(horizon)
         rids = np.array([rid for _, rid in leaving], dtype=np.int64)
