@@ -11,17 +11,17 @@ from typing import Any
 
 import click
 
-from simulator.cli.listing import gpus_command, models_command
 from simulator.cli.calibrate import calibrate_command
-from simulator.cli.layers import layers_command
 from simulator.cli.compare import compare_command
+from simulator.cli.engine_options import ENGINE_OPTIONS, ProgressBar
 from simulator.cli.explain import explain_command
+from simulator.cli.layers import layers_command
+from simulator.cli.listing import gpus_command, models_command
+from simulator.cli.options import MODEL_OPTIONS, WORKLOAD_OPTIONS, apply_options, reports_input_errors
 from simulator.cli.roofline import roofline_command
 from simulator.cli.sweep import sweep_command
 from simulator.cli.validate import validate_command
-from simulator.cli.options import MODEL_OPTIONS, WORKLOAD_OPTIONS, apply_options, reports_input_errors
 from simulator.errors import InputError
-from simulator.cli.engine_options import ENGINE_OPTIONS, ProgressBar
 from simulator.report import engine_run_dict, engine_run_text, flatten, to_csv, write_per_request_csv
 
 EPILOG = """\b
@@ -33,6 +33,9 @@ Examples:
   simulate --model llama3-8b --gpu h100 --qps 5 --output-tokens uniform:16:512 --slo-ttft 0.5 --slo-tpot 0.05
   simulate --model llama3-8b --gpu h100 --trace azure.csv --trace-speedup 4 --per-request out.csv
   simulate layers --model llama2-7b --gpu a100 --batch 1 --ctx 1024 --phase decode
+  simulate compare --model llama2-70b --gpu a100 --attention mha,gqa:8,mqa --ctx 512,4096
+  simulate explain --model llama2-70b --gpu a100 --batch 64 --ctx 4096
+  simulate sweep scenarios/slo-capacity.yaml
   simulate models ; simulate gpus
 """
 
@@ -88,13 +91,15 @@ def main(
         click.echo(engine_run_text(run, top))
 
 
-main.add_command(layers_command)
-main.add_command(models_command)
-main.add_command(gpus_command)
-# Further sub-commands register here, one line each.
-main.add_command(compare_command)
-main.add_command(roofline_command)
-main.add_command(explain_command)
-main.add_command(calibrate_command)
-main.add_command(sweep_command)
-main.add_command(validate_command)
+for command in (
+    layers_command,
+    models_command,
+    gpus_command,
+    compare_command,
+    roofline_command,
+    explain_command,
+    sweep_command,
+    validate_command,
+    calibrate_command,
+):
+    main.add_command(command)
