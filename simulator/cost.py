@@ -41,7 +41,7 @@ import numpy as np
 
 from simulator.config.gpu import GPUSpec
 from simulator.errors import InputError
-from simulator.layers import Operator
+from simulator.layers import Operator, Work
 from simulator.step import Number, Step
 
 
@@ -137,15 +137,90 @@ def vector_flops(gpu: GPUSpec) -> float:
     return gpu.peak_flops["fp32"]
 
 
-def operator_cost(op: Operator, step: Step, gpu: GPUSpec) -> OperatorCost:
-    """Roofline cost of ``op`` for ``step`` on one GPU of type ``gpu`` (see module docstring)."""
-    work = op.work(step)
+class OperatorRates(NamedTuple):
+    """The achievable rates one operator runs at on one GPU: the denominators of the roofline.
+
+    They depend on the step only through a measured per-op efficiency overlay, so a
+    :class:`~simulator.system.System` computes them once per operator (see :func:`operator_rates`).
+    """
+
+    flops_per_second: Number
+    """tensor-core rate: peak_flops[compute dtype] * efficiency.compute (FLOP/s)"""
+    dequant_ops_per_second: Number | None
+    """CUDA-core rate for weight-only dequantisation: peak_flops.fp32 * efficiency.compute (None: no dequantisation)"""
+    bytes_per_second: Number
+    """HBM rate: hbm_bandwidth * efficiency.memory (bytes/s)"""
+    launch_seconds: float
+    """efficiency.kernel_launch_seconds, per launch"""
+    ring_factor: float = 0.0
+    """all-reduce: 2 (tp - 1) / tp, the share of the message each GPU sends"""
+    link_bytes_per_second: float = 0.0
+    """all-reduce: link_bandwidth * efficiency.link (bytes/s)"""
+    allreduce_latency_seconds: float = 0.0
+    """all-reduce: fixed latency per launch"""
+
+
+def rates_vary_with_tokens(op: Operator, gpu: GPUSpec) -> bool:
+    """Does a measured overlay make ``op``'s efficiency depend on the step's token count?"""
+    return op.kind != "allreduce" and any(entry.op_class == op.kind for entry in gpu.efficiency_by_op)
+
+
+def operator_rates(op: Operator, gpu: GPUSpec, tokens: Number = 0.0) -> OperatorRates:
+    """Rates of ``op`` on ``gpu`` at a step of ``tokens`` tokens (the tokens matter only under an overlay)."""
     eff = gpu.efficiency
-    count = op.count
     if op.kind == "allreduce":
-        ring = 2.0 * (op.tp - 1) / op.tp
-        link_seconds = ring * work.link_bytes / (gpu.link_bandwidth_bytes_per_second * eff.link)
-        link_seconds = link_seconds + eff.allreduce_latency_seconds * work.launches
+        return OperatorRates(
+            0.0, None, 0.0, 0.0, ring_factor=2.0 * (op.tp - 1) / op.tp,
+            link_bytes_per_second=gpu.link_bandwidth_bytes_per_second * eff.link,
+            allreduce_latency_seconds=eff.allreduce_latency_seconds,
+        )
+    compute_eff, memory_eff = efficiency_factors(gpu, op.kind, tokens)
+    peak = gpu.peak_flops.get(op.compute_dtype) or gpu.peak(op.compute_dtype)
+    dequantises = op.kind == "gemm" and op.dequant_ops_per_weight
+    return OperatorRates(
+        flops_per_second=peak * compute_eff,
+        dequant_ops_per_second=vector_flops(gpu) * compute_eff if dequantises else None,
+        bytes_per_second=gpu.hbm_bandwidth_bytes_per_second * memory_eff,
+        launch_seconds=eff.kernel_launch_seconds,
+    )
+
+
+def system_rates(operators: tuple[Operator, ...], gpu: GPUSpec) -> tuple[OperatorRates | None, ...]:
+    """Each operator's rates, or None where an overlay makes them depend on the step."""
+    return tuple(None if rates_vary_with_tokens(op, gpu) else operator_rates(op, gpu) for op in operators)
+
+
+def roofline(work: Work, rates: OperatorRates) -> tuple[Number, Number, Number]:
+    """(compute, memory, total) seconds of one instance of a non-communication operator.
+
+    The one roofline formula (module docstring): both :func:`operator_cost` and :func:`step_totals` call it.
+    """
+    compute_seconds = work.flops / rates.flops_per_second
+    if rates.dequant_ops_per_second is not None:
+        compute_seconds = _maximum(compute_seconds, work.dequant_ops / rates.dequant_ops_per_second)
+    moved = work.weight_bytes + work.kv_read_bytes + work.kv_write_bytes + work.activation_bytes
+    memory_seconds = moved / rates.bytes_per_second
+    seconds = _maximum(compute_seconds, memory_seconds) + work.launches * rates.launch_seconds
+    return compute_seconds, memory_seconds, seconds
+
+
+def allreduce_seconds(work: Work, rates: OperatorRates) -> Number:
+    """Seconds of one ring all-reduce instance (module docstring)."""
+    link_seconds = rates.ring_factor * work.link_bytes / rates.link_bytes_per_second
+    return link_seconds + rates.allreduce_latency_seconds * work.launches
+
+
+def operator_cost(op: Operator, step: Step, gpu: GPUSpec, rates: OperatorRates | None = None) -> OperatorCost:
+    """Roofline cost of ``op`` for ``step`` on one GPU of type ``gpu`` (see module docstring).
+
+    ``rates``: the operator's precomputed :func:`operator_rates` (None: worked out here).
+    """
+    work = op.work(step)
+    count = op.count
+    if rates is None:
+        rates = operator_rates(op, gpu, op.tokens(step))
+    if op.kind == "allreduce":
+        link_seconds = allreduce_seconds(work, rates)
         zero = 0.0 * work.link_bytes
         return OperatorCost(
             name=op.name, kind=op.kind, count=count, flops=zero, weight_bytes=zero, kv_read_bytes=zero,
@@ -153,15 +228,8 @@ def operator_cost(op: Operator, step: Step, gpu: GPUSpec) -> OperatorCost:
             launches=count * work.launches, compute_seconds=zero, memory_seconds=zero,
             link_seconds=count * link_seconds, seconds=count * link_seconds,
         )
-    compute_eff, memory_eff = efficiency_factors(gpu, op.kind, op.tokens(step))
-    moved = work.weight_bytes + work.kv_read_bytes + work.kv_write_bytes + work.activation_bytes
-    peak = gpu.peak_flops.get(op.compute_dtype) or gpu.peak(op.compute_dtype)
-    compute_seconds = work.flops / (peak * compute_eff)
-    if op.kind == "gemm" and op.dequant_ops_per_weight:
-        dequant_seconds = work.dequant_ops / (vector_flops(gpu) * compute_eff)
-        compute_seconds = _maximum(compute_seconds, dequant_seconds)
-    memory_seconds = moved / (gpu.hbm_bandwidth_bytes_per_second * memory_eff)
-    seconds = _maximum(compute_seconds, memory_seconds) + work.launches * eff.kernel_launch_seconds
+    compute_seconds, memory_seconds, seconds = roofline(work, rates)
+    no_link = 0.0 * memory_seconds
     return OperatorCost(
         name=op.name,
         kind=op.kind,
@@ -171,11 +239,11 @@ def operator_cost(op: Operator, step: Step, gpu: GPUSpec) -> OperatorCost:
         kv_read_bytes=count * work.kv_read_bytes,
         kv_write_bytes=count * work.kv_write_bytes,
         activation_bytes=count * work.activation_bytes,
-        link_bytes=0.0 * moved,
+        link_bytes=no_link,
         launches=count * work.launches,
         compute_seconds=count * compute_seconds,
         memory_seconds=count * memory_seconds,
-        link_seconds=0.0 * moved,
+        link_seconds=no_link,
         seconds=count * seconds,
         dequant_ops=count * work.dequant_ops,
     )
@@ -223,6 +291,57 @@ class StepCost:
         return sum(op.launches for op in self.operators)
 
 
-def step_cost(operators: tuple[Operator, ...], step: Step, gpu: GPUSpec) -> StepCost:
-    """Cost of every operator of a forward pass for ``step``."""
-    return StepCost(tuple(operator_cost(op, step, gpu) for op in operators))
+def step_cost(
+    operators: tuple[Operator, ...],
+    step: Step,
+    gpu: GPUSpec,
+    rates: tuple[OperatorRates | None, ...] | None = None,
+) -> StepCost:
+    """Cost of every operator of a forward pass for ``step`` (``rates``: from :func:`system_rates`, optional)."""
+    if rates is None:
+        return StepCost(tuple(operator_cost(op, step, gpu) for op in operators))
+    return StepCost(tuple(operator_cost(op, step, gpu, r) for op, r in zip(operators, rates)))
+
+
+class StepTotals(NamedTuple):
+    """A step's totals on one GPU, equal to the same-named :class:`StepCost` properties."""
+
+    seconds: Number
+    flops: Number
+    bytes: Number
+    compute_bound_seconds: Number
+    memory_bound_seconds: Number
+    communication_seconds: Number
+
+
+def step_totals(
+    operators: tuple[Operator, ...], step: Step, gpu: GPUSpec, rates: tuple[OperatorRates | None, ...]
+) -> StepTotals:
+    """The totals of :func:`step_cost` without building a cost record per operator (the engine's hot path).
+
+    The same work, the same :func:`roofline` and the same order of summation as StepCost's
+    properties, so the results are equal (tests check it on random steps).
+    """
+    seconds = flops = moved = compute_bound = communication = 0.0
+    for op, op_rates in zip(operators, rates):
+        work = op.work(step)
+        count = op.count
+        if op_rates is None:
+            op_rates = operator_rates(op, gpu, op.tokens(step))
+        if op.kind == "allreduce":
+            link_seconds = count * allreduce_seconds(work, op_rates)
+            seconds = seconds + link_seconds
+            communication = communication + link_seconds
+            continue
+        compute_seconds, memory_seconds, op_seconds = roofline(work, op_rates)
+        op_seconds = count * op_seconds
+        seconds = seconds + op_seconds
+        flops = flops + count * work.flops
+        moved = moved + (count * work.weight_bytes + count * work.kv_read_bytes + count * work.kv_write_bytes
+                         + count * work.activation_bytes)
+        compute_wins = count * compute_seconds >= count * memory_seconds
+        if isinstance(compute_wins, np.ndarray):
+            compute_bound = compute_bound + np.where(compute_wins, op_seconds, 0.0)
+        elif compute_wins:
+            compute_bound = compute_bound + op_seconds
+    return StepTotals(seconds, flops, moved, compute_bound, seconds - compute_bound - communication, communication)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from simulator.config.gpu import GPUSpec
 from simulator.config.model import ModelSpec
 from simulator.config.precision import Precision
-from simulator.cost import StepCost, step_cost
+from simulator.cost import OperatorRates, StepCost, StepTotals, step_cost, step_totals, system_rates
 from simulator.errors import InputError
 from simulator.layers import AttentionKernel, Fusion, Operator, build_operators, kv_heads_per_gpu
 from simulator.step import Step
@@ -27,6 +27,8 @@ class System:
     attention_kernel: AttentionKernel = "flash"
     fusion: Fusion = "elementwise"
     operators: tuple[Operator, ...] = field(init=False, repr=False, compare=False)
+    rates: tuple[OperatorRates | None, ...] = field(init=False, repr=False, compare=False)
+    """each operator's roofline rates, worked out once (None where a measured overlay makes them vary)"""
 
     def __post_init__(self) -> None:
         for dtype in {self.precision.compute_dtype, self.precision.activation_dtype}:
@@ -38,14 +40,19 @@ class System:
                 )
         ops = build_operators(self.model, self.precision, self.gpu, self.tp, self.attention_kernel, self.fusion)
         object.__setattr__(self, "operators", ops)
+        object.__setattr__(self, "rates", system_rates(ops, self.gpu))
 
     def step_cost(self, step: Step) -> StepCost:
         """Per-operator roofline cost of ``step`` on one GPU of the group."""
-        return step_cost(self.operators, step, self.gpu)
+        return step_cost(self.operators, step, self.gpu, self.rates)
+
+    def step_totals(self, step: Step) -> StepTotals:
+        """``step``'s totals (seconds, FLOPs, bytes, time by bound) on one GPU, without per-operator records."""
+        return step_totals(self.operators, step, self.gpu, self.rates)
 
     def step_seconds(self, step: Step) -> float:
         """Wall time of ``step`` (every GPU of the group works in lockstep)."""
-        return self.step_cost(step).seconds
+        return self.step_totals(step).seconds
 
     @property
     def kv_heads_per_gpu(self) -> int:

@@ -269,9 +269,7 @@ def test_a_recomputed_request_is_not_finished_by_its_stale_schedule(system, monk
     assert int(fast.log["decode_seqs"].sum()) == int((w.output_tokens - 1).sum()) - 3
 
 
-def test_cost_totals_agree_with_step_cost_properties():
-    from simulator.engine.engine import cost_totals
-
+def test_step_totals_agree_with_step_cost_properties():
     gpu = load_gpu("a100").with_efficiency(**EXACT)
     system = plan_deployment(load_model("llama2-13b"), gpu, Precision(), batch=1, context_tokens=1024, tp=2).system
     for step in (Step.prefill(3, 500) + Step.decode(7, 900), Step.decode(64.0, np.array([100.0, 5000.0]))):
@@ -279,5 +277,5 @@ def test_cost_totals_agree_with_step_cost_properties():
         expected = (cost.seconds, cost.flops, cost.bytes, cost.compute_bound_seconds, cost.memory_bound_seconds,
                     cost.communication_seconds)
         assert np.all(np.asarray(cost.communication_seconds) > 0)
-        for got, want in zip(cost_totals(cost), expected):
+        for got, want in zip(system.step_totals(step), expected):
             assert np.allclose(got, want, rtol=1e-12, atol=0.0)

@@ -1,6 +1,6 @@
 """The discrete-event serving loop (simpy): arrivals, scheduling, KV blocks, and the cost of each iteration.
 
-The engine only schedules; the time of every iteration is ``system.step_cost(step)`` for a
+The engine only schedules; the time of every iteration is ``system.step_totals(step).seconds`` for a
 :class:`~simulator.step.Step` built from running totals of the sequences in it, so building
 a step costs O(sequences that changed), not O(sequences).
 
@@ -35,7 +35,6 @@ from simulator.engine.metrics import (
 )
 from simulator.engine.scheduler import Chunk, SchedulerConfig, plan_chunked, plan_continuous, plan_static
 from simulator.engine.workload import Workload
-from simulator.cost import StepCost
 from simulator.step import Step
 from simulator.system import System
 
@@ -104,30 +103,6 @@ class Stretch:
     needs: np.ndarray | None
     freed_by: np.ndarray
     leave_at: np.ndarray
-
-
-def cost_totals(cost: StepCost) -> tuple:
-    """(seconds, FLOPs, HBM bytes, compute-bound s, memory-bound s, communication s) of a step, one GPU.
-
-    The same sums as StepCost's properties, in one pass over the operators (this runs per iteration).
-    """
-    seconds = flops = moved = compute_bound = communication = 0.0
-    for op in cost.operators:
-        seconds = seconds + op.seconds
-        if op.kind == "allreduce":
-            communication = communication + op.link_seconds
-            continue
-        flops = flops + op.flops
-        moved = moved + (op.weight_bytes + op.kv_read_bytes + op.kv_write_bytes + op.activation_bytes)
-        compute_wins = op.compute_seconds >= op.memory_seconds
-        if isinstance(compute_wins, np.ndarray):
-            compute_bound = compute_bound + np.where(compute_wins, op.seconds, 0.0)
-        elif compute_wins:
-            compute_bound = compute_bound + op.seconds
-    memory_bound = seconds - compute_bound - communication
-    if isinstance(seconds, np.ndarray):
-        return seconds, flops, moved, compute_bound, memory_bound, communication
-    return float(seconds), float(flops), float(moved), float(compute_bound), float(memory_bound), float(communication)
 
 
 def _decode_step(batch: float, context: float | np.ndarray) -> Step:
@@ -457,7 +432,7 @@ class Engine:
         if hit is not None:
             return hit
         self.totals.cost_calls += 1
-        value = cost_totals(self.system.step_cost(step))
+        value = tuple(float(v) for v in self.system.step_totals(step))
         if len(self.cost_cache) < COST_CACHE_MAX:
             self.cost_cache[key] = value
         return value
@@ -566,7 +541,7 @@ class Engine:
         return Stretch(steps, batch, context, needs, freed_by, leave_at)
 
     def _stretch_costs(self, batch: np.ndarray, contexts: np.ndarray) -> list[np.ndarray]:
-        """Cost totals (see :func:`cost_totals`) of decode ticks with ``batch`` decoders attending ``contexts`` keys.
+        """Cost totals (see :meth:`System.step_totals`) of decode ticks with ``batch`` decoders attending ``contexts`` keys.
 
         The cost model is several times cheaper per call when the batch is a scalar, so a stretch
         with few distinct batch sizes is costed one constant-batch segment at a time.
@@ -575,7 +550,7 @@ class Engine:
         if len(changes) > 4:
             self.totals.cost_calls += 1
             ones = np.ones(len(batch))
-            return [ones * value for value in cost_totals(self.system.step_cost(_decode_step(batch, contexts)))]
+            return [ones * value for value in self.system.step_totals(_decode_step(batch, contexts))]
         parts = []
         for start, stop in zip([0, *changes.tolist()], [*changes.tolist(), len(batch)]):
             size = float(batch[start])
@@ -584,7 +559,7 @@ class Engine:
                 continue
             self.totals.cost_calls += 1
             ones = np.ones(stop - start)
-            parts.append([ones * value for value in cost_totals(self.system.step_cost(_decode_step(size, contexts[start:stop])))])
+            parts.append([ones * value for value in self.system.step_totals(_decode_step(size, contexts[start:stop]))])
         if len(parts) == 1:
             return parts[0]
         return [np.concatenate(columns) for columns in zip(*parts)]

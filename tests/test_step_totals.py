@@ -1,0 +1,77 @@
+"""The engine's fast path (System.step_totals) equals StepCost's properties, on many random steps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.config import load_gpu, load_model
+from simulator.config.gpu import OpEfficiency
+from simulator.config.precision import Precision
+from simulator.step import Step
+from simulator.system import System
+
+# Deliberately not the shipped defaults (and not 1.0 either, so a factor left out shows).
+EFFICIENCY = dict(compute=0.61, memory=0.73, link=0.55, kernel_launch_seconds=4e-6, allreduce_latency_seconds=9e-6)
+OVERLAY = [
+    OpEfficiency(op_class="gemm", max_tokens=64, compute=0.3, memory=0.6),
+    OpEfficiency(op_class="gemm", min_tokens=65, compute=0.8),
+    OpEfficiency(op_class="attention", memory=0.25),
+]
+
+
+def _gpu(overlay: bool):
+    gpu = load_gpu("a100").with_efficiency(**EFFICIENCY)
+    return gpu.model_copy(update={"efficiency_by_op": OVERLAY}) if overlay else gpu
+
+
+def _systems() -> list[System]:
+    moe = load_model("mistral-7b").model_copy(update={"moe_experts": 8, "moe_top_k": 2})
+    return [
+        System(load_model("llama3-8b"), _gpu(False), Precision()),
+        System(load_model("llama2-13b"), _gpu(False), Precision(weights="int4"), tp=2),
+        System(load_model("llama2-7b"), _gpu(True), Precision(weights="int8"), attention_kernel="naive", fusion="none"),
+        System(load_model("falcon-7b"), _gpu(False), Precision(), fusion="full"),
+        System(moe, _gpu(True), Precision(), tp=4),
+    ]
+
+
+def _random_step(rng: np.random.Generator, size: int | None) -> Step:
+    """A mixed step: prefill chunks on top of cached tokens plus decoders (arrays of ``size`` steps, or scalars)."""
+    def draw(low: int, high: int):
+        values = rng.integers(low, high, size).astype(float)
+        return values if size is not None else float(values)
+
+    prefill = Step.prefill(draw(0, 4), draw(1, 3000), draw(0, 2000), emits_token=bool(rng.integers(0, 2)))
+    return prefill + Step.decode(draw(0, 300), draw(1, 8000))
+
+
+@pytest.mark.parametrize("system", _systems(), ids=lambda s: s.describe())
+def test_step_totals_equal_step_cost_properties(system):
+    rng = np.random.default_rng(7)
+    steps = [_random_step(rng, None) for _ in range(40)] + [_random_step(rng, 50) for _ in range(3)]
+    steps.append(Step.decode(64.0, np.array([1.0, 100.0, 5000.0])))  # scalar batch, array context (a stretch)
+    steps.append(Step.decode(0.0, 0.0))  # an empty step costs nothing
+    for step in steps:
+        cost = system.step_cost(step)
+        totals = system.step_totals(step)
+        expected = (cost.seconds, cost.flops, cost.bytes, cost.compute_bound_seconds, cost.memory_bound_seconds,
+                    cost.communication_seconds)
+        for name, got, want in zip(totals._fields, totals, expected):
+            assert np.array_equal(np.broadcast_to(got, np.shape(want)), want), name
+        assert np.array_equal(system.step_seconds(step), cost.seconds)
+
+
+def test_the_fast_path_charges_time_by_bound_and_communication():
+    """A tp=2 decode step has all-reduce time, and memory-bound time dominates at batch 1."""
+    system = _systems()[1]
+    totals = system.step_totals(Step.decode(1.0, 1000.0))
+    assert totals.communication_seconds > 0
+    assert totals.memory_bound_seconds > totals.compute_bound_seconds
+    assert totals.seconds == pytest.approx(
+        totals.compute_bound_seconds + totals.memory_bound_seconds + totals.communication_seconds, rel=1e-12)
+
+
+def test_the_empty_step_totals_are_zero():
+    totals = _systems()[0].step_totals(Step.decode(0.0, 0.0))
+    assert tuple(totals) == (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
