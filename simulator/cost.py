@@ -98,10 +98,10 @@ class OperatorCost(NamedTuple):
 
 
 def _maximum(a: Number, b: Number) -> Number:
-    # Python's max on scalars is ~20x faster than np.maximum; arrays need the elementwise form.
+    # A comparison of scalars is ~20x faster than np.maximum; arrays need the elementwise form.
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return np.maximum(a, b)
-    return max(a, b)
+    return b if b > a else a
 
 
 def _where(condition: Number, a: Number, b: Number) -> Number:
@@ -190,8 +190,8 @@ def system_rates(operators: tuple[Operator, ...], gpu: GPUSpec) -> tuple[Operato
     return tuple(None if rates_vary_with_tokens(op, gpu) else operator_rates(op, gpu) for op in operators)
 
 
-def roofline(work: Work, rates: OperatorRates) -> tuple[Number, Number, Number]:
-    """(compute, memory, total) seconds of one instance of a non-communication operator.
+def roofline(work: Work, rates: OperatorRates, count: int) -> tuple[Number, Number, Number]:
+    """(compute, memory, total) seconds of ``count`` instances of a non-communication operator.
 
     The one roofline formula (module docstring): both :func:`operator_cost` and :func:`step_totals` call it.
     """
@@ -201,13 +201,13 @@ def roofline(work: Work, rates: OperatorRates) -> tuple[Number, Number, Number]:
     moved = work.weight_bytes + work.kv_read_bytes + work.kv_write_bytes + work.activation_bytes
     memory_seconds = moved / rates.bytes_per_second
     seconds = _maximum(compute_seconds, memory_seconds) + work.launches * rates.launch_seconds
-    return compute_seconds, memory_seconds, seconds
+    return count * compute_seconds, count * memory_seconds, count * seconds
 
 
-def allreduce_seconds(work: Work, rates: OperatorRates) -> Number:
-    """Seconds of one ring all-reduce instance (module docstring)."""
+def allreduce_seconds(work: Work, rates: OperatorRates, count: int) -> Number:
+    """Seconds of ``count`` ring all-reduce instances (module docstring)."""
     link_seconds = rates.ring_factor * work.link_bytes / rates.link_bytes_per_second
-    return link_seconds + rates.allreduce_latency_seconds * work.launches
+    return count * (link_seconds + rates.allreduce_latency_seconds * work.launches)
 
 
 def operator_cost(op: Operator, step: Step, gpu: GPUSpec, rates: OperatorRates | None = None) -> OperatorCost:
@@ -220,15 +220,15 @@ def operator_cost(op: Operator, step: Step, gpu: GPUSpec, rates: OperatorRates |
     if rates is None:
         rates = operator_rates(op, gpu, op.tokens(step))
     if op.kind == "allreduce":
-        link_seconds = allreduce_seconds(work, rates)
+        link_seconds = allreduce_seconds(work, rates, count)
         zero = 0.0 * work.link_bytes
         return OperatorCost(
             name=op.name, kind=op.kind, count=count, flops=zero, weight_bytes=zero, kv_read_bytes=zero,
             kv_write_bytes=zero, activation_bytes=zero, link_bytes=count * work.link_bytes,
             launches=count * work.launches, compute_seconds=zero, memory_seconds=zero,
-            link_seconds=count * link_seconds, seconds=count * link_seconds,
+            link_seconds=link_seconds, seconds=link_seconds,
         )
-    compute_seconds, memory_seconds, seconds = roofline(work, rates)
+    compute_seconds, memory_seconds, seconds = roofline(work, rates, count)
     no_link = 0.0 * memory_seconds
     return OperatorCost(
         name=op.name,
@@ -241,10 +241,10 @@ def operator_cost(op: Operator, step: Step, gpu: GPUSpec, rates: OperatorRates |
         activation_bytes=count * work.activation_bytes,
         link_bytes=no_link,
         launches=count * work.launches,
-        compute_seconds=count * compute_seconds,
-        memory_seconds=count * memory_seconds,
+        compute_seconds=compute_seconds,
+        memory_seconds=memory_seconds,
         link_seconds=no_link,
-        seconds=count * seconds,
+        seconds=seconds,
         dequant_ops=count * work.dequant_ops,
     )
 
@@ -329,17 +329,16 @@ def step_totals(
         if op_rates is None:
             op_rates = operator_rates(op, gpu, op.tokens(step))
         if op.kind == "allreduce":
-            link_seconds = count * allreduce_seconds(work, op_rates)
+            link_seconds = allreduce_seconds(work, op_rates, count)
             seconds = seconds + link_seconds
             communication = communication + link_seconds
             continue
-        compute_seconds, memory_seconds, op_seconds = roofline(work, op_rates)
-        op_seconds = count * op_seconds
+        compute_seconds, memory_seconds, op_seconds = roofline(work, op_rates, count)
         seconds = seconds + op_seconds
         flops = flops + count * work.flops
         moved = moved + (count * work.weight_bytes + count * work.kv_read_bytes + count * work.kv_write_bytes
                          + count * work.activation_bytes)
-        compute_wins = count * compute_seconds >= count * memory_seconds
+        compute_wins = compute_seconds >= memory_seconds
         if isinstance(compute_wins, np.ndarray):
             compute_bound = compute_bound + np.where(compute_wins, op_seconds, 0.0)
         elif compute_wins:

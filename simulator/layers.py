@@ -155,7 +155,9 @@ class Gemm:
         else:
             matrices_read = active
         weights_read = matrix * matrices_read
-        dequant = weights_read * _ceil_div(tokens, self.dequant_tile_tokens) * self.dequant_ops_per_weight
+        dequant = 0.0
+        if self.dequant_ops_per_weight:
+            dequant = weights_read * _ceil_div(tokens, self.dequant_tile_tokens) * self.dequant_ops_per_weight
         routed_tokens = tokens * self.top_k
         read = self.in_features if self.input_read_elements is None else self.input_read_elements
         write = self.out_features if self.output_write_elements is None else self.output_write_elements
