@@ -540,11 +540,14 @@ class Engine:
                 steps = int(short[0])
         return Stretch(steps, batch, context, needs, freed_by, leave_at)
 
-    def _stretch_costs(self, batch: np.ndarray, contexts: np.ndarray) -> list[np.ndarray]:
+    def _stretch_costs(self, batch: np.ndarray, contexts: np.ndarray, budget: float = np.inf) -> list[np.ndarray]:
         """Cost totals (see :meth:`System.step_totals`) of decode ticks with ``batch`` decoders attending ``contexts`` keys.
 
         The cost model is several times cheaper per call when the batch is a scalar, so a stretch
-        with few distinct batch sizes is costed one constant-batch segment at a time.
+        with few distinct batch sizes is costed one constant-batch segment at a time (a segment of
+        one or two ticks tick by tick: a scalar step costs about half an array step). Costing stops
+        after the segment in which the ticks' seconds reach ``budget`` (the ticks after it would be
+        cut off by the next arrival), so the columns may be shorter than ``batch``.
         """
         changes = np.flatnonzero(np.diff(batch)) + 1
         if len(changes) > 4:
@@ -552,14 +555,20 @@ class Engine:
             ones = np.ones(len(batch))
             return [ones * value for value in self.system.step_totals(_decode_step(batch, contexts))]
         parts = []
+        elapsed = 0.0
         for start, stop in zip([0, *changes.tolist()], [*changes.tolist(), len(batch)]):
             size = float(batch[start])
-            if stop - start == 1:
-                parts.append([np.array([value]) for value in self._cost_scalar(_decode_step(size, float(contexts[start])))])
-                continue
-            self.totals.cost_calls += 1
-            ones = np.ones(stop - start)
-            parts.append([ones * value for value in self.system.step_totals(_decode_step(size, contexts[start:stop]))])
+            if stop - start <= 2:
+                ticks = [self._cost_scalar(_decode_step(size, float(contexts[tick]))) for tick in range(start, stop)]
+                part = [np.array(column) for column in zip(*ticks)]
+            else:
+                self.totals.cost_calls += 1
+                ones = np.ones(stop - start)
+                part = [ones * value for value in self.system.step_totals(_decode_step(size, contexts[start:stop]))]
+            parts.append(part)
+            elapsed += float(part[0].sum())
+            if elapsed >= budget:
+                break
         if len(parts) == 1:
             return parts[0]
         return [np.concatenate(columns) for columns in zip(*parts)]
@@ -593,9 +602,12 @@ class Engine:
             return
         now = env.now
         batch, contexts = plan.batch[:steps].astype(float), plan.context[:steps]
-        seconds, flops, moved, compute_bound, memory_bound, communication = self._stretch_costs(batch, contexts)
+        arrival_due = cut_at_arrival and self.next_arrival < self.n
+        budget = float(self.arrival[self.next_arrival]) - now if arrival_due else np.inf
+        seconds, flops, moved, compute_bound, memory_bound, communication = self._stretch_costs(batch, contexts, budget)
+        steps = min(steps, len(seconds))
         ends = now + np.cumsum(seconds)
-        if cut_at_arrival and self.next_arrival < self.n:
+        if arrival_due:
             first_after = int(np.searchsorted(ends, self.arrival[self.next_arrival], side="left"))
             steps = min(steps, first_after + 1)
         ends, seconds = ends[:steps], seconds[:steps]
