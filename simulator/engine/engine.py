@@ -106,11 +106,14 @@ class Stretch:
 
 
 def _decode_step(batch: float, context: float | np.ndarray) -> Step:
-    """``batch`` decoding sequences whose keys (cache + the new token) sum to ``context``."""
-    zero = 0.0 * context
+    """``batch`` decoding sequences whose keys (cache + the new token) sum to ``context``.
+
+    Fields that do not vary over the ticks stay scalars (a Step may mix scalars and arrays), so
+    the cost model does array arithmetic only where the context enters.
+    """
     return Step(
         tokens=batch, prefill_tokens=0.0, sequences=batch, logit_tokens=batch, attention_pairs=context,
-        prefill_attention_pairs=zero, score_elements=context, context_tokens=context,
+        prefill_attention_pairs=0.0, score_elements=context, context_tokens=context,
     )
 
 

@@ -53,7 +53,11 @@ class Columns:
 
     def append(self, **values) -> None:
         """Append one row (scalars) or several (equal-length arrays; scalars broadcast)."""
-        count = max((len(v) for v in values.values() if isinstance(v, np.ndarray)), default=1)
+        count = 1
+        for value in values.values():
+            if isinstance(value, np.ndarray):
+                count = len(value)
+                break
         self._reserve(count)
         for name, value in values.items():
             self._data[name][self.size : self.size + count] = value
