@@ -314,42 +314,75 @@ class StepTotals(NamedTuple):
     communication_seconds: Number
 
 
+def operator_totals(op: Operator, step: Step, gpu: GPUSpec, rates: OperatorRates | None) -> tuple:
+    """One operator's share of :class:`StepTotals`: (seconds, FLOPs, bytes, compute-bound s, communication s)."""
+    work = op.work(step)
+    count = op.count
+    if rates is None:
+        rates = operator_rates(op, gpu, op.tokens(step))
+    if op.kind == "allreduce":
+        link_seconds = allreduce_seconds(work, rates, count)
+        return link_seconds, 0.0, 0.0, 0.0, link_seconds
+    compute_seconds, memory_seconds, seconds = roofline(work, rates, count)
+    moved = count * work.weight_bytes + count * work.kv_read_bytes + count * work.kv_write_bytes + count * work.activation_bytes
+    compute_wins = compute_seconds >= memory_seconds
+    if isinstance(compute_wins, np.ndarray):
+        compute_bound = np.where(compute_wins, seconds, 0.0)
+    else:
+        compute_bound = seconds if compute_wins else 0.0
+    return seconds, count * work.flops, moved, compute_bound, 0.0
+
+
+MEMO_MAX = 100_000
+"""Per-operator shares remembered by :func:`step_totals` (cleared when full)."""
+
+
 def step_totals(
-    operators: tuple[Operator, ...], step: Step, gpu: GPUSpec, rates: tuple[OperatorRates | None, ...]
+    operators: tuple[Operator, ...],
+    step: Step,
+    gpu: GPUSpec,
+    rates: tuple[OperatorRates | None, ...],
+    memo: dict | None = None,
 ) -> StepTotals:
     """The totals of :func:`step_cost` without building a cost record per operator (the engine's hot path).
 
     The same work and the same :func:`roofline` as :func:`step_cost`, so the results equal StepCost's
     properties up to the order of summation (tests check it on random steps to 1e-12): operators whose
-    cost varies over the steps of an array step (in a decode stretch only attention) are summed apart
+    share varies over the steps of an array step (in a decode stretch only attention) are summed apart
     from the scalar ones, so each total needs a few array additions rather than one per operator.
+
+    ``memo`` (a dict owned by the caller, e.g. the System) remembers the share of each operator whose
+    work depends only on its token count (``works_from_tokens``) by that count: consecutive decode
+    steps differ only in their context, which only attention reads.
     """
-    # [seconds, FLOPs, bytes, compute-bound seconds, communication seconds]: scalar parts, array parts.
-    scalar = [0.0, 0.0, 0.0, 0.0, 0.0]
-    varying = [0.0, 0.0, 0.0, 0.0, 0.0]
-    for op, op_rates in zip(operators, rates):
-        work = op.work(step)
-        count = op.count
-        if op_rates is None:
-            op_rates = operator_rates(op, gpu, op.tokens(step))
-        if op.kind == "allreduce":
-            link_seconds = allreduce_seconds(work, op_rates, count)
-            sums = varying if isinstance(link_seconds, np.ndarray) else scalar
-            sums[0] = sums[0] + link_seconds
-            sums[4] = sums[4] + link_seconds
-            continue
-        compute_seconds, memory_seconds, op_seconds = roofline(work, op_rates, count)
-        compute_wins = compute_seconds >= memory_seconds
-        if isinstance(compute_wins, np.ndarray):
-            sums = varying
-            sums[3] = sums[3] + np.where(compute_wins, op_seconds, 0.0)
-        else:
-            sums = varying if isinstance(op_seconds, np.ndarray) else scalar
-            if compute_wins:
-                sums[3] = sums[3] + op_seconds
-        sums[0] = sums[0] + op_seconds
-        sums[1] = sums[1] + count * work.flops
-        sums[2] = sums[2] + (count * work.weight_bytes + count * work.kv_read_bytes + count * work.kv_write_bytes
-                             + count * work.activation_bytes)
-    seconds, flops, moved, compute_bound, communication = (s + v for s, v in zip(scalar, varying))
+    seconds = flops = moved = compute_bound = communication = 0.0  # scalar parts
+    varying = []  # shares that are arrays over the steps of an array step
+    for index, (op, op_rates) in enumerate(zip(operators, rates)):
+        share = None
+        if memo is not None and op.works_from_tokens:
+            tokens = op.tokens(step)
+            if not isinstance(tokens, np.ndarray):
+                key = (index, tokens)
+                share = memo.get(key)
+                if share is None:
+                    if len(memo) >= MEMO_MAX:
+                        memo.clear()
+                    share = memo[key] = operator_totals(op, step, gpu, op_rates)
+        if share is None:
+            share = operator_totals(op, step, gpu, op_rates)
+            if any(isinstance(part, np.ndarray) for part in share):
+                varying.append(share)
+                continue
+        op_seconds, op_flops, op_bytes, op_compute_bound, op_communication = share
+        seconds += op_seconds
+        flops += op_flops
+        moved += op_bytes
+        compute_bound += op_compute_bound
+        communication += op_communication
+    for op_seconds, op_flops, op_bytes, op_compute_bound, op_communication in varying:
+        seconds = seconds + op_seconds
+        flops = flops + op_flops
+        moved = moved + op_bytes
+        compute_bound = compute_bound + op_compute_bound
+        communication = communication + op_communication
     return StepTotals(seconds, flops, moved, compute_bound, seconds - compute_bound - communication, communication)

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Literal, NamedTuple
+from typing import ClassVar, Literal, NamedTuple
 
 from simulator.config.gpu import GPUSpec
 from simulator.config.model import ModelSpec
@@ -141,6 +141,8 @@ class Gemm:
     output_write_elements: int | None = None
     launches_per_step: float = 1.0
     kind: str = "gemm"
+    works_from_tokens: ClassVar[bool] = True
+    """True: ``work(step)`` depends on the step only through ``tokens(step)`` (the cost model memoises on it)"""
 
     def tokens(self, step: Step) -> Number:
         return step.logit_tokens if self.token_source == "logits" else step.tokens
@@ -191,6 +193,8 @@ class Attention:
     params: int = 0
     resident_bytes: float = 0.0
     kind: str = "attention"
+    works_from_tokens: ClassVar[bool] = False
+    """False: ``work(step)`` reads other fields of the step than ``tokens(step)`` (the context, attention pairs)"""
 
     def tokens(self, step: Step) -> Number:
         return step.tokens
@@ -242,6 +246,8 @@ class Elementwise:
     fused: bool
     fused_read_elements_per_token: int = 0
     kind: str = "elementwise"
+    works_from_tokens: ClassVar[bool] = True
+    """True: ``work(step)`` depends on the step only through ``tokens(step)`` (the cost model memoises on it)"""
 
     def tokens(self, step: Step) -> Number:
         return step.tokens
@@ -272,6 +278,8 @@ class Embedding:
     activation_bytes_per_element: float
     compute_dtype: str
     kind: str = "embedding"
+    works_from_tokens: ClassVar[bool] = True
+    """True: ``work(step)`` depends on the step only through ``tokens(step)`` (the cost model memoises on it)"""
 
     def tokens(self, step: Step) -> Number:
         return step.tokens
@@ -299,6 +307,8 @@ class AllReduce:
     resident_bytes: float = 0.0
     compute_dtype: str = "fp16"
     kind: str = "allreduce"
+    works_from_tokens: ClassVar[bool] = True
+    """True: ``work(step)`` depends on the step only through ``tokens(step)`` (the cost model memoises on it)"""
 
     def tokens(self, step: Step) -> Number:
         return step.tokens

@@ -29,6 +29,8 @@ class System:
     operators: tuple[Operator, ...] = field(init=False, repr=False, compare=False)
     rates: tuple[OperatorRates | None, ...] = field(init=False, repr=False, compare=False)
     """each operator's roofline rates, worked out once (None where a measured overlay makes them vary)"""
+    totals_memo: dict = field(init=False, repr=False, compare=False)
+    """operator shares of :meth:`step_totals` by token count (see :func:`simulator.cost.step_totals`)"""
 
     def __post_init__(self) -> None:
         for dtype in {self.precision.compute_dtype, self.precision.activation_dtype}:
@@ -41,6 +43,7 @@ class System:
         ops = build_operators(self.model, self.precision, self.gpu, self.tp, self.attention_kernel, self.fusion)
         object.__setattr__(self, "operators", ops)
         object.__setattr__(self, "rates", system_rates(ops, self.gpu))
+        object.__setattr__(self, "totals_memo", {})
 
     def step_cost(self, step: Step) -> StepCost:
         """Per-operator roofline cost of ``step`` on one GPU of the group."""
@@ -48,7 +51,7 @@ class System:
 
     def step_totals(self, step: Step) -> StepTotals:
         """``step``'s totals (seconds, FLOPs, bytes, time by bound) on one GPU, without per-operator records."""
-        return step_totals(self.operators, step, self.gpu, self.rates)
+        return step_totals(self.operators, step, self.gpu, self.rates, self.totals_memo)
 
     def step_seconds(self, step: Step) -> float:
         """Wall time of ``step`` (every GPU of the group works in lockstep)."""

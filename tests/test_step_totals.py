@@ -75,3 +75,30 @@ def test_the_fast_path_charges_time_by_bound_and_communication():
 def test_the_empty_step_totals_are_zero():
     totals = _systems()[0].step_totals(Step.decode(0.0, 0.0))
     assert tuple(totals) == (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("system", _systems()[1:3], ids=lambda s: s.describe())
+def test_operators_marked_works_from_tokens_read_only_their_token_count(system):
+    """The memo in step_totals is keyed by tokens(step): steps with the same token counts but other
+    contexts, pairs and sequences must give such operators the same work."""
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        batch, prompt = float(rng.integers(1, 200)), float(rng.integers(1, 500))
+        a = Step.prefill(1.0, prompt, float(rng.integers(0, 4000))) + Step.decode(batch, float(rng.integers(1, 8000)))
+        b = Step.prefill(1.0, prompt, float(rng.integers(0, 4000))) + Step.decode(batch, float(rng.integers(1, 8000)))
+        assert a.tokens == b.tokens and a.logit_tokens == b.logit_tokens
+        for op in system.operators:
+            if op.works_from_tokens:
+                assert op.work(a) == op.work(b), op.name
+
+
+def test_memoised_shares_give_the_same_totals_as_a_fresh_system():
+    """Decode steps with one batch and many contexts: the second onwards reuse the memo."""
+    system, fresh = _systems()[1], _systems()[1]
+    for context in (100.0, 2000.0, 7000.0, 2000.0):
+        step = Step.decode(32.0, context)
+        memoised = system.step_totals(step)
+        fresh.totals_memo.clear()
+        assert memoised == fresh.step_totals(step)
+        assert memoised.seconds == pytest.approx(system.step_cost(step).seconds, rel=1e-12)
+    assert len(system.totals_memo) == sum(op.works_from_tokens for op in system.operators)
