@@ -552,14 +552,15 @@ class Engine:
         after the segment in which the ticks' seconds reach ``budget`` (the ticks after it would be
         cut off by the next arrival), so the columns may be shorter than ``batch``.
         """
-        changes = np.flatnonzero(np.diff(batch)) + 1
+        # The batch only shrinks within a stretch (decoders leave), so equal ends mean a constant batch.
+        changes = (np.flatnonzero(np.diff(batch)) + 1).tolist() if batch[0] != batch[-1] else []
         if len(changes) > 4:
             self.totals.cost_calls += 1
             ones = np.ones(len(batch))
             return [ones * value for value in self.system.step_totals(_decode_step(batch, contexts))]
         parts = []
         elapsed = 0.0
-        for start, stop in zip([0, *changes.tolist()], [*changes.tolist(), len(batch)]):
+        for start, stop in zip([0, *changes], [*changes, len(batch)]):
             size = float(batch[start])
             if stop - start <= 2:
                 ticks = [self._cost_scalar(_decode_step(size, float(contexts[tick]))) for tick in range(start, stop)]
