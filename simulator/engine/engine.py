@@ -105,6 +105,13 @@ class Stretch:
     leave_at: np.ndarray
 
 
+def _prefix_sums(values: np.ndarray) -> np.ndarray:
+    """[0, v0, v0 + v1, ...]: ``len(values) + 1`` running totals."""
+    sums = np.zeros(len(values) + 1, dtype=values.dtype)
+    np.cumsum(values, out=sums[1:])
+    return sums
+
+
 def _decode_step(batch: float, context: float | np.ndarray) -> Step:
     """``batch`` decoding sequences whose keys (cache + the new token) sum to ``context``.
 
@@ -523,19 +530,20 @@ class Engine:
         ticks = np.arange(horizon)
         gone = np.searchsorted(leave_at, ticks, side="right")  # decoders finished before tick j
         batch = self.decoding - gone
-        gone_cached = np.concatenate([[0], np.cumsum(cached_now)])[gone]
+        gone_cached = _prefix_sums(cached_now)[gone]
         context = (self.decode_cached - gone_cached) + batch * (ticks + 1.0)
         if self.incremental:
             freed = -(-(cached_now + leave_at) // bs)
         else:
             freed = self.held[rids]
-        freed_by = np.concatenate([[0], np.cumsum(freed)])[gone]
+        freed_by = _prefix_sums(freed)[gone]
         needs = None
         steps = horizon
         if self.incremental:
             phases = (-(clock + ticks)) % bs
-            finished_by_phase = np.zeros((horizon + 1, bs), dtype=np.int64)
-            np.add.at(finished_by_phase, (leave_at, (self.base_cached[rids] - self.base_clock[rids]) % bs), 1)
+            # Decoders leaving by tick and block phase, counted as one flat (tick, phase) index.
+            cells = leave_at * bs + (self.base_cached[rids] - self.base_clock[rids]) % bs
+            finished_by_phase = np.bincount(cells, minlength=(horizon + 1) * bs).reshape(horizon + 1, bs)
             finished_by_phase = np.cumsum(finished_by_phase, axis=0)[:horizon]
             needs = self.phase_counts[phases] - finished_by_phase[ticks, phases]
             short = np.flatnonzero(np.cumsum(needs) > self.alloc.free + freed_by)
@@ -631,7 +639,8 @@ class Engine:
                         blocks_used=used, running=running)
         # Replay the ticks segment by segment (the batch changes only where decoders finish).
         start = 0
-        for stop in [*np.unique(plan.leave_at[plan.leave_at <= steps]).tolist(), steps]:
+        leaving = dict.fromkeys(tick for tick in plan.leave_at.tolist() if tick <= steps)  # sorted, no repeats
+        for stop in [*leaving, steps]:
             if stop <= start:
                 continue
             if plan.needs is not None:

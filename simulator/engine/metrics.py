@@ -38,18 +38,16 @@ class Columns:
 
     def __init__(self, dtypes: dict[str, type], capacity: int = 1024) -> None:
         self._data = {name: np.empty(capacity, dtype=dtype) for name, dtype in dtypes.items()}
+        self._capacity = capacity
         self.size = 0
 
-    def _reserve(self, extra: int) -> None:
-        needed = self.size + extra
-        capacity = len(next(iter(self._data.values())))
-        if needed <= capacity:
-            return
-        capacity = max(needed, 2 * capacity)
+    def _grow(self, needed: int) -> None:
+        capacity = max(needed, 2 * self._capacity)
         for name, column in self._data.items():
             grown = np.empty(capacity, dtype=column.dtype)
             grown[: self.size] = column[: self.size]
             self._data[name] = grown
+        self._capacity = capacity
 
     def append(self, **values) -> None:
         """Append one row (scalars) or several (equal-length arrays; scalars broadcast)."""
@@ -58,10 +56,14 @@ class Columns:
             if isinstance(value, np.ndarray):
                 count = len(value)
                 break
-        self._reserve(count)
+        start = self.size
+        stop = start + count
+        if stop > self._capacity:
+            self._grow(stop)
+        data = self._data
         for name, value in values.items():
-            self._data[name][self.size : self.size + count] = value
-        self.size += count
+            data[name][start:stop] = value
+        self.size = stop
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self._data[name][: self.size]
