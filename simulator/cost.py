@@ -27,8 +27,9 @@ A tensor-parallel all-reduce of ``m`` bytes per GPU over a ring of ``n`` GPUs co
     2 (n - 1) / n * m / (link_bandwidth * efficiency.link) + efficiency.allreduce_latency_seconds.
 
 Operators run one after another, so a step's time is the sum over operators. This module
-is the one place that turns work into seconds; everything else calls :func:`operator_cost`
-or :func:`step_cost`. Inputs may be numpy arrays (one entry per step): all arithmetic is
+is the one place that turns work into seconds (:func:`roofline`, :func:`allreduce_seconds`);
+everything else calls :func:`operator_cost` / :func:`step_cost` (a record per operator) or
+:func:`step_totals` (only the step's totals, the engine's hot path). Inputs may be numpy arrays (one entry per step): all arithmetic is
 elementwise, so many steps are costed in one call.
 """
 
