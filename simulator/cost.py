@@ -29,8 +29,8 @@ A tensor-parallel all-reduce of ``m`` bytes per GPU over a ring of ``n`` GPUs co
 Operators run one after another, so a step's time is the sum over operators. This module
 is the one place that turns work into seconds (:func:`roofline`, :func:`allreduce_seconds`);
 everything else calls :func:`operator_cost` / :func:`step_cost` (a record per operator) or
-:func:`step_totals` (only the step's totals, the engine's hot path). Inputs may be numpy arrays (one entry per step): all arithmetic is
-elementwise, so many steps are costed in one call.
+:func:`step_totals` (only the step's totals, the engine's hot path). Inputs may be numpy
+arrays (one entry per step): all arithmetic is elementwise, so many steps are costed in one call.
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ def system_rates(operators: tuple[Operator, ...], gpu: GPUSpec) -> tuple[Operato
 def roofline(work: Work, rates: OperatorRates, count: int) -> tuple[Number, Number, Number]:
     """(compute, memory, total) seconds of ``count`` instances of a non-communication operator.
 
-    The one roofline formula (module docstring): both :func:`operator_cost` and :func:`step_totals` call it.
+    The one roofline formula (module docstring): :func:`operator_cost` and :func:`operator_totals` both call it.
     """
     compute_seconds = work.flops / rates.flops_per_second
     if rates.dequant_ops_per_second is not None:
@@ -325,7 +325,8 @@ def operator_totals(op: Operator, step: Step, gpu: GPUSpec, rates: OperatorRates
         link_seconds = allreduce_seconds(work, rates, count)
         return link_seconds, 0.0, 0.0, 0.0, link_seconds
     compute_seconds, memory_seconds, seconds = roofline(work, rates, count)
-    moved = count * work.weight_bytes + count * work.kv_read_bytes + count * work.kv_write_bytes + count * work.activation_bytes
+    moved = (count * work.weight_bytes + count * work.kv_read_bytes + count * work.kv_write_bytes
+             + count * work.activation_bytes)
     compute_wins = compute_seconds >= memory_seconds
     if isinstance(compute_wins, np.ndarray):
         compute_bound = np.where(compute_wins, seconds, 0.0)
