@@ -286,7 +286,7 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         f"({fmt_bytes(cap.kv_bytes_per_gpu)} per GPU"
         + (", set by --kv-blocks)" if cap.overridden else f" at --gpu-memory-utilization {cap.gpu_memory_utilization:g})"),
         f"  high water   {m.kv_high_water_blocks:,} blocks ({100 * m.kv_high_water_fraction:.1f}%), "
-        f"{m.max_running} sequences running at most",
+        f"{_count(m.max_running, 'sequence')} running at most",
         "",
         "Requests",
         f"  completed    {m.completed:,} of {m.requests:,} in {fmt_seconds(m.duration_seconds)} "

@@ -117,7 +117,7 @@ def closed_batch(n: int, prompt: LengthSpec, output: LengthSpec, seed: int = 0, 
         prompt_tokens=prompt.sample(n, rng_prompt, max_tokens),
         output_tokens=output.sample(n, rng_output, max_tokens),
         kind="closed",
-        description=f"closed batch of {n} requests at t=0, prompt {prompt.describe()}, output {output.describe()} tokens",
+        description=f"closed batch of {n} request{'' if n == 1 else 's'} at t=0, prompt {prompt.describe()}, output {output.describe()} tokens",
     )
 
 
