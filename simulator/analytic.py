@@ -16,8 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.cost import StepCost
-from simulator.errors import InputError
-from simulator.planner import Deployment
+from simulator.planner import Deployment, check_gen_tokens
 from simulator.step import Step
 
 
@@ -69,13 +68,7 @@ class BatchRun:
 
 def run_batch(deployment: Deployment, batch: int, context_tokens: int, gen_tokens: int) -> BatchRun:
     """Cost a closed batch analytically (see module docstring)."""
-    if gen_tokens < 1:
-        raise InputError(f"--gen: must be >= 1 (got {gen_tokens})")
-    if gen_tokens >= context_tokens:
-        raise InputError(
-            f"--gen: {gen_tokens} output tokens leave no prompt within --ctx {context_tokens}; "
-            f"--gen must be < --ctx"
-        )
+    check_gen_tokens(gen_tokens, context_tokens)
     system = deployment.system
     prompt = context_tokens - gen_tokens
     prefill = system.step_cost(Step.prefill(batch, prompt))

@@ -31,6 +31,17 @@ class Deployment:
         )
 
 
+def check_gen_tokens(gen_tokens: int, context_tokens: int) -> None:
+    """``--gen`` output tokens must be >= 1 and leave a prompt within ``--ctx`` tokens."""
+    if gen_tokens < 1:
+        raise InputError(f"--gen: must be >= 1 (got {gen_tokens})")
+    if gen_tokens >= context_tokens:
+        raise InputError(
+            f"--gen: {gen_tokens} output tokens leave no prompt within --ctx {context_tokens}; "
+            f"--gen must be < --ctx"
+        )
+
+
 def plan_deployment(
     model: ModelSpec,
     gpu: GPUSpec,

@@ -27,7 +27,7 @@ from simulator.engine.workload import (
     LengthSpec, Workload, closed_batch, open_loop, parse_length_spec, read_trace, trace_workload,
 )
 from simulator.errors import InputError
-from simulator.planner import Deployment
+from simulator.planner import Deployment, check_gen_tokens
 
 DEFAULTS: dict[str, Any] = {"batch": 1, "ctx": 2048, "gen": 128}
 
@@ -58,25 +58,22 @@ PRESENTATION_KEYS = ("per_request", "quiet", "top", "as_json", "as_csv")
 
 
 @dataclass(frozen=True)
-class EngineRun:
-    """One finished run: what was simulated and what came out."""
+class Prepared:
+    """A validated run, ready for the engine: options, deployment, workload, KV cache, scheduler."""
 
     options: dict[str, Any]
     deployment: Deployment
     workload: Workload
     capacity: KVCapacity
     config: SchedulerConfig
-    result: EngineResult
-    metrics: Aggregates
 
 
 @dataclass(frozen=True)
-class Prepared:
-    options: dict[str, Any]
-    deployment: Deployment
-    workload: Workload
-    capacity: KVCapacity
-    config: SchedulerConfig
+class EngineRun(Prepared):
+    """One finished run: what was simulated and what came out."""
+
+    result: EngineResult
+    metrics: Aggregates
 
 
 def _merged(options: dict[str, Any]) -> dict[str, Any]:
@@ -97,10 +94,7 @@ def _lengths(opts: dict[str, Any]) -> tuple[LengthSpec | None, LengthSpec | None
 
 def _default_lengths(opts: dict[str, Any]) -> tuple[LengthSpec, LengthSpec]:
     ctx, gen = int(opts["ctx"]), int(opts["gen"])
-    if gen < 1:
-        raise InputError(f"--gen: must be >= 1 (got {gen})")
-    if gen >= ctx:
-        raise InputError(f"--gen: {gen} output tokens leave no prompt within --ctx {ctx}; --gen must be < --ctx")
+    check_gen_tokens(gen, ctx)
     return LengthSpec("fixed", ctx - gen), LengthSpec("fixed", gen)
 
 

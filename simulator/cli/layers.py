@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from simulator.cli.options import MODEL_OPTIONS, WORKLOAD_OPTIONS, apply_options, deployment_from_options, reports_input_errors
+from simulator.planner import check_gen_tokens
 from simulator.report import operator_rows, operator_table, to_csv
 from simulator.step import Step
 from simulator.units import fmt_seconds
@@ -33,8 +34,7 @@ def layers_command(batch: int, ctx_tokens: int, gen: int, phase: str, as_json: b
     deployment = deployment_from_options(options, batch, ctx_tokens)
     system = deployment.system
     if phase == "prefill":
-        if gen >= ctx_tokens:
-            raise click.BadParameter(f"--gen {gen} must be < --ctx {ctx_tokens}", param_hint="--gen")
+        check_gen_tokens(gen, ctx_tokens)
         step = Step.prefill(batch, ctx_tokens - gen)
     else:
         step = Step.decode(batch, ctx_tokens)
