@@ -19,7 +19,7 @@ from benchmarks.common import machine, report, write_results
 
 CHILD = """
 import json, resource, sys, time
-from simulator.run import run_from_options
+from simulator.plan.run import run_from_options
 options = dict(model="llama3-8b", gpu="h100", qps=10.0, requests=int(sys.argv[1]), scheduler="continuous", seed=1)
 start = time.perf_counter()
 result = run_from_options(options)

@@ -16,8 +16,8 @@ from pathlib import Path
 import yaml
 
 from benchmarks.common import machine, report, write_results
-from simulator.scenario import load_scenario
-from simulator.sweep import InlineExecutor, run_sweep
+from simulator.plan.scenario import load_scenario
+from simulator.plan.sweep import InlineExecutor, run_sweep
 
 
 def grid_scenario(folder: Path, points: int) -> Path:

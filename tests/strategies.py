@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from simulator.config import Efficiency, GPUSpec, ModelSpec, Precision
+from simulator.model import Efficiency, GPUSpec, ModelSpec, Precision
 
 EXACT = Efficiency(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
 """Pure roofline: every efficiency 1, no kernel-launch or all-reduce overhead."""

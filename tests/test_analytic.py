@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from simulator.analytic import run_batch
-from simulator.config import load_gpu, load_model
-from simulator.config.precision import Precision
-from simulator.planner import plan_deployment
-from simulator.step import Step
+from simulator.cost.analytic import run_batch
+from simulator.model import load_gpu, load_model
+from simulator.model.precision import Precision
+from simulator.plan.deployment import plan_deployment
+from simulator.model.step import Step
 
 EXACT = dict(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
 

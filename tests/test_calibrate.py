@@ -34,9 +34,9 @@ from simulator.calibrate.work import (
     read_bytes,
 )
 from simulator.cli import main
-from simulator.config import GPUSpec, ModelSpec, load_gpu
-from simulator.config.gpu import Efficiency
-from simulator.cost import efficiency_factors
+from simulator.model import GPUSpec, ModelSpec, load_gpu
+from simulator.model.gpu import Efficiency
+from simulator.cost.step_cost import efficiency_factors
 from simulator.errors import InputError
 
 

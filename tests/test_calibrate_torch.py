@@ -22,7 +22,7 @@ from simulator.calibrate.harness import run_calibration  # noqa: E402
 from simulator.calibrate.overlay import derive_overlay, write_overlay  # noqa: E402
 from simulator.calibrate.plan import Budget, tiny_model, tiny_plan  # noqa: E402
 from simulator.cli import main  # noqa: E402
-from simulator.config import load_gpu, load_model  # noqa: E402
+from simulator.model import load_gpu, load_model  # noqa: E402
 
 
 def _json_of(output: str) -> dict:

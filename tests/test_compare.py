@@ -6,13 +6,13 @@ import pytest
 from click.testing import CliRunner
 
 from simulator.cli import main
-from simulator.compare import compare_attention, max_batch_that_fits, parse_contexts
-from simulator.config import load_gpu, load_model
-from simulator.config.precision import Precision
+from simulator.report.compare import compare_attention, max_batch_that_fits, parse_contexts
+from simulator.model import load_gpu, load_model
+from simulator.model.precision import Precision
 from simulator.errors import InputError
-from simulator.memory import plan_memory
-from simulator.step import Step
-from simulator.system import System
+from simulator.cost.memory import plan_memory
+from simulator.model.step import Step
+from simulator.cost.system import System
 
 EXACT = dict(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
 

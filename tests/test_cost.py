@@ -2,11 +2,11 @@
 
 import pytest
 
-from simulator.config import load_gpu, load_model, with_attention
-from simulator.config.precision import Precision
-from simulator.cost import operator_cost
-from simulator.step import Step
-from simulator.system import System
+from simulator.model import load_gpu, load_model, with_attention
+from simulator.model.precision import Precision
+from simulator.cost.step_cost import operator_cost
+from simulator.model.step import Step
+from simulator.cost.system import System
 
 EXACT = dict(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
 
@@ -21,7 +21,7 @@ def op(system: System, step: Step, name: str):
 
 
 def test_kv_cache_per_token_llama2_70b_fp16():
-    from simulator.memory import kv_bytes_per_token
+    from simulator.cost.memory import kv_bytes_per_token
 
     assert kv_bytes_per_token(load_model("llama2-70b"), Precision()) == 2 * 80 * 8 * 128 * 2 == 327_680
 
@@ -70,7 +70,7 @@ def test_decode_gemm_intensity_is_about_2b_over_bw():
     assert 0.99 * B < fp16.intensity < B  # ~ 2B / b_w with b_w = 2
     int8 = op(System(load_model("llama2-7b"), exact_gpu(), Precision(weights="int8")), Step.decode(B, 512), "o_proj")
     # int8 weights (1 byte) + an fp16 scale per 128 weights; dequantisation (2 ops per weight
-    # per 16-token row tile) is CUDA-core work kept out of the FLOPs (simulator/cost.py).
+    # per 16-token row tile) is CUDA-core work kept out of the FLOPs (simulator/cost/step_cost.py).
     weight_bytes = H * H * (1 + 2 / 128)
     flops = 2 * B * H * H
     assert int8.dequant_ops == 32 * 2 * H * H

@@ -7,12 +7,12 @@ import math
 
 import pytest
 
-from simulator.config import load_gpu, load_model
-from simulator.config.precision import Precision
+from simulator.model import load_gpu, load_model
+from simulator.model.precision import Precision
 from simulator.errors import InputError
-from simulator.layers import build_operators, flash_query_tile_rows
-from simulator.step import Step
-from simulator.system import System
+from simulator.model.layers import build_operators, flash_query_tile_rows
+from simulator.model.step import Step
+from simulator.cost.system import System
 
 EXACT = dict(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
 NOT_IN_LAYER = {"embedding", "final_norm", "lm_head"}
@@ -193,7 +193,7 @@ def test_int4_is_slower_than_fp16_at_a_compute_bound_batch():
     # int4: each weight dequantised once per 16-token row tile, 4 ops on the CUDA cores at 19.5e12 ops/s.
     int4_gemms = 32 * math.ceil(B / 16) * 4 * LAYER_WEIGHTS / 19.5e12
     assert layer_gemm_seconds(int4) == pytest.approx(int4_gemms)
-    # Documented overhead (simulator/cost.py): max(1, 4/16 x 312 / (2 x 19.5)) = 2.0 on the GEMMs.
+    # Documented overhead (simulator/cost/step_cost.py): max(1, 4/16 x 312 / (2 x 19.5)) = 2.0 on the GEMMs.
     assert int4_gemms / fp16_gemms == pytest.approx(4 / 16 * 312 / (2 * 19.5)) == pytest.approx(2.0)
     # Every other operator is the same, so the int4 step is the fp16 step plus one more fp16 GEMM time.
     assert int4.seconds == pytest.approx(fp16.seconds + (2.0 - 1.0) * fp16_gemms)

@@ -5,16 +5,16 @@ import math
 import numpy as np
 import pytest
 
-from simulator.analytic import run_batch
-from simulator.config import load_gpu, load_model
-from simulator.config.precision import Precision
+from simulator.cost.analytic import run_batch
+from simulator.model import load_gpu, load_model
+from simulator.model.precision import Precision
 from simulator.engine.engine import simulate
 from simulator.engine.metrics import DONE, aggregate
 from simulator.engine.scheduler import SchedulerConfig
 from simulator.engine.workload import LengthSpec, Workload, closed_batch, open_loop
 from simulator.errors import InputError
-from simulator.planner import plan_deployment
-from simulator.step import Step
+from simulator.plan.deployment import plan_deployment
+from simulator.model.step import Step
 
 EXACT = dict(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
 BLOCKS = 5000  # plenty: memory plays no part unless a test says so
@@ -162,7 +162,7 @@ def test_past_capacity_queueing_grows_without_bound(system):
 
 
 def test_same_seed_same_run_different_seed_different_arrivals():
-    from simulator.run import run_from_options
+    from simulator.plan.run import run_from_options
 
     options = {"model": "llama2-7b", "gpu": "a100", "qps": 20, "requests": 50, "scheduler": "chunked",
                "output_tokens": "uniform:5:50", "ctx": 1024}
@@ -173,7 +173,7 @@ def test_same_seed_same_run_different_seed_different_arrivals():
 
 
 def test_run_from_options_rejects_unknown_keys_and_bad_values():
-    from simulator.run import fit_error, run_from_options
+    from simulator.plan.run import fit_error, run_from_options
 
     with pytest.raises(InputError, match="unknown option"):
         run_from_options({"model": "llama2-7b", "gpu": "a100", "qsp": 3})

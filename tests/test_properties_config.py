@@ -6,7 +6,7 @@ import pytest
 import yaml
 from hypothesis import given
 
-from simulator.config import list_gpus, list_models, load_gpu, load_model
+from simulator.model import list_gpus, list_models, load_gpu, load_model
 from strategies import gpus, models
 
 DATA = Path(__file__).parent / "data"

@@ -18,8 +18,8 @@ from simulator.engine.kvcache import blocks_for
 from simulator.engine.metrics import DONE, aggregate
 from simulator.engine.scheduler import SchedulerConfig
 from simulator.engine.workload import Workload
-from simulator.step import Step
-from simulator.system import System
+from simulator.model.step import Step
+from simulator.cost.system import System
 from strategies import FULL_PRECISION_WEIGHTS, gpus, models, precisions
 
 BLOCK = 16

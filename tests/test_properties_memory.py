@@ -7,12 +7,12 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from simulator.config import Precision, with_attention
-from simulator.config.precision import DTYPE_BYTES
-from simulator.layers import build_operators
-from simulator.memory import kv_bytes_per_token, kv_bytes_per_token_per_gpu, plan_memory, weight_bytes
-from simulator.step import Step
-from simulator.system import System
+from simulator.model import Precision, with_attention
+from simulator.model.precision import DTYPE_BYTES
+from simulator.model.layers import build_operators
+from simulator.cost.memory import kv_bytes_per_token, kv_bytes_per_token_per_gpu, plan_memory, weight_bytes
+from simulator.model.step import Step
+from simulator.cost.system import System
 from strategies import KV_DTYPES, TP_DEGREES, batches, contexts, gpus, models, precisions
 
 DECODER_GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "up_proj", "down_proj")
@@ -76,7 +76,7 @@ def test_kv_bytes_mha_over_gqa_is_n_over_g_and_gqa_over_mqa_is_g(model, kv, data
 def test_weight_only_quantisation_scales_decoder_gemms_by_bytes_per_element_plus_scales(model, gpu, weights, group):
     """fp16 -> int8 halves, -> int4 quarters the decoder GEMM weights, plus one fp16 scale per group.
 
-    Embedding, LM head, norms and biases stay in fp16 (simulator/config/precision.py).
+    Embedding, LM head, norms and biases stay in fp16 (simulator/model/precision.py).
     """
     fp16 = weight_bytes(build_operators(model, Precision(weights="fp16"), gpu))
     quant = weight_bytes(build_operators(model, Precision(weights=weights, group_size=group), gpu))

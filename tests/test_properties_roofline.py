@@ -11,10 +11,10 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from simulator.config import GPUSpec, Precision, load_model
-from simulator.cost import operator_cost
-from simulator.step import Step
-from simulator.system import System
+from simulator.model import GPUSpec, Precision, load_model
+from simulator.cost.step_cost import operator_cost
+from simulator.model.step import Step
+from simulator.cost.system import System
 from strategies import (
     EXACT,
     FULL_PRECISION_WEIGHTS,

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from simulator.cli import main
 from simulator.errors import InputError
-from simulator.scenario import DEFAULT_USD_PER_GPU_HOUR, expand_values, load_scenario, option_params
+from simulator.plan.scenario import DEFAULT_USD_PER_GPU_HOUR, expand_values, load_scenario, option_params
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.config import load_gpu, load_model
-from simulator.config.gpu import OpEfficiency
-from simulator.config.precision import Precision
-from simulator.step import Step
-from simulator.system import System
+from simulator.model import load_gpu, load_model
+from simulator.model.gpu import OpEfficiency
+from simulator.model.precision import Precision
+from simulator.model.step import Step
+from simulator.cost.system import System
 
 # Deliberately not the shipped defaults (and not 1.0 either, so a factor left out shows).
 EFFICIENCY = dict(compute=0.61, memory=0.73, link=0.55, kernel_launch_seconds=4e-6, allreduce_latency_seconds=9e-6)

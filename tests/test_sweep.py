@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from simulator.cli import main
-from simulator.scenario import load_scenario
-from simulator.sweep import (
+from simulator.plan.scenario import load_scenario
+from simulator.plan.sweep import (
     COST_KEY,
     InlineExecutor,
     PointTask,
@@ -103,7 +103,7 @@ def fake_run(options):
 
 
 def test_max_batch_under_slo_with_its_throughput_and_cost(monkeypatch):
-    monkeypatch.setattr("simulator.run.run_from_options", fake_run)
+    monkeypatch.setattr("simulator.plan.run.run_from_options", fake_run)
     task = PointTask(0, {"model": "m", "gpu": "a100"}, {"tpot": 0.0405}, {"max_batch_under_slo": {"low": 1, "high": 1024}}, {A100: 1.8})
     row = evaluate_point(task)
     assert row["search.max_batch_under_slo.batch"] == 40  # batch / 1000 <= 0.0405  <=>  batch <= 40.5
@@ -113,7 +113,7 @@ def test_max_batch_under_slo_with_its_throughput_and_cost(monkeypatch):
 
 
 def test_max_qps_under_slo_and_gpus_for_a_target(monkeypatch):
-    monkeypatch.setattr("simulator.run.run_from_options", fake_run)
+    monkeypatch.setattr("simulator.plan.run.run_from_options", fake_run)
     search = {"max_qps_under_slo": {"low": 0.1, "high": 100.0, "tolerance": 0.02}, "min_gpus_for_qps": {"qps": 50.0}}
     row = evaluate_point(PointTask(0, {"model": "m", "gpu": "a100"}, {"ttft": 1.0}, search, {A100: 1.8}))
     qps = row["search.max_qps_under_slo.qps"]

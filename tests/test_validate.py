@@ -8,10 +8,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-import simulator.validate as validate
+import simulator.plan.validate as validate
 from simulator.cli import main
 from simulator.errors import InputError
-from simulator.validate import (
+from simulator.plan.validate import (
     DEFAULT_TABLE,
     Comparison,
     Measurement,

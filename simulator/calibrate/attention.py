@@ -14,7 +14,7 @@ from typing import Any, Callable
 from simulator.calibrate.bench import Bench
 from simulator.calibrate.plan import AttentionShape
 from simulator.calibrate.work import attention_tokens, attention_work, copies_to_defeat_cache
-from simulator.config.precision import DTYPE_BYTES
+from simulator.model.precision import DTYPE_BYTES
 
 
 def sdpa_call(bench: Bench, shape: AttentionShape, q: Any, k: Any, v: Any, causal: bool, backend: str) -> Callable[[], Any]:

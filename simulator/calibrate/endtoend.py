@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.calibrate.bench import Bench
-from simulator.config import ModelSpec
-from simulator.config.precision import DTYPE_BYTES
+from simulator.model import ModelSpec
+from simulator.model.precision import DTYPE_BYTES
 
 RMS_EPS = 1e-5
 ROPE_BASE = 10000.0

@@ -13,8 +13,8 @@ from typing import Any
 
 from simulator.calibrate.bench import Bench
 from simulator.calibrate.work import copies_to_defeat_cache, gemm_work
-from simulator.config import ModelSpec
-from simulator.config.precision import DTYPE_BYTES
+from simulator.model import ModelSpec
+from simulator.model.precision import DTYPE_BYTES
 
 FP8_ROW_MULTIPLE = 16
 

@@ -19,10 +19,10 @@ from simulator.calibrate.gemm import measure_gemms
 from simulator.calibrate.overlay import SCHEMA
 from simulator.calibrate.plan import Budget, Plan
 from simulator.calibrate.timing import make_timer
-from simulator.config import GPUSpec, list_gpus
-from simulator.config.precision import DTYPE_BYTES
+from simulator.model import GPUSpec, list_gpus
+from simulator.model.precision import DTYPE_BYTES
 from simulator.errors import InputError
-from simulator.layers import flash_query_tile_rows
+from simulator.model.layers import flash_query_tile_rows
 from simulator.units import fmt_bytes
 
 

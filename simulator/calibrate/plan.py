@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
-from simulator.config import ModelSpec, load_model
+from simulator.model import ModelSpec, load_model
 
 GIB = 2**30
 MIB = 2**20

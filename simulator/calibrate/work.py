@@ -1,10 +1,10 @@
 """FLOPs and HBM bytes of each calibration case, counted exactly as the cost model counts them.
 
 An efficiency is (work the cost model counts) / (peak x measured time), so the counts must be
-the cost model's own: GEMM and attention cases build the :mod:`simulator.layers` operator of
+the cost model's own: GEMM and attention cases build the :mod:`simulator.model.layers` operator of
 that shape and ask it for ``work(step)``. Pure functions, no PyTorch.
 
-Conventions (those of :mod:`simulator.layers`):
+Conventions (those of :mod:`simulator.model.layers`):
 - a GEMM of ``m`` tokens through a ``k x n`` weight reads the weight once, reads ``m x k``
   activations and writes ``m x n``; fp8 weights are 1 byte but activations stay 2 bytes (fp16).
 - attention is the flash kernel without I/O fusion: the KV cache is read once per sequence
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.config.precision import DTYPE_BYTES
-from simulator.layers import Attention, Gemm
-from simulator.step import Step
+from simulator.model.precision import DTYPE_BYTES
+from simulator.model.layers import Attention, Gemm
+from simulator.model.step import Step
 
 ACTIVATION_DTYPE = {"fp16": "fp16", "bf16": "bf16", "fp8": "fp16", "fp32": "fp32"}
 

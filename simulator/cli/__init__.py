@@ -22,7 +22,7 @@ from simulator.cli.roofline import roofline_command
 from simulator.cli.sweep import sweep_command
 from simulator.cli.validate import validate_command
 from simulator.errors import InputError
-from simulator.report import engine_run_dict, engine_run_text, flatten, to_csv, write_per_request_csv
+from simulator.report.run_report import engine_run_dict, engine_run_text, flatten, to_csv, write_per_request_csv
 
 EPILOG = """\b
 Examples:
@@ -68,7 +68,7 @@ def main(
     if not options.get("model") and not options.get("gpu"):
         click.echo(click_ctx.get_help())
         return
-    from simulator.run import simulate_from_options  # here: simulator.run imports simulator.cli.options
+    from simulator.plan.run import simulate_from_options  # here: simulator.plan.run imports simulator.cli.options
 
     settings = {**{k: v for k, v in options.items() if v is not None}, "batch": batch, "ctx": ctx_tokens, "gen": gen}
     progress = ProgressBar(quiet)

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from simulator.cli.options import reports_input_errors
-from simulator.config import GPUSpec, load_gpu
+from simulator.model import GPUSpec, load_gpu
 from simulator.errors import InputError
 
 EPILOG = """\b

@@ -1,7 +1,7 @@
 """Workload, scheduler, KV-cache and SLO options of the main command, and its progress bar.
 
-Every option defaults to None here so that :func:`simulator.run.run_from_options` applies
-one set of defaults (``simulator.run.ENGINE_DEFAULTS``) for the CLI and sweeps alike.
+Every option defaults to None here so that :func:`simulator.plan.run.run_from_options` applies
+one set of defaults (``simulator.plan.run.ENGINE_DEFAULTS``) for the CLI and sweeps alike.
 """
 
 from __future__ import annotations

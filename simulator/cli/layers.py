@@ -8,9 +8,9 @@ from typing import Any
 import click
 
 from simulator.cli.options import MODEL_OPTIONS, WORKLOAD_OPTIONS, apply_options, deployment_from_options, reports_input_errors
-from simulator.planner import check_gen_tokens
-from simulator.report import operator_rows, operator_table, to_csv
-from simulator.step import Step
+from simulator.plan.deployment import check_gen_tokens
+from simulator.report.run_report import operator_rows, operator_table, to_csv
+from simulator.model.step import Step
 from simulator.units import fmt_seconds
 
 

@@ -7,9 +7,9 @@ import json
 import click
 
 from simulator.cli.options import reports_input_errors
-from simulator.config import list_gpus, list_models
-from simulator.layers import build_operators, parameter_count
-from simulator.config.precision import Precision
+from simulator.model import list_gpus, list_models
+from simulator.model.layers import build_operators, parameter_count
+from simulator.model.precision import Precision
 from simulator.units import fmt_bytes, fmt_count
 
 

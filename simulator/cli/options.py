@@ -7,11 +7,11 @@ from typing import Any, Callable
 
 import click
 
-from simulator.config import load_gpu, load_model, with_attention
-from simulator.config.precision import KV_DTYPES, WEIGHT_DTYPES, parse_precision
+from simulator.model import load_gpu, load_model, with_attention
+from simulator.model.precision import KV_DTYPES, WEIGHT_DTYPES, parse_precision
 from simulator.errors import InputError
-from simulator.layers import ATTENTION_KERNELS, FUSIONS
-from simulator.planner import Deployment, plan_deployment
+from simulator.model.layers import ATTENTION_KERNELS, FUSIONS
+from simulator.plan.deployment import Deployment, plan_deployment
 
 
 class CLIInputError(click.ClickException):

@@ -8,8 +8,8 @@ from typing import Any
 import click
 
 from simulator.cli.options import MODEL_OPTIONS, WORKLOAD_OPTIONS, apply_options, deployment_from_options, reports_input_errors
-from simulator.compare import text_table
-from simulator.plots import RooflineData, check_plot_path, plot_roofline, roofline_data
+from simulator.report.compare import text_table
+from simulator.report.plots import RooflineData, check_plot_path, plot_roofline, roofline_data
 from simulator.units import fmt_count, fmt_seconds
 
 EPILOG = """\b

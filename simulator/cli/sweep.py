@@ -13,8 +13,8 @@ import click
 
 from simulator.cli.options import reports_input_errors
 from simulator.errors import InputError
-from simulator.scenario import Scenario, load_scenario
-from simulator.sweep import (
+from simulator.plan.scenario import Scenario, load_scenario
+from simulator.plan.sweep import (
     COST_KEY,
     THROUGHPUT_KEY,
     InlineExecutor,
@@ -93,16 +93,16 @@ def sweep_command(scenario_file: str, workers: int | None, out: str | None, resu
 
 
 def plot_function() -> Callable[..., Any]:
-    """simulator.plots.plot_sweep, checked before the sweep runs so a missing piece fails fast."""
+    """simulator.report.plots.plot_sweep, checked before the sweep runs so a missing piece fails fast."""
     if importlib.util.find_spec("matplotlib") is None:
         raise InputError("--plot needs matplotlib: pip install 'memwall[plot]' (or pip install matplotlib)")
     try:
-        plots = importlib.import_module("simulator.plots")
+        plots = importlib.import_module("simulator.report.plots")
     except ModuleNotFoundError:
         plots = None
     function = getattr(plots, "plot_sweep", None)
     if function is None:
-        raise InputError("--plot: this version of memwall has no sweep plots (simulator.plots.plot_sweep)")
+        raise InputError("--plot: this version of memwall has no sweep plots (simulator.report.plots.plot_sweep)")
     return function
 
 

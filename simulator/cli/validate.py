@@ -9,9 +9,9 @@ from typing import Any
 import click
 
 from simulator.cli.options import reports_input_errors
-from simulator.config import load_gpu
+from simulator.model import load_gpu
 from simulator.errors import InputError
-from simulator.validate import (
+from simulator.plan.validate import (
     DEFAULT_TABLE,
     EXPLAIN_ABOVE,
     GPU_FAMILIES,

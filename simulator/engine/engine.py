@@ -1,7 +1,7 @@
 """The discrete-event serving loop (simpy): arrivals, scheduling, KV blocks, and the cost of each iteration.
 
 The engine only schedules; the time of every iteration is ``system.step_totals(step).seconds`` for a
-:class:`~simulator.step.Step` built from running totals of the sequences in it, so building
+:class:`~simulator.model.step.Step` built from running totals of the sequences in it, so building
 a step costs O(sequences that changed), not O(sequences).
 
 Token accounting per request (prompt ``p``, output ``o``): the prefill processes ``p``
@@ -35,8 +35,8 @@ from simulator.engine.metrics import (
 )
 from simulator.engine.scheduler import Chunk, SchedulerConfig, plan_chunked, plan_continuous, plan_static
 from simulator.engine.workload import Workload
-from simulator.step import Step
-from simulator.system import System
+from simulator.model.step import Step
+from simulator.cost.system import System
 
 STRETCH_MAX = 4096
 """Most decode iterations costed in one vectorised call (bounds the arrays' size)."""

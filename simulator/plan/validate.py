@@ -29,14 +29,14 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.analytic import run_batch
-from simulator.config import GPUSpec, ModelSpec, load_gpu, load_model
-from simulator.config.precision import parse_precision
+from simulator.cost.analytic import run_batch
+from simulator.model import GPUSpec, ModelSpec, load_gpu, load_model
+from simulator.model.precision import parse_precision
 from simulator.errors import InputError
-from simulator.planner import plan_deployment
-from simulator.step import Step
+from simulator.plan.deployment import plan_deployment
+from simulator.model.step import Step
 
-DEFAULT_TABLE = Path(__file__).resolve().parents[1] / "validation" / "measurements.csv"
+DEFAULT_TABLE = Path(__file__).resolve().parents[2] / "validation" / "measurements.csv"
 
 METRICS: tuple[str, ...] = (
     "ttft_seconds",

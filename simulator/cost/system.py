@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from simulator.config.gpu import GPUSpec
-from simulator.config.model import ModelSpec
-from simulator.config.precision import Precision
-from simulator.cost import OperatorRates, StepCost, StepTotals, step_cost, step_totals, system_rates
+from simulator.model.gpu import GPUSpec
+from simulator.model.architecture import ModelSpec
+from simulator.model.precision import Precision
+from simulator.cost.step_cost import OperatorRates, StepCost, StepTotals, step_cost, step_totals, system_rates
 from simulator.errors import InputError
-from simulator.layers import AttentionKernel, Fusion, Operator, build_operators, kv_heads_per_gpu
-from simulator.step import Step
+from simulator.model.layers import AttentionKernel, Fusion, Operator, build_operators, kv_heads_per_gpu
+from simulator.model.step import Step
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class System:
     rates: tuple[OperatorRates | None, ...] = field(init=False, repr=False, compare=False)
     """each operator's roofline rates, worked out once (None where a measured overlay makes them vary)"""
     totals_memo: dict = field(init=False, repr=False, compare=False)
-    """operator shares of :meth:`step_totals` by token count (see :func:`simulator.cost.step_totals`)"""
+    """operator shares of :meth:`step_totals` by token count (see :func:`simulator.cost.step_cost.step_totals`)"""
 
     def __post_init__(self) -> None:
         for dtype in {self.precision.compute_dtype, self.precision.activation_dtype}:

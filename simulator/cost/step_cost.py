@@ -10,7 +10,7 @@ For each operator and step:
 
 where bytes = weight reads + KV-cache reads + KV-cache writes + activation reads/writes.
 
-Dequantisation of int8/int4 weights (``dequant_ops``, see :mod:`simulator.layers`) runs on
+Dequantisation of int8/int4 weights (``dequant_ops``, see :mod:`simulator.model.layers`) runs on
 the CUDA cores, not the tensor cores: it is charged at the GPU's fp32 vector rate
 (``peak_flops.fp32``; packed half2 instructions handle two weights per instruction, which
 roughly cancels the FMA's count of two FLOPs per lane). Weight-only kernels (Marlin, AWQ)
@@ -40,10 +40,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from simulator.config.gpu import GPUSpec
+from simulator.model.gpu import GPUSpec
 from simulator.errors import InputError
-from simulator.layers import Operator, Work
-from simulator.step import Number, Step
+from simulator.model.layers import Operator, Work
+from simulator.model.step import Number, Step
 
 
 class OperatorCost(NamedTuple):
@@ -142,7 +142,7 @@ class OperatorRates(NamedTuple):
     """The achievable rates one operator runs at on one GPU: the denominators of the roofline.
 
     They depend on the step only through a measured per-op efficiency overlay, so a
-    :class:`~simulator.system.System` computes them once per operator (see :func:`operator_rates`).
+    :class:`~simulator.cost.system.System` computes them once per operator (see :func:`operator_rates`).
     """
 
     flops_per_second: Number

@@ -21,14 +21,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from simulator.compare import max_batch_that_fits
-from simulator.config.model import with_attention
-from simulator.cost import StepCost
+from simulator.report.compare import max_batch_that_fits
+from simulator.model.architecture import with_attention
+from simulator.cost.step_cost import StepCost
 from simulator.errors import InputError
-from simulator.layers import ATTENTION_KERNELS, FUSIONS, check_tensor_parallel
-from simulator.planner import Deployment
-from simulator.step import Step
-from simulator.system import System
+from simulator.model.layers import ATTENTION_KERNELS, FUSIONS, check_tensor_parallel
+from simulator.plan.deployment import Deployment
+from simulator.model.step import Step
+from simulator.cost.system import System
 from simulator.units import fmt_bytes, fmt_seconds
 
 # Operators outside the repeated decoder layer.
@@ -294,7 +294,7 @@ def kernel_choices(system: System, batch: int, ctx: int, gen: int) -> dict[str, 
 
 
 def kernel_choices_text(choices: dict[str, Any], batch: int, ctx: int, gen: int) -> list[str]:
-    from simulator.compare import text_table
+    from simulator.report.compare import text_table
 
     mark = choices["current"]
     lines = [f"Attention kernel (per layer, per GPU; prefill {batch} x {ctx - gen} tokens, decode at context {ctx})"]

@@ -22,8 +22,8 @@ import click
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from simulator.config import load_gpu, load_model
-from simulator.config.loader import read_mapping, suggest
+from simulator.model import load_gpu, load_model
+from simulator.model.loader import read_mapping, suggest
 from simulator.errors import InputError
 
 # Options of the main command that shape its report, not the simulation.

@@ -1,6 +1,6 @@
 """Running a scenario: every point through an Executor, one row each, searches, cost, summary.
 
-A point is evaluated by :func:`simulator.run.run_from_options` (the main command's JSON as
+A point is evaluated by :func:`simulator.plan.run.run_from_options` (the main command's JSON as
 a dict), flattened into one row. A point that does not fit memory is a row with
 ``fits=False`` and the reason. Searches run on top of each point:
 
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from simulator.errors import InputError
-from simulator.report import flatten
-from simulator.scenario import Scenario
-from simulator.sweep_file import ResultsFile
+from simulator.report.run_report import flatten
+from simulator.plan.scenario import Scenario
+from simulator.plan.results_file import ResultsFile
 
 LATENCY_METRICS = ("ttft", "tpot", "e2e")
 THROUGHPUT_KEY = "throughput.output_tokens_per_second"
@@ -52,8 +52,8 @@ def is_no_fit(exc: InputError) -> bool:
 
 def run_point(options: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
     """(result, '') or (None, reason) when it does not fit memory; other bad input raises."""
-    # Imported here: simulator.run imports the CLI package, which imports the sweep command.
-    from simulator.run import run_from_options
+    # Imported here: simulator.plan.run imports the CLI package, which imports the sweep command.
+    from simulator.plan.run import run_from_options
 
     try:
         return run_from_options(dict(options)), ""

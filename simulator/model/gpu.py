@@ -25,8 +25,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from simulator.config.loader import config_root, load_validated, looks_like_path, read_mapping, suggest, validate
-from simulator.config.precision import DTYPE_BYTES
+from simulator.model.loader import config_root, load_validated, looks_like_path, read_mapping, suggest, validate
+from simulator.model.precision import DTYPE_BYTES
 from simulator.errors import InputError
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.config.gpu import GPUSpec
-from simulator.config.model import ModelSpec
-from simulator.config.precision import Precision
+from simulator.model.gpu import GPUSpec
+from simulator.model.architecture import ModelSpec
+from simulator.model.precision import Precision
 from simulator.errors import InputError
-from simulator.layers import Operator, build_operators, kv_heads_per_gpu
+from simulator.model.layers import Operator, build_operators, kv_heads_per_gpu
 
 GIB = 2**30
 

@@ -15,10 +15,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from simulator.cost import StepCost
+from simulator.cost.step_cost import StepCost
 from simulator.errors import InputError
-from simulator.step import Step
-from simulator.system import System
+from simulator.model.step import Step
+from simulator.cost.system import System
 
 PLOT_FORMATS = (".png", ".svg", ".pdf")
 

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
-from simulator.cost import OperatorCost, StepCost
+from simulator.cost.step_cost import OperatorCost, StepCost
 from simulator.engine.metrics import REJECT_KEYS, REJECT_REASONS, REJECTED, STATE_NAMES
 from simulator.units import fmt_bytes, fmt_count, fmt_rate, fmt_seconds
 
 if TYPE_CHECKING:
-    from simulator.run import EngineRun
+    from simulator.plan.run import EngineRun
 
 
 def operator_rows(cost: StepCost, tp: int = 1) -> list[dict[str, Any]]:

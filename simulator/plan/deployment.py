@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.config.gpu import GPUSpec
-from simulator.config.model import ModelSpec
-from simulator.config.precision import Precision
+from simulator.model.gpu import GPUSpec
+from simulator.model.architecture import ModelSpec
+from simulator.model.precision import Precision
 from simulator.errors import InputError
-from simulator.layers import AttentionKernel, Fusion
-from simulator.memory import MemoryPlan, no_fit_error, plan_memory, tensor_parallel_candidates
-from simulator.system import System
+from simulator.model.layers import AttentionKernel, Fusion
+from simulator.cost.memory import MemoryPlan, no_fit_error, plan_memory, tensor_parallel_candidates
+from simulator.cost.system import System
 
 
 @dataclass(frozen=True)

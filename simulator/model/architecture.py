@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from simulator.config.loader import config_root, load_validated, looks_like_path, read_mapping, suggest, validate
+from simulator.model.loader import config_root, load_validated, looks_like_path, read_mapping, suggest, validate
 from simulator.errors import InputError
 
 

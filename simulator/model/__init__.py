@@ -1,8 +1,8 @@
 """Configuration data: GPUs, models and precisions, validated by pydantic."""
 
-from simulator.config.gpu import Efficiency, GPUSpec, list_gpus, load_gpu
-from simulator.config.model import ModelSpec, list_models, load_model, with_attention
-from simulator.config.precision import DTYPE_BYTES, Precision
+from simulator.model.gpu import Efficiency, GPUSpec, list_gpus, load_gpu
+from simulator.model.architecture import ModelSpec, list_models, load_model, with_attention
+from simulator.model.precision import DTYPE_BYTES, Precision
 
 __all__ = [
     "DTYPE_BYTES",

@@ -1,8 +1,8 @@
 """Layer specs: the operators of one forward pass, with weight shapes per GPU.
 
 ``build_operators`` turns a ModelSpec + Precision + tensor-parallel degree into a tuple of
-operators. Each operator knows *what it does* for a :class:`~simulator.step.Step`
-(``work``: FLOPs and bytes by kind); :mod:`simulator.cost` alone turns that into seconds.
+operators. Each operator knows *what it does* for a :class:`~simulator.model.step.Step`
+(``work``: FLOPs and bytes by kind); :mod:`simulator.cost.step_cost` alone turns that into seconds.
 
 Tensor parallelism follows Megatron-LM: QKV and gate/up projections are split by columns,
 output and down projections by rows, heads are split across GPUs, the LM head and the
@@ -48,8 +48,8 @@ Attention kernels (``attention_kernel``):
 
 Weight-only quantisation (int8/int4 weights, fp16 compute): every weight is dequantised
 once per ``dequant_tile_tokens`` row tile, ``dequant_ops_per_weight`` integer/vector
-operations each (simulator/config/precision.py). That work is ``Work.dequant_ops``, kept
-apart from the model's FLOPs: :mod:`simulator.cost` charges it to the CUDA cores.
+operations each (simulator/model/precision.py). That work is ``Work.dequant_ops``, kept
+apart from the model's FLOPs: :mod:`simulator.cost.step_cost` charges it to the CUDA cores.
 """
 
 from __future__ import annotations
@@ -58,11 +58,11 @@ import math
 from dataclasses import dataclass, replace
 from typing import ClassVar, Literal, NamedTuple
 
-from simulator.config.gpu import GPUSpec
-from simulator.config.model import ModelSpec
-from simulator.config.precision import DTYPE_BYTES, Precision
+from simulator.model.gpu import GPUSpec
+from simulator.model.architecture import ModelSpec
+from simulator.model.precision import DTYPE_BYTES, Precision
 from simulator.errors import InputError
-from simulator.step import Number, Step
+from simulator.model.step import Number, Step
 
 AttentionKernel = Literal["flash", "naive"]
 Fusion = Literal["none", "elementwise", "full"]

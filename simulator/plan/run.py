@@ -27,7 +27,7 @@ from simulator.engine.workload import (
     LengthSpec, Workload, closed_batch, open_loop, parse_length_spec, read_trace, trace_workload,
 )
 from simulator.errors import InputError
-from simulator.planner import Deployment, check_gen_tokens
+from simulator.plan.deployment import Deployment, check_gen_tokens
 
 DEFAULTS: dict[str, Any] = {"batch": 1, "ctx": 2048, "gen": 128}
 
@@ -183,6 +183,6 @@ def simulate_from_options(options: dict[str, Any], progress: Callable[[int, int]
 
 def run_from_options(options: dict[str, Any]) -> dict[str, Any]:
     """Simulate with ``options`` (missing ones take the CLI defaults); InputError on bad input or no fit."""
-    from simulator.report import engine_run_dict
+    from simulator.report.run_report import engine_run_dict
 
     return engine_run_dict(simulate_from_options(options))

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.cost import StepCost
-from simulator.planner import Deployment, check_gen_tokens
-from simulator.step import Step
+from simulator.cost.step_cost import StepCost
+from simulator.plan.deployment import Deployment, check_gen_tokens
+from simulator.model.step import Step
 
 
 @dataclass(frozen=True)
