@@ -13,7 +13,11 @@ from typing import Any, Callable
 
 from simulator.calibrate.bench import Bench
 from simulator.calibrate.plan import AttentionShape
-from simulator.calibrate.work import attention_tokens, attention_work, copies_to_defeat_cache
+from simulator.calibrate.work import (
+    attention_tokens,
+    attention_work,
+    copies_to_defeat_cache,
+)
 from simulator.model.precision import DTYPE_BYTES
 
 

@@ -6,7 +6,12 @@ import itertools
 from typing import Any
 
 from simulator.calibrate.bench import Bench
-from simulator.calibrate.work import copies_to_defeat_cache, copy_bytes, elementwise_add_work, read_bytes
+from simulator.calibrate.work import (
+    copies_to_defeat_cache,
+    copy_bytes,
+    elementwise_add_work,
+    read_bytes,
+)
 
 
 def bandwidth_row(kernel: str, buffer_bytes: int, moved_bytes: float, seconds: float) -> dict[str, Any]:

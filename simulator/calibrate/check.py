@@ -13,9 +13,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from simulator.cost.system import System
 from simulator.model import GPUSpec, ModelSpec, Precision, load_gpu
 from simulator.model.step import Step
-from simulator.cost.system import System
 from simulator.units import fmt_seconds
 
 ATTENTION_KERNEL = "flash"

@@ -12,17 +12,21 @@ import re
 from typing import Any, Callable
 
 from simulator.calibrate.attention import measure_attention
-from simulator.calibrate.bandwidth import measure_bandwidth, measure_elementwise, measure_launch_seconds
+from simulator.calibrate.bandwidth import (
+    measure_bandwidth,
+    measure_elementwise,
+    measure_launch_seconds,
+)
 from simulator.calibrate.bench import Bench
 from simulator.calibrate.endtoend import measure_endtoend
 from simulator.calibrate.gemm import measure_gemms
 from simulator.calibrate.overlay import SCHEMA
 from simulator.calibrate.plan import Budget, Plan
 from simulator.calibrate.timing import make_timer
-from simulator.model import GPUSpec, list_gpus
-from simulator.model.precision import DTYPE_BYTES
 from simulator.errors import InputError
+from simulator.model import GPUSpec, list_gpus
 from simulator.model.layers import flash_query_tile_rows
+from simulator.model.precision import DTYPE_BYTES
 from simulator.units import fmt_bytes
 
 

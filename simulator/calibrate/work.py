@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.model.precision import DTYPE_BYTES
 from simulator.model.layers import Attention, Gemm
+from simulator.model.precision import DTYPE_BYTES
 from simulator.model.step import Step
 
 ACTIVATION_DTYPE = {"fp16": "fp16", "bf16": "bf16", "fp8": "fp16", "fp32": "fp32"}

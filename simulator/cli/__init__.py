@@ -17,12 +17,19 @@ from simulator.cli.engine_options import ENGINE_OPTIONS, ProgressBar
 from simulator.cli.explain import explain_command
 from simulator.cli.layers import layers_command
 from simulator.cli.listing import gpus_command, models_command
-from simulator.cli.options import MODEL_OPTIONS, WORKLOAD_OPTIONS, apply_options, reports_input_errors
+from simulator.cli.options import (
+    MODEL_OPTIONS,
+    WORKLOAD_OPTIONS,
+    apply_options,
+    reports_input_errors,
+)
 from simulator.cli.roofline import roofline_command
 from simulator.cli.sweep import sweep_command
 from simulator.cli.validate import validate_command
 from simulator.errors import InputError
-from simulator.report.run_report import engine_run_dict, engine_run_text, flatten, to_csv, write_per_request_csv
+from simulator.plan.result import engine_run_dict
+from simulator.report.run_report import engine_run_text, write_per_request_csv
+from simulator.tabular import flatten, to_csv
 
 EPILOG = """\b
 Examples:
@@ -68,7 +75,9 @@ def main(
     if not options.get("model") and not options.get("gpu"):
         click.echo(click_ctx.get_help())
         return
-    from simulator.plan.run import simulate_from_options  # here: simulator.plan.run imports simulator.cli.options
+    from simulator.plan.run import (
+        simulate_from_options,  # here: simulator.plan.run imports simulator.cli.options
+    )
 
     settings = {**{k: v for k, v in options.items() if v is not None}, "batch": batch, "ctx": ctx_tokens, "gen": gen}
     progress = ProgressBar(quiet)

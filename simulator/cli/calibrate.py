@@ -10,8 +10,8 @@ from typing import Any
 import click
 
 from simulator.cli.options import reports_input_errors
-from simulator.model import GPUSpec, load_gpu
 from simulator.errors import InputError
+from simulator.model import GPUSpec, load_gpu
 
 EPILOG = """\b
 Examples:
@@ -105,7 +105,12 @@ def calibrate_command(
     fractions of the base GPU's peaks become a GPU YAML overlay that --gpu loads.
     """
     from simulator.calibrate.check import base_gpu, check_dict, check_rows, check_text
-    from simulator.calibrate.overlay import derive_overlay, load_measurements, save_measurements as save, write_overlay
+    from simulator.calibrate.overlay import (
+        derive_overlay,
+        load_measurements,
+        write_overlay,
+    )
+    from simulator.calibrate.overlay import save_measurements as save
 
     if out is None and not check:
         raise InputError("simulate calibrate: give --out PATH (the overlay to write) and/or --check")

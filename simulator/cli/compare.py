@@ -8,11 +8,17 @@ from typing import Any
 import click
 
 from simulator.cli.options import MODEL_OPTIONS, apply_options, reports_input_errors
-from simulator.report.compare import Comparison, compare_attention, parse_contexts, parse_list, text_table
+from simulator.errors import InputError
 from simulator.model import load_gpu, load_model
 from simulator.model.precision import parse_precision
-from simulator.errors import InputError
-from simulator.report.run_report import to_csv
+from simulator.report.compare import (
+    Comparison,
+    compare_attention,
+    parse_contexts,
+    parse_list,
+    text_table,
+)
+from simulator.tabular import to_csv
 from simulator.units import fmt_bytes, fmt_rate, fmt_seconds
 
 EPILOG = """\b

@@ -8,7 +8,13 @@ from typing import Any
 
 import click
 
-from simulator.cli.options import MODEL_OPTIONS, WORKLOAD_OPTIONS, apply_options, deployment_from_options, reports_input_errors
+from simulator.cli.options import (
+    MODEL_OPTIONS,
+    WORKLOAD_OPTIONS,
+    apply_options,
+    reports_input_errors,
+)
+from simulator.plan.deployment import deployment_from_options
 from simulator.report.compare import text_table
 from simulator.report.explain import explain_run, kernel_choices, kernel_choices_text
 from simulator.units import fmt_rate, fmt_seconds

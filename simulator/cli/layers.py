@@ -7,10 +7,18 @@ from typing import Any
 
 import click
 
-from simulator.cli.options import MODEL_OPTIONS, WORKLOAD_OPTIONS, apply_options, deployment_from_options, reports_input_errors
-from simulator.plan.deployment import check_gen_tokens
-from simulator.report.run_report import operator_rows, operator_table, to_csv
+from simulator.cli.options import (
+    MODEL_OPTIONS,
+    WORKLOAD_OPTIONS,
+    apply_options,
+    reports_input_errors,
+)
+from simulator.cost.deployment import check_gen_tokens
 from simulator.model.step import Step
+from simulator.plan.deployment import deployment_from_options
+from simulator.plan.result import operator_rows
+from simulator.report.run_report import operator_table
+from simulator.tabular import to_csv
 from simulator.units import fmt_seconds
 
 

@@ -7,11 +7,9 @@ from typing import Any, Callable
 
 import click
 
-from simulator.model import load_gpu, load_model, with_attention
-from simulator.model.precision import KV_DTYPES, WEIGHT_DTYPES, parse_precision
 from simulator.errors import InputError
 from simulator.model.layers import ATTENTION_KERNELS, FUSIONS
-from simulator.plan.deployment import Deployment, plan_deployment
+from simulator.model.precision import KV_DTYPES, WEIGHT_DTYPES
 
 
 class CLIInputError(click.ClickException):
@@ -63,36 +61,3 @@ def apply_options(options: list[Callable[..., Any]]) -> Callable[[Callable[..., 
         return func
 
     return decorate
-
-
-DEPLOYMENT_KEYS = (
-    "model", "gpu", "weights", "kv", "group_size", "attention", "tp", "attention_kernel", "fusion",
-    "compute_efficiency", "memory_efficiency", "link_efficiency", "launch_overhead",
-)
-
-
-def deployment_from_options(options: dict[str, Any], batch: int, ctx: int, require_fit: bool = True) -> Deployment:
-    """Load configs named by the options and plan the deployment for ``batch`` x ``ctx``."""
-    if not options.get("model"):
-        raise InputError("--model is required (e.g. --model llama2-70b; `simulate models` lists them)")
-    if not options.get("gpu"):
-        raise InputError("--gpu is required (e.g. --gpu a100; `simulate gpus` lists them)")
-    model = with_attention(load_model(options["model"]), options.get("attention"))
-    gpu = load_gpu(options["gpu"]).with_efficiency(
-        compute=options.get("compute_efficiency"),
-        memory=options.get("memory_efficiency"),
-        link=options.get("link_efficiency"),
-        kernel_launch_seconds=options.get("launch_overhead"),
-    )
-    precision = parse_precision(options.get("weights", "fp16"), options.get("kv", "fp16"), options.get("group_size", 128))
-    return plan_deployment(
-        model,
-        gpu,
-        precision,
-        batch=batch,
-        context_tokens=ctx,
-        tp=options.get("tp"),
-        attention_kernel=options.get("attention_kernel", "flash"),
-        fusion=options.get("fusion", "elementwise"),
-        require_fit=require_fit,
-    )

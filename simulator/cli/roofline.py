@@ -7,9 +7,20 @@ from typing import Any
 
 import click
 
-from simulator.cli.options import MODEL_OPTIONS, WORKLOAD_OPTIONS, apply_options, deployment_from_options, reports_input_errors
+from simulator.cli.options import (
+    MODEL_OPTIONS,
+    WORKLOAD_OPTIONS,
+    apply_options,
+    reports_input_errors,
+)
+from simulator.plan.deployment import deployment_from_options
 from simulator.report.compare import text_table
-from simulator.report.plots import RooflineData, check_plot_path, plot_roofline, roofline_data
+from simulator.report.plots import (
+    RooflineData,
+    check_plot_path,
+    plot_roofline,
+    roofline_data,
+)
 from simulator.units import fmt_count, fmt_seconds
 
 EPILOG = """\b

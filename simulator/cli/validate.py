@@ -9,8 +9,8 @@ from typing import Any
 import click
 
 from simulator.cli.options import reports_input_errors
-from simulator.model import load_gpu
 from simulator.errors import InputError
+from simulator.model import load_gpu
 from simulator.plan.validate import (
     DEFAULT_TABLE,
     EXPLAIN_ABOVE,

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.cost.deployment import Deployment, check_gen_tokens
 from simulator.cost.step_cost import StepCost
-from simulator.plan.deployment import Deployment, check_gen_tokens
 from simulator.model.step import Step
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.model.gpu import GPUSpec
-from simulator.model.architecture import ModelSpec
-from simulator.model.precision import Precision
 from simulator.errors import InputError
+from simulator.model.architecture import ModelSpec
+from simulator.model.gpu import GPUSpec
 from simulator.model.layers import Operator, build_operators, kv_heads_per_gpu
+from simulator.model.precision import Precision
 
 GIB = 2**30
 

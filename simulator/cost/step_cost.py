@@ -40,8 +40,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from simulator.model.gpu import GPUSpec
 from simulator.errors import InputError
+from simulator.model.gpu import GPUSpec
 from simulator.model.layers import Operator, Work
 from simulator.model.step import Number, Step
 

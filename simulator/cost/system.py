@@ -7,12 +7,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from simulator.model.gpu import GPUSpec
-from simulator.model.architecture import ModelSpec
-from simulator.model.precision import Precision
-from simulator.cost.step_cost import OperatorRates, StepCost, StepTotals, step_cost, step_totals, system_rates
+from simulator.cost.step_cost import (
+    OperatorRates,
+    StepCost,
+    StepTotals,
+    step_cost,
+    step_totals,
+    system_rates,
+)
 from simulator.errors import InputError
-from simulator.model.layers import AttentionKernel, Fusion, Operator, build_operators, kv_heads_per_gpu
+from simulator.model.architecture import ModelSpec
+from simulator.model.gpu import GPUSpec
+from simulator.model.layers import (
+    AttentionKernel,
+    Fusion,
+    Operator,
+    build_operators,
+    kv_heads_per_gpu,
+)
+from simulator.model.precision import Precision
 from simulator.model.step import Step
 
 

@@ -29,14 +29,27 @@ from typing import Callable, Generator
 import numpy as np
 import simpy
 
+from simulator.cost.system import System
 from simulator.engine.kvcache import BlockAllocator, blocks_for
 from simulator.engine.metrics import (
-    DECODING, DONE, PREFILLING, REJECTED, WAITING, Columns, itl_samples, iteration_log,
+    DECODING,
+    DONE,
+    PREFILLING,
+    REJECTED,
+    WAITING,
+    Columns,
+    iteration_log,
+    itl_samples,
 )
-from simulator.engine.scheduler import Chunk, SchedulerConfig, plan_chunked, plan_continuous, plan_static
+from simulator.engine.scheduler import (
+    Chunk,
+    SchedulerConfig,
+    plan_chunked,
+    plan_continuous,
+    plan_static,
+)
 from simulator.engine.workload import Workload
 from simulator.model.step import Step
-from simulator.cost.system import System
 
 STRETCH_MAX = 4096
 """Most decode iterations costed in one vectorised call (bounds the arrays' size)."""

@@ -18,9 +18,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from simulator.cost.deployment import Deployment
+from simulator.cost.memory import (
+    GIB,
+    WORKSPACE_TOKENS,
+    kv_bytes_per_token_per_gpu,
+    workspace_bytes_per_gpu,
+)
 from simulator.errors import InputError
-from simulator.cost.memory import GIB, WORKSPACE_TOKENS, kv_bytes_per_token_per_gpu, workspace_bytes_per_gpu
-from simulator.plan.deployment import Deployment
 
 
 def blocks_for(tokens: int, block_size: int) -> int:

@@ -1,7 +1,12 @@
 """Configuration data: GPUs, models and precisions, validated by pydantic."""
 
+from simulator.model.architecture import (
+    ModelSpec,
+    list_models,
+    load_model,
+    with_attention,
+)
 from simulator.model.gpu import Efficiency, GPUSpec, list_gpus, load_gpu
-from simulator.model.architecture import ModelSpec, list_models, load_model, with_attention
 from simulator.model.precision import DTYPE_BYTES, Precision
 
 __all__ = [

@@ -10,8 +10,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from simulator.model.loader import config_root, load_validated, looks_like_path, read_mapping, suggest, validate
 from simulator.errors import InputError
+from simulator.model.loader import (
+    config_root,
+    load_validated,
+    looks_like_path,
+    read_mapping,
+    suggest,
+    validate,
+)
 
 
 class ModelSpec(BaseModel):

@@ -25,9 +25,16 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from simulator.model.loader import config_root, load_validated, looks_like_path, read_mapping, suggest, validate
-from simulator.model.precision import DTYPE_BYTES
 from simulator.errors import InputError
+from simulator.model.loader import (
+    config_root,
+    load_validated,
+    looks_like_path,
+    read_mapping,
+    suggest,
+    validate,
+)
+from simulator.model.precision import DTYPE_BYTES
 
 
 class Efficiency(BaseModel):

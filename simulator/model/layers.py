@@ -58,10 +58,10 @@ import math
 from dataclasses import dataclass, replace
 from typing import ClassVar, Literal, NamedTuple
 
-from simulator.model.gpu import GPUSpec
-from simulator.model.architecture import ModelSpec
-from simulator.model.precision import DTYPE_BYTES, Precision
 from simulator.errors import InputError
+from simulator.model.architecture import ModelSpec
+from simulator.model.gpu import GPUSpec
+from simulator.model.precision import DTYPE_BYTES, Precision
 from simulator.model.step import Number, Step
 
 AttentionKernel = Literal["flash", "naive"]

@@ -2,44 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any
 
-from simulator.model.gpu import GPUSpec
-from simulator.model.architecture import ModelSpec
-from simulator.model.precision import Precision
-from simulator.errors import InputError
-from simulator.model.layers import AttentionKernel, Fusion
-from simulator.cost.memory import MemoryPlan, no_fit_error, plan_memory, tensor_parallel_candidates
+from simulator.cost.deployment import Deployment
+from simulator.cost.memory import no_fit_error, plan_memory, tensor_parallel_candidates
 from simulator.cost.system import System
-
-
-@dataclass(frozen=True)
-class Deployment:
-    """A built System with its memory plan; ``auto_tp`` says the TP degree was chosen for the user."""
-
-    system: System
-    memory: MemoryPlan
-    auto_tp: bool
-
-    @property
-    def note(self) -> str:
-        if not self.auto_tp or self.system.tp == 1:
-            return ""
-        return (
-            f"does not fit on one {self.system.gpu.name}; using the smallest tensor-parallel degree "
-            f"that fits: --tp {self.system.tp}"
-        )
-
-
-def check_gen_tokens(gen_tokens: int, context_tokens: int) -> None:
-    """``--gen`` output tokens must be >= 1 and leave a prompt within ``--ctx`` tokens."""
-    if gen_tokens < 1:
-        raise InputError(f"--gen: must be >= 1 (got {gen_tokens})")
-    if gen_tokens >= context_tokens:
-        raise InputError(
-            f"--gen: {gen_tokens} output tokens leave no prompt within --ctx {context_tokens}; "
-            f"--gen must be < --ctx"
-        )
+from simulator.errors import InputError
+from simulator.model.architecture import ModelSpec, load_model, with_attention
+from simulator.model.gpu import GPUSpec, load_gpu
+from simulator.model.layers import AttentionKernel, Fusion
+from simulator.model.precision import Precision, parse_precision
 
 
 def plan_deployment(
@@ -88,3 +60,36 @@ def plan_deployment(
     if require_fit:
         raise no_fit_error(model, gpu, deployment.memory, candidates)
     return deployment
+
+
+DEPLOYMENT_KEYS = (
+    "model", "gpu", "weights", "kv", "group_size", "attention", "tp", "attention_kernel", "fusion",
+    "compute_efficiency", "memory_efficiency", "link_efficiency", "launch_overhead",
+)
+
+
+def deployment_from_options(options: dict[str, Any], batch: int, ctx: int, require_fit: bool = True) -> Deployment:
+    """Load configs named by the options and plan the deployment for ``batch`` x ``ctx``."""
+    if not options.get("model"):
+        raise InputError("--model is required (e.g. --model llama2-70b; `simulate models` lists them)")
+    if not options.get("gpu"):
+        raise InputError("--gpu is required (e.g. --gpu a100; `simulate gpus` lists them)")
+    model = with_attention(load_model(options["model"]), options.get("attention"))
+    gpu = load_gpu(options["gpu"]).with_efficiency(
+        compute=options.get("compute_efficiency"),
+        memory=options.get("memory_efficiency"),
+        link=options.get("link_efficiency"),
+        kernel_launch_seconds=options.get("launch_overhead"),
+    )
+    precision = parse_precision(options.get("weights", "fp16"), options.get("kv", "fp16"), options.get("group_size", 128))
+    return plan_deployment(
+        model,
+        gpu,
+        precision,
+        batch=batch,
+        context_tokens=ctx,
+        tp=options.get("tp"),
+        attention_kernel=options.get("attention_kernel", "flash"),
+        fusion=options.get("fusion", "elementwise"),
+        require_fit=require_fit,
+    )

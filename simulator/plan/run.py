@@ -18,16 +18,22 @@ from typing import Any, Callable
 
 import numpy as np
 
-from simulator.cli.options import DEPLOYMENT_KEYS, deployment_from_options
+from simulator.cost.deployment import Deployment, check_gen_tokens
 from simulator.engine.engine import EngineResult, simulate
 from simulator.engine.kvcache import KVCapacity, kv_capacity
 from simulator.engine.metrics import Aggregates, aggregate
 from simulator.engine.scheduler import DEFAULT_MAX_NUM_SEQS, SchedulerConfig
 from simulator.engine.workload import (
-    LengthSpec, Workload, closed_batch, open_loop, parse_length_spec, read_trace, trace_workload,
+    LengthSpec,
+    Workload,
+    closed_batch,
+    open_loop,
+    parse_length_spec,
+    read_trace,
+    trace_workload,
 )
 from simulator.errors import InputError
-from simulator.plan.deployment import Deployment, check_gen_tokens
+from simulator.plan.deployment import DEPLOYMENT_KEYS, deployment_from_options
 
 DEFAULTS: dict[str, Any] = {"batch": 1, "ctx": 2048, "gen": 128}
 
@@ -183,6 +189,6 @@ def simulate_from_options(options: dict[str, Any], progress: Callable[[int, int]
 
 def run_from_options(options: dict[str, Any]) -> dict[str, Any]:
     """Simulate with ``options`` (missing ones take the CLI defaults); InputError on bad input or no fit."""
-    from simulator.report.run_report import engine_run_dict
+    from simulator.plan.result import engine_run_dict
 
     return engine_run_dict(simulate_from_options(options))

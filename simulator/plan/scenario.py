@@ -22,9 +22,9 @@ import click
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
+from simulator.errors import InputError
 from simulator.model import load_gpu, load_model
 from simulator.model.loader import read_mapping, suggest
-from simulator.errors import InputError
 
 # Options of the main command that shape its report, not the simulation.
 REPORT_ONLY_OPTIONS = frozenset({"top", "json", "csv", "version", "help", "quiet", "per_request", "plot"})
@@ -186,7 +186,9 @@ class Scenario:
 
 def option_params() -> dict[str, click.Option]:
     """The main command's simulation options by name (``--attention-kernel`` -> ``attention_kernel``)."""
-    from simulator.cli import main  # here, not at the top: simulator.cli imports the sweep command
+    from simulator.cli import (
+        main,  # here, not at the top: simulator.cli imports the sweep command
+    )
 
     params: dict[str, click.Option] = {}
     for param in main.params:

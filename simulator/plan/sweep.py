@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from simulator.errors import InputError
-from simulator.report.run_report import flatten
-from simulator.plan.scenario import Scenario
 from simulator.plan.results_file import ResultsFile
+from simulator.plan.scenario import Scenario
+from simulator.tabular import flatten
 
 LATENCY_METRICS = ("ttft", "tpot", "e2e")
 THROUGHPUT_KEY = "throughput.output_tokens_per_second"

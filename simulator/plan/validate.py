@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simulator.cost.analytic import run_batch
+from simulator.errors import InputError
 from simulator.model import GPUSpec, ModelSpec, load_gpu, load_model
 from simulator.model.precision import parse_precision
-from simulator.errors import InputError
-from simulator.plan.deployment import plan_deployment
 from simulator.model.step import Step
+from simulator.plan.deployment import plan_deployment
 
 DEFAULT_TABLE = Path(__file__).resolve().parents[2] / "validation" / "measurements.csv"
 

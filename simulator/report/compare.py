@@ -17,14 +17,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from simulator.model.gpu import GPUSpec
-from simulator.model.architecture import ModelSpec, with_attention
-from simulator.model.precision import Precision
-from simulator.errors import InputError
-from simulator.model.layers import AttentionKernel, Fusion, check_tensor_parallel
 from simulator.cost.memory import kv_bytes_per_token, plan_memory
-from simulator.model.step import Step
 from simulator.cost.system import System
+from simulator.errors import InputError
+from simulator.model.architecture import ModelSpec, with_attention
+from simulator.model.gpu import GPUSpec
+from simulator.model.layers import AttentionKernel, Fusion, check_tensor_parallel
+from simulator.model.precision import Precision
+from simulator.model.step import Step
 
 # Largest batch the max-batch search tries; beyond it the cell reports this bound.
 MAX_BATCH_SEARCHED = 1 << 20

@@ -21,14 +21,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from simulator.report.compare import max_batch_that_fits
-from simulator.model.architecture import with_attention
+from simulator.cost.deployment import Deployment
 from simulator.cost.step_cost import StepCost
-from simulator.errors import InputError
-from simulator.model.layers import ATTENTION_KERNELS, FUSIONS, check_tensor_parallel
-from simulator.plan.deployment import Deployment
-from simulator.model.step import Step
 from simulator.cost.system import System
+from simulator.errors import InputError
+from simulator.model.architecture import with_attention
+from simulator.model.layers import ATTENTION_KERNELS, FUSIONS, check_tensor_parallel
+from simulator.model.step import Step
+from simulator.report.compare import max_batch_that_fits
 from simulator.units import fmt_bytes, fmt_seconds
 
 # Operators outside the repeated decoder layer.

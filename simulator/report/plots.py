@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from simulator.cost.step_cost import StepCost
+from simulator.cost.system import System
 from simulator.errors import InputError
 from simulator.model.step import Step
-from simulator.cost.system import System
 
 PLOT_FORMATS = (".png", ".svg", ".pdf")
 
@@ -331,7 +331,9 @@ def plot_sweep(rows: list[dict[str, Any]], path: str | Path, latency_key: str | 
     axes[0].set_title("Throughput vs latency")
     if panels == 2:
         axes[1].set_xscale("log", base=2)
-        from matplotlib.ticker import ScalarFormatter  # batch ticks as 1, 2, 4, ... not 2^k
+        from matplotlib.ticker import (
+            ScalarFormatter,  # batch ticks as 1, 2, 4, ... not 2^k
+        )
 
         axes[1].xaxis.set_major_formatter(ScalarFormatter())
         axes[1].set_xlabel("batch (sequences)")

@@ -1,0 +1,175 @@
+"""The result of one run as the ``--json`` contract (SI units; FLOPs and bytes over all GPUs)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from simulator.cost.step_cost import StepCost
+
+if TYPE_CHECKING:
+    from simulator.plan.run import EngineRun
+
+
+def operator_rows(cost: StepCost, tp: int = 1) -> list[dict[str, Any]]:
+    """One dict per operator: SI quantities for the whole tensor-parallel group (x tp)."""
+    rows = []
+    for op in cost.operators:
+        rows.append(
+            {
+                "name": op.name,
+                "kind": op.kind,
+                "count": op.count,
+                "flops": float(op.flops) * tp,
+                "bytes": float(op.bytes) * tp,
+                "weight_bytes": float(op.weight_bytes) * tp,
+                "kv_read_bytes": float(op.kv_read_bytes) * tp,
+                "kv_write_bytes": float(op.kv_write_bytes) * tp,
+                "activation_bytes": float(op.activation_bytes) * tp,
+                "link_bytes": float(op.link_bytes) * tp,
+                "launches": float(op.launches),
+                "intensity": float(op.intensity),
+                "bound": op.bound,
+                "compute_seconds": float(op.compute_seconds),
+                "memory_seconds": float(op.memory_seconds),
+                "seconds": float(op.seconds),
+            }
+        )
+    return rows
+
+
+def _step_rows(system, step, tp: int) -> tuple[StepCost | None, list[dict[str, Any]]]:
+    if step is None:
+        return None, []
+    cost = system.step_cost(step)
+    return cost, operator_rows(cost, tp)
+
+
+def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
+    """The ``--json`` contract of the main command run through the engine (SI units; FLOPs and bytes over all GPUs).
+
+    Keeps every key of :func:`batch_run_dict`; latencies become {mean, p50, p90, p99}.
+    """
+    dep, result, m, opts = run.deployment, run.result, run.metrics, run.options
+    system, memory = dep.system, dep.memory
+    tp = system.tp
+    prefill_cost, prefill_rows = _step_rows(system, result.first_prefill_step, tp)
+    first_cost, _ = _step_rows(system, result.first_decode_step, tp)
+    last_cost, last_rows = _step_rows(system, result.last_decode_step, tp)
+    totals = result.totals
+    decode_steps = totals.decode_iterations
+    cap = run.capacity
+    ctx, gen = int(opts["ctx"]), int(opts["gen"])
+    workload = run.workload
+    return {
+        "model": system.model.name,
+        "gpu": system.gpu.name,
+        "tp": tp,
+        "tp_auto": dep.auto_tp and tp > 1,
+        "batch": len(workload) if workload.kind == "closed" else int(opts["batch"]),
+        "ctx": ctx,
+        "gen": gen,
+        "prompt": ctx - gen,
+        "attention": system.model.attention_kind,
+        "attention_kernel": system.attention_kernel,
+        "fusion": system.fusion,
+        "precision": {
+            "weights": system.precision.weights,
+            "kv": system.precision.kv,
+            "compute": system.precision.compute_dtype,
+            "activations": system.precision.activation_dtype,
+        },
+        "efficiency": system.gpu.efficiency.model_dump(),
+        "memory": {
+            "weights_bytes": memory.weights_bytes,
+            "weights_bytes_per_gpu": memory.weights_bytes_per_gpu,
+            "kv_bytes_per_token": memory.kv_bytes_per_token,
+            "kv_bytes": memory.kv_bytes,
+            "kv_bytes_per_gpu": memory.kv_bytes_per_gpu,
+            "workspace_bytes_per_gpu": memory.workspace_bytes_per_gpu,
+            "reserved_bytes_per_gpu": memory.reserved_bytes_per_gpu,
+            "needed_bytes_per_gpu": memory.needed_bytes_per_gpu,
+            "capacity_bytes": memory.capacity_bytes,
+            "fits": memory.fits,
+        },
+        "kv_cache": {
+            "block_size": cap.block_size,
+            "blocks": cap.blocks,
+            "tokens": cap.tokens,
+            "bytes_per_block_per_gpu": cap.bytes_per_block_per_gpu,
+            "bytes_per_gpu": cap.kv_bytes_per_gpu,
+            "gpu_memory_utilization": cap.gpu_memory_utilization,
+            "blocks_overridden": cap.overridden,
+            "high_water_blocks": m.kv_high_water_blocks,
+            "high_water_fraction": m.kv_high_water_fraction,
+        },
+        "workload": {
+            "kind": workload.kind,
+            "description": workload.description,
+            "requests": len(workload),
+            "qps": None if opts["qps"] is None else float(opts["qps"]),
+            "arrival": opts["arrival"],
+            "burstiness": float(opts["burstiness"]),
+            "trace": None if opts["trace"] is None else str(opts["trace"]),
+            "trace_speedup": float(opts["trace_speedup"]),
+            "seed": int(opts["seed"]),
+            "prompt_tokens_mean": float(workload.prompt_tokens.mean()),
+            "output_tokens_mean": float(workload.output_tokens.mean()),
+        },
+        "scheduler": {
+            "name": run.config.scheduler,
+            "max_num_seqs": run.config.max_num_seqs,
+            "max_batched_tokens": run.config.max_batched_tokens,
+        },
+        "slo": {
+            "ttft_seconds": None if opts["slo_ttft"] is None else float(opts["slo_ttft"]),
+            "tpot_seconds": None if opts["slo_tpot"] is None else float(opts["slo_tpot"]),
+        },
+        "prefill": {
+            "seconds": float(prefill_cost.seconds) if prefill_cost else 0.0,
+            "flops": float(prefill_cost.flops) * tp if prefill_cost else 0.0,
+            "bytes": float(prefill_cost.bytes) * tp if prefill_cost else 0.0,
+        },
+        "decode": {
+            "steps": decode_steps,
+            "first_step_seconds": float(first_cost.seconds) if first_cost else 0.0,
+            "last_step_seconds": float(last_cost.seconds) if last_cost else 0.0,
+            "flops_per_step": totals.decode_flops / max(decode_steps, 1) * tp,
+            "bytes_per_step": totals.decode_bytes / max(decode_steps, 1) * tp,
+        },
+        "latency": {
+            "ttft_seconds": m.ttft.as_dict(),
+            "tpot_seconds": m.tpot.as_dict(),
+            "e2e_seconds": m.e2e.as_dict(),
+            "itl_seconds": m.itl.as_dict(),
+            "queue_seconds": m.queue.as_dict(),
+        },
+        "throughput": {
+            "output_tokens_per_second": m.output_tokens_per_second,
+            "total_tokens_per_second": m.total_tokens_per_second,
+            "input_tokens_per_second": m.input_tokens_per_second,
+            "requests_per_second": m.requests_per_second,
+            "goodput_requests_per_second": m.goodput_requests_per_second,
+            "slo_attainment": m.slo_attainment,
+        },
+        "requests": {
+            "total": m.requests,
+            "completed": m.completed,
+            "rejected": m.rejected,
+            "rejected_reasons": m.rejected_by_reason,
+            "preempted": m.preempted_requests,
+            "max_running": m.max_running,
+        },
+        "preemptions": m.preemptions,
+        "mfu": m.mfu,
+        "mbu": m.mbu,
+        "time": {
+            "duration_seconds": m.duration_seconds,
+            "busy_seconds": m.busy_seconds,
+            "iterations": m.iterations,
+            "compute_bound_share": m.compute_bound_share,
+            "memory_bound_share": m.memory_bound_share,
+            "communication_share": m.communication_share,
+        },
+        "warnings": list(workload.notes),
+        "operators": {"prefill": prefill_rows, "decode_last": last_rows},
+    }
