@@ -68,7 +68,7 @@ def gpus(draw: st.DrawFn, exact: bool = True) -> GPUSpec:
     return GPUSpec(
         name="random-gpu",
         peak_flops={"fp32": fp16 / 8, "fp16": fp16, "bf16": fp16, "fp8": 2 * fp16, "int8": 2 * fp16},
-        hbm_bytes=float(2**50),  # capacity is not under test here
+        hbm_bytes=float(2**45),  # capacity is not under test here (2^45 is the most a GPU file may hold)
         hbm_bandwidth_bytes_per_second=1e9 * draw(st.integers(200, 8000)),
         sram_bytes_per_sm=1024.0 * draw(st.sampled_from([64, 100, 164, 228])),
         link_bandwidth_bytes_per_second=1e9 * draw(st.integers(16, 900)),

@@ -1,24 +1,26 @@
 """Reading YAML/JSON config files and resolving shipped config names.
 
-Everything is read locally with ``yaml.safe_load`` / ``json.load``; nothing is fetched.
-Errors become :class:`InputError` naming the file, the line or field, and what is allowed.
+Everything is read locally through :mod:`simulator.files` (``read_mapping``: safe YAML,
+strict JSON, size and depth limits); nothing is fetched. Errors become :class:`InputError`
+naming the file, the line or field, and what is allowed.
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pydantic
-import yaml
 
 from simulator.errors import InputError
+from simulator.files import read_mapping
 
 _CONFIG_DIR_ENV = "MEMWALL_CONFIG_DIR"
+
+__all__ = ["config_root", "format_validation_error", "load_validated", "looks_like_path", "read_mapping", "suggest", "validate"]
 
 
 def config_root() -> Path:
@@ -29,47 +31,34 @@ def config_root() -> Path:
     return Path(__file__).resolve().parents[2] / "configs"
 
 
-def read_mapping(path: Path) -> dict[str, Any]:
-    """Parse a YAML or JSON file into a dict; malformed files raise InputError with file and line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
-    if path.suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}:{exc.lineno}: malformed JSON: {exc.msg}") from None
-    else:
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-            problem = getattr(exc, "problem", None) or str(exc)
-            raise InputError(f"{where}: malformed YAML: {problem}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a mapping of fields at the top level, got {type(data).__name__}")
-    return data
-
-
 def format_validation_error(source: str, exc: pydantic.ValidationError) -> str:
     """One line per problem: ``source: field 'a.b': message (got value)``."""
     problems = []
     for err in exc.errors():
         field = ".".join(str(part) for part in err["loc"]) or "(top level)"
         got = err.get("input")
-        shown = "" if isinstance(got, dict) or got is None else f" (got {got!r})"
-        problems.append(f"{source}: field '{field}': {err['msg']}{shown}")
+        shown = "" if isinstance(got, dict) or got is None else f" (got {_short_repr(got)})"
+        message = err["msg"].removeprefix("Value error, ")  # pydantic's prefix for our validators' ValueError
+        problems.append(f"{source}: field '{field}': {message}{shown}")
+    if len(problems) > 5:  # a file of junk would otherwise give one line per junk field
+        problems[5:] = [f"and {len(problems) - 5} more problem(s)"]
     return "; ".join(problems)
 
 
-def validate(model_cls: type[pydantic.BaseModel], data: dict[str, Any], source: str) -> Any:
-    """Build ``model_cls`` from ``data``, turning validation errors into InputError."""
+def _short_repr(value: Any, limit: int = 80) -> str:
+    """repr(value) cut to ``limit`` characters: a message stays one readable line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def validate(model_cls: type[pydantic.BaseModel], data: dict[str, Any], source: str, plausible: bool = False) -> Any:
+    """Build ``model_cls`` from ``data``, turning validation errors into InputError.
+
+    ``plausible`` asks the model's validators for their physical-plausibility bounds too
+    (validation context ``{"plausible": True}``): on for data read from files.
+    """
     try:
-        return model_cls.model_validate(data)
+        return model_cls.model_validate(data, context={"plausible": plausible})
     except pydantic.ValidationError as exc:
         raise InputError(format_validation_error(source, exc)) from None
 
@@ -103,4 +92,4 @@ def load_validated(model_cls: type[pydantic.BaseModel], path: Path) -> Any:
 
 @functools.lru_cache(maxsize=256)
 def _load_validated(model_cls: type[pydantic.BaseModel], path: str, stamp: int | None) -> Any:
-    return validate(model_cls, read_mapping(Path(path)), path)
+    return validate(model_cls, read_mapping(Path(path)), path, plausible=True)
