@@ -33,10 +33,11 @@ from simulator.cost.analytic import run_batch
 from simulator.errors import InputError
 from simulator.model import GPUSpec, ModelSpec, load_gpu, load_model
 from simulator.model.precision import parse_precision
+from simulator.model.registry import data_path
 from simulator.model.step import Step
 from simulator.plan.deployment import plan_deployment
 
-DEFAULT_TABLE = Path(__file__).resolve().parents[2] / "validation" / "measurements.csv"
+DEFAULT_TABLE = data_path("validation", "measurements.csv")
 
 METRICS: tuple[str, ...] = (
     "ttft_seconds",

@@ -1,0 +1,72 @@
+"""Where shipped data lives, and how user configs are added to it: the one place that knows.
+
+The shipped configs (``configs/models``, ``configs/gpus``, ``configs/engines``, ...) and the
+validation data (``validation/*.csv``, ``validation/lengths/``) are package data under
+``simulator/data/``. The repository keeps them at its top level (the project's layout), and
+``simulator/data/configs`` and ``simulator/data/validation`` are symbolic links to those
+folders: an editable install reads them in place, and a built wheel carries copies (setup.cfg
+``package_data`` follows the links). Both are found through :mod:`importlib.resources`, so any
+install works from any directory.
+
+``$MEMWALL_CONFIG_DIR`` (a folder laid out like ``configs/``: ``models/``, ``gpus/``, ...)
+adds user configs: they are searched first, and a user file with the same file name as a
+shipped one replaces it.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+
+from simulator.errors import InputError
+
+CONFIG_DIR_ENV = "MEMWALL_CONFIG_DIR"
+
+# What an empty registry is called in its error ("no shipped GPU configs found in ...").
+_KIND_LABELS = {"models": "model", "gpus": "GPU", "engines": "engine profile"}
+
+
+def data_root() -> Path:
+    """The folder of the package data (``configs/`` and ``validation/`` inside it)."""
+    # A zipped install would give a Traversable that is not a file-system path; the readers
+    # need real paths (stat for the cache, paths in error messages), so that is refused.
+    root = resources.files("simulator") / "data"
+    if not isinstance(root, Path):
+        raise InputError(f"the simulator package data is not on the file system ({root}): install the package unzipped")
+    return root
+
+
+def data_path(*parts: str) -> Path:
+    """A shipped data file or folder, e.g. ``data_path("validation", "measurements.csv")``."""
+    return data_root().joinpath(*parts)
+
+
+def user_config_dir() -> Path | None:
+    """``$MEMWALL_CONFIG_DIR`` when set (it must be a folder), else None."""
+    value = os.environ.get(CONFIG_DIR_ENV)
+    if not value:
+        return None
+    path = Path(value)
+    if not path.is_dir():
+        raise InputError(
+            f"{CONFIG_DIR_ENV}={value}: no such folder (it should hold models/, gpus/, ... like the shipped configs/)"
+        )
+    return path
+
+
+def config_files(kind: str) -> list[Path]:
+    """The ``*.yaml`` configs of one kind (``models``, ``gpus``, ``engines``): user's first, then shipped.
+
+    Each group is sorted by file name; a shipped file is left out when the user's folder has one
+    of the same name. No shipped file at all means a broken install: InputError, never an empty list.
+    """
+    shipped_dir = data_path("configs", kind)
+    shipped = sorted(shipped_dir.glob("*.yaml"))
+    if not shipped:
+        label = _KIND_LABELS.get(kind, kind)
+        raise InputError(f"no shipped {label} configs found in {shipped_dir}: the installation is broken")
+    user_dir = user_config_dir()
+    user = sorted((user_dir / kind).glob("*.yaml")) if user_dir is not None else []
+    replaced = {path.name for path in user}
+    return user + [path for path in shipped if path.name not in replaced]
