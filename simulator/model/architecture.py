@@ -12,13 +12,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from simulator.errors import InputError
 from simulator.model.loader import (
-    config_root,
     load_validated,
     looks_like_path,
     read_mapping,
     suggest,
     validate,
 )
+from simulator.model.registry import config_files
 
 
 class ModelSpec(BaseModel):
@@ -168,11 +168,11 @@ def from_hf_config(config: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def _model_files() -> list[Path]:
-    return sorted((config_root() / "models").glob("*.yaml"))
+    return config_files("models")
 
 
 def list_models() -> list[ModelSpec]:
-    """Every shipped model config, sorted by file name."""
+    """Every model config: $MEMWALL_CONFIG_DIR's first, then the shipped ones (registry.config_files)."""
     return [load_validated(ModelSpec, path) for path in _model_files()]
 
 

@@ -27,7 +27,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from simulator.errors import InputError
 from simulator.model.loader import (
-    config_root,
     load_validated,
     looks_like_path,
     read_mapping,
@@ -35,6 +34,7 @@ from simulator.model.loader import (
     validate,
 )
 from simulator.model.precision import DTYPE_BYTES
+from simulator.model.registry import config_files
 
 
 class Efficiency(BaseModel):
@@ -114,11 +114,11 @@ class GPUSpec(BaseModel):
 
 
 def _gpu_files() -> list[Path]:
-    return sorted((config_root() / "gpus").glob("*.yaml"))
+    return config_files("gpus")
 
 
 def list_gpus() -> list[GPUSpec]:
-    """Every shipped GPU config, sorted by file name."""
+    """Every GPU config: $MEMWALL_CONFIG_DIR's first, then the shipped ones (registry.config_files)."""
     return [_load_gpu_file(path) for path in _gpu_files()]
 
 
