@@ -18,17 +18,8 @@ import pydantic
 from simulator.errors import InputError
 from simulator.files import read_mapping
 
-_CONFIG_DIR_ENV = "MEMWALL_CONFIG_DIR"
-
-__all__ = ["config_root", "format_validation_error", "load_validated", "looks_like_path", "read_mapping", "suggest", "validate"]
-
-
-def config_root() -> Path:
-    """The folder holding ``models/`` and ``gpus/``: $MEMWALL_CONFIG_DIR or the repo's ``configs/``."""
-    override = os.environ.get(_CONFIG_DIR_ENV)
-    if override:
-        return Path(override)
-    return Path(__file__).resolve().parents[2] / "configs"
+# Where configs live (shipped package data, $MEMWALL_CONFIG_DIR) is simulator.model.registry's job.
+__all__ = ["format_validation_error", "load_validated", "looks_like_path", "read_mapping", "suggest", "validate"]
 
 
 def format_validation_error(source: str, exc: pydantic.ValidationError) -> str:
