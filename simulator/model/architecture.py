@@ -20,6 +20,18 @@ from simulator.model.loader import (
 )
 from simulator.model.registry import config_files
 
+# Upper bounds on a model's sizes: far above any published model, low enough that a unit slip
+# (a context in bytes, a width of 1e12) is caught and products of them (weights = layers x
+# width^2, KV bytes = layers x heads x head_dim x context) stay far inside float64's range. Largest published
+# values: 126 layers (Llama-3.1-405B), hidden 16384 / FFN 53248 (405B), 128 heads, vocab
+# 256k (Gemma), context 10M tokens (Llama 4 Scout), 256 routed experts (DeepSeek-V3).
+MAX_LAYERS = 4096
+MAX_WIDTH = 2**20
+MAX_HEADS = 2**14
+MAX_VOCAB = 2**24
+MAX_CONTEXT = 2**27
+MAX_EXPERTS = 2**16
+
 
 class ModelSpec(BaseModel):
     """A decoder-only transformer. Sizes are element counts; ``max_context`` is in tokens."""
@@ -28,26 +40,26 @@ class ModelSpec(BaseModel):
 
     name: str = Field(min_length=1)
     aliases: list[str] = Field(default_factory=list)
-    num_layers: int = Field(ge=1)
-    hidden_size: int = Field(ge=1)
-    num_heads: int = Field(ge=1)
-    num_kv_heads: int = Field(default=0, ge=0, description="0 means = num_heads (MHA)")
-    head_dim: int = Field(default=0, ge=0, description="0 means hidden_size // num_heads")
-    ffn_size: int = Field(ge=1)
+    num_layers: int = Field(ge=1, le=MAX_LAYERS)
+    hidden_size: int = Field(ge=1, le=MAX_WIDTH)
+    num_heads: int = Field(ge=1, le=MAX_HEADS)
+    num_kv_heads: int = Field(default=0, ge=0, le=MAX_HEADS, description="0 means = num_heads (MHA)")
+    head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="0 means hidden_size // num_heads")
+    ffn_size: int = Field(ge=1, le=MAX_WIDTH)
     gated_mlp: bool = Field(default=True, description="SwiGLU (3 matrices) vs ungated (2)")
     activation: Literal["silu", "gelu", "relu"] = "silu"
-    vocab_size: int = Field(ge=1)
-    max_context: int = Field(ge=1)
+    vocab_size: int = Field(ge=1, le=MAX_VOCAB)
+    max_context: int = Field(ge=1, le=MAX_CONTEXT)
     tied_embeddings: bool = False
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     norms_per_layer: int = Field(default=2, ge=1, le=2)
     linear_bias: bool = False
     position_embedding: Literal["rotary", "learned", "alibi"] = "rotary"
-    learned_position_rows: int = Field(default=0, ge=0, description="0 means max_context")
+    learned_position_rows: int = Field(default=0, ge=0, le=MAX_CONTEXT + 2, description="0 means max_context")
     parallel_attention: bool = Field(default=False, description="attention and MLP read one norm (Falcon)")
-    sliding_window: int | None = Field(default=None, ge=1)
-    moe_experts: int = Field(default=1, ge=1)
-    moe_top_k: int = Field(default=1, ge=1)
+    sliding_window: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
+    moe_experts: int = Field(default=1, ge=1, le=MAX_EXPERTS)
+    moe_top_k: int = Field(default=1, ge=1, le=MAX_EXPERTS)
 
     @model_validator(mode="after")
     def _consistent(self) -> "ModelSpec":
@@ -132,7 +144,7 @@ def from_hf_config(config: dict[str, Any], name: str) -> dict[str, Any]:
         kv_heads = _first(config, "num_key_value_heads", default=heads)
     ffn = _first(config, "intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size")
     if ffn is None:
-        ffn = 4 * hidden
+        ffn = 4 * hidden if isinstance(hidden, int) else hidden  # a malformed width is reported by validation
     gated = not (is_falcon or is_opt or is_gpt2) and activation == "silu"
     spec: dict[str, Any] = {
         "name": name,
@@ -158,7 +170,8 @@ def from_hf_config(config: dict[str, Any], name: str) -> dict[str, Any]:
     if is_opt or is_gpt2:
         spec["position_embedding"] = "learned"
         # OPT's learned position table has 2 extra rows (its padding offset).
-        spec["learned_position_rows"] = spec["max_context"] + (2 if is_opt else 0)
+        rows = spec["max_context"]
+        spec["learned_position_rows"] = rows + (2 if is_opt else 0) if isinstance(rows, int) else rows
     if config.get("sliding_window"):
         spec["sliding_window"] = config["sliding_window"]
     if config.get("num_local_experts"):
@@ -182,7 +195,7 @@ def load_model_file(path: Path) -> ModelSpec:
     if "num_layers" not in data and ("num_hidden_layers" in data or "n_layer" in data or "model_type" in data):
         name = data.get("_name_or_path") or path.parent.name or path.stem
         data = from_hf_config(data, str(name))
-    return validate(ModelSpec, data, str(path))
+    return validate(ModelSpec, data, str(path), plausible=True)
 
 
 def load_model(name_or_path: str) -> ModelSpec:

@@ -16,14 +16,22 @@ a lower bound; each efficiency factor is the fraction of a peak that real kernel
   latency is ~5-20 us).
 
 A measured overlay (``configs/gpus/measured/*.yaml``) may add ``efficiency_by_op`` entries
-which replace the compute/memory factors for one op class and shape bucket.
+which replace the compute/memory factors for one op class and shape bucket. Its ``base:``
+names the GPU it refines (a shipped name or another file); a chain that comes back to a
+file already on it is an error.
+
+Every number must be finite. A GPU read from a file must also be physically plausible
+(:data:`PLAUSIBLE`; bounds wide enough for every shipped chip from a V100 to a B200 and for
+the CPU code path of ``simulate calibrate``, narrow enough to catch a unit slip such as
+bandwidth in GB/s or memory in GiB); objects built in code (tests, what-if copies) are not
+held to them.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from simulator.errors import InputError
 from simulator.model.loader import (
@@ -36,11 +44,42 @@ from simulator.model.loader import (
 from simulator.model.precision import DTYPE_BYTES
 from simulator.model.registry import config_files
 
+# (low, high, unit) per field, checked when a GPU is read from a file (validation context
+# {"plausible": True}). Sources for the edges:
+# - peak_flops: 1e8 admits the CPU code path of `simulate calibrate` (a CPU's fp16 matmul
+#   reaches ~1e9-1e11 FLOP/s); 1e17 is ~10x a B200's dense fp4 peak (9e15, NVIDIA datasheet).
+# - hbm_bytes: 1 GiB (2^30) to 32 TiB (2^45); shipped chips hold 24-192 GB.
+# - hbm_bandwidth_bytes_per_second: 1e9 (a CPU memory channel) to 1e15 (100x a B200's 8e12).
+# - link_bandwidth_bytes_per_second: 1e8 (1 Gbit/s Ethernet) to 1e14 (~50x NVLink 5's 1.8e12).
+# - l2_bytes: up to 4 GiB (the largest last-level caches are 256 MiB, MI300X Infinity Cache).
+# - sram_bytes_per_sm: 1 KiB to 16 MiB (shipped: 64-228 KiB).
+# - kernel_launch_seconds, allreduce_latency_seconds: up to 10 ms (measured: 2-20 us).
+PLAUSIBLE: dict[str, tuple[float, float, str]] = {
+    "peak_flops": (1e8, 1e17, "FLOP/s"),
+    "hbm_bytes": (2.0**30, 2.0**45, "bytes"),
+    "hbm_bandwidth_bytes_per_second": (1e9, 1e15, "bytes/s"),
+    "link_bandwidth_bytes_per_second": (1e8, 1e14, "bytes/s"),
+    "l2_bytes": (0.0, 2.0**32, "bytes"),
+    "sram_bytes_per_sm": (2.0**10, 2.0**24, "bytes"),
+    "kernel_launch_seconds": (0.0, 1e-2, "seconds"),
+    "allreduce_latency_seconds": (0.0, 1e-2, "seconds"),
+}
+
+
+def _plausible(value: float, info: ValidationInfo) -> float:
+    """``value`` if within PLAUSIBLE[field] or the caller did not ask for the check."""
+    if not (info.context or {}).get("plausible"):
+        return value
+    low, high, unit = PLAUSIBLE[str(info.field_name)]
+    if not low <= value <= high:
+        raise ValueError(f"{value:g} {unit} is not plausible for a GPU; allowed: {low:g} to {high:g} {unit}")
+    return value
+
 
 class Efficiency(BaseModel):
     """Achievable fractions of peak; see the module docstring for defaults and sources."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     compute: float = Field(default=0.70, gt=0.0, le=1.0)
     memory: float = Field(default=0.80, gt=0.0, le=1.0)
@@ -48,11 +87,13 @@ class Efficiency(BaseModel):
     kernel_launch_seconds: float = Field(default=2e-6, ge=0.0)
     allreduce_latency_seconds: float = Field(default=8e-6, ge=0.0)
 
+    _plausible_seconds = field_validator("kernel_launch_seconds", "allreduce_latency_seconds")(_plausible)
+
 
 class OpEfficiency(BaseModel):
     """A measured efficiency for one op class (gemm, attention, ...) and token bucket."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     op_class: str
     min_tokens: int = Field(default=0, ge=0)
@@ -60,11 +101,19 @@ class OpEfficiency(BaseModel):
     compute: float | None = Field(default=None, gt=0.0, le=1.0)
     memory: float | None = Field(default=None, gt=0.0, le=1.0)
 
+    @field_validator("max_tokens")
+    @classmethod
+    def _not_below_min(cls, value: int | None, info: ValidationInfo) -> int | None:
+        low = info.data.get("min_tokens")
+        if value is not None and low is not None and value < low:
+            raise ValueError(f"max_tokens {value} is below min_tokens {low}")
+        return value
+
 
 class GPUSpec(BaseModel):
     """One GPU model. All quantities in SI base units (FLOP/s, bytes, bytes/s, seconds)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str = Field(min_length=1)
     aliases: list[str] = Field(default_factory=list)
@@ -73,11 +122,11 @@ class GPUSpec(BaseModel):
     hbm_bytes: float = Field(gt=0)
     hbm_bandwidth_bytes_per_second: float = Field(gt=0)
     l2_bytes: float = Field(default=0.0, ge=0)
-    sm_count: int = Field(default=0, ge=0)
+    sm_count: int = Field(default=0, ge=0, le=2**20)
     sram_bytes_per_sm: float = Field(gt=0, description="shared memory per SM usable by one kernel")
     interconnect: str = "pcie"
     link_bandwidth_bytes_per_second: float = Field(gt=0, description="one direction, per GPU")
-    max_gpus_per_node: int = Field(default=8, ge=1)
+    max_gpus_per_node: int = Field(default=8, ge=1, le=4096)
     efficiency: Efficiency = Field(default_factory=Efficiency)
     efficiency_by_op: list[OpEfficiency] = Field(default_factory=list)
     measured: dict[str, str] = Field(default_factory=dict, description="provenance of a measured overlay")
@@ -92,6 +141,20 @@ class GPUSpec(BaseModel):
                 raise ValueError(f"peak for {dtype} must be > 0")
         return value
 
+    @field_validator("peak_flops")
+    @classmethod
+    def _plausible_peaks(cls, value: dict[str, float], info: ValidationInfo) -> dict[str, float]:
+        for dtype, flops in value.items():
+            try:
+                _plausible(flops, info)
+            except ValueError as exc:
+                raise ValueError(f"{dtype}: {exc}") from None
+        return value
+
+    _plausible_sizes = field_validator(
+        "hbm_bytes", "hbm_bandwidth_bytes_per_second", "link_bandwidth_bytes_per_second", "l2_bytes", "sram_bytes_per_sm"
+    )(_plausible)
+
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; InputError if the chip has none."""
         try:
@@ -104,7 +167,7 @@ class GPUSpec(BaseModel):
         """Peak FLOP/s divided by HBM bandwidth, in FLOP/byte."""
         return self.peak(dtype) / self.hbm_bandwidth_bytes_per_second
 
-    def with_efficiency(self, **overrides: float | None) -> "GPUSpec":
+    def with_efficiency(self, **overrides: float | None) -> GPUSpec:
         """A copy with some efficiency factors replaced (``None`` values are ignored)."""
         changes = {k: v for k, v in overrides.items() if v is not None}
         if not changes:
@@ -132,18 +195,39 @@ def load_gpu(name_or_path: str) -> GPUSpec:
     A measured overlay file may name a ``base`` GPU; its fields replace the base's.
     """
     if looks_like_path(name_or_path):
-        path = Path(name_or_path)
-        data = read_mapping(path)
-        base = data.pop("base", None)
-        if base is not None:
-            merged = load_gpu(str(base)).model_dump()
-            for key, value in data.items():
-                if key == "efficiency" and isinstance(value, dict):
-                    merged["efficiency"] = {**merged["efficiency"], **value}
-                else:
-                    merged[key] = value
-            data = merged
-        return validate(GPUSpec, data, str(path))
+        return _load_gpu_path(Path(name_or_path), ())
+    return _load_gpu_name(name_or_path)
+
+
+def _load_gpu_path(path: Path, chain: tuple[Path, ...]) -> GPUSpec:
+    """A GPU YAML file; ``chain`` holds the overlays that led here through ``base:`` (to stop cycles)."""
+    here = path.resolve()
+    if here in chain:
+        loop = " -> ".join(str(p) for p in (*chain, here))
+        raise InputError(f"{chain[-1]}: field 'base': the chain of base GPUs loops ({loop}); a base must not lead back to itself")
+    data = read_mapping(path, "GPU config")
+    base = data.pop("base", None)
+    if base is not None:
+        if not isinstance(base, str) or not base.strip():
+            raise InputError(f"{path}: field 'base': expected a GPU name or a path to a GPU YAML file (got {base!r})")
+        if looks_like_path(base):
+            parent = _load_gpu_path(Path(base), (*chain, here))  # its errors name its own file
+        else:
+            try:
+                parent = _load_gpu_name(base)
+            except InputError as exc:
+                raise InputError(f"{path}: field 'base': {exc}") from None
+        merged = parent.model_dump()
+        for key, value in data.items():
+            if key == "efficiency" and isinstance(value, dict):
+                merged["efficiency"] = {**merged["efficiency"], **value}
+            else:
+                merged[key] = value
+        data = merged
+    return validate(GPUSpec, data, str(path), plausible=True)
+
+
+def _load_gpu_name(name_or_path: str) -> GPUSpec:
     wanted = name_or_path.lower()
     known: list[str] = []
     for gpu in list_gpus():
