@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import json
+import math
 import io
 from typing import Any, Iterable
 
@@ -28,3 +30,21 @@ def to_csv(rows: Iterable[dict[str, Any]]) -> str:
     writer.writeheader()
     writer.writerows(rows)
     return buffer.getvalue()
+
+
+def finite_or_none(data: Any) -> Any:
+    """``data`` with every NaN or infinite float (and numpy scalar) replaced by None, recursively."""
+    if isinstance(data, dict):
+        return {key: finite_or_none(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [finite_or_none(value) for value in data]
+    if hasattr(data, "item") and not isinstance(data, (str, bytes)):
+        data = data.item()
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    return data
+
+
+def to_json(data: Any, indent: int | None = None) -> str:
+    """Strict JSON: a quantity that cannot be computed is null, never NaN or Infinity."""
+    return json.dumps(finite_or_none(data), indent=indent, allow_nan=False)

@@ -104,7 +104,7 @@ def test_models_lists_every_shipped_model():
         (["--model", "llama2-70", "--gpu", "a100"], "did you mean 'llama2-70b'"),
         (["--model", "llama2-7b", "--gpu", "a1000"], "unknown GPU 'a1000'"),
         (["--model", "llama2-7b", "--gpu", "a100", "--batch", "0"], "--batch: must be >= 1"),
-        (["--model", "llama2-7b", "--gpu", "a100", "--ctx", "-5"], "--ctx: must be >= 1"),
+        (["--model", "llama2-7b", "--gpu", "a100", "--ctx", "-5"], "--ctx: must be >= 2"),
         (["--model", "llama2-7b", "--gpu", "a100", "--ctx", "9000"], "exceeds the maximum context"),
         (["--model", "llama2-7b", "--gpu", "a100", "--tp", "3"], "does not divide the 32 attention heads"),
         (["--model", "llama2-7b", "--gpu", "v100", "--weights", "fp8"], "no fp8 peak"),

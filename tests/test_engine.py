@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 
 from simulator.cost.analytic import run_batch
-from simulator.model import load_gpu, load_model
-from simulator.model.precision import Precision
 from simulator.engine.engine import simulate
 from simulator.engine.metrics import DONE, aggregate
 from simulator.engine.scheduler import SchedulerConfig
 from simulator.engine.workload import LengthSpec, Workload, closed_batch, open_loop
 from simulator.errors import InputError
-from simulator.plan.deployment import plan_deployment
+from simulator.model import load_gpu, load_model
+from simulator.model.precision import Precision
 from simulator.model.step import Step
+from simulator.plan.deployment import plan_deployment
 
 EXACT = dict(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
 BLOCKS = 5000  # plenty: memory plays no part unless a test says so
@@ -175,9 +175,9 @@ def test_same_seed_same_run_different_seed_different_arrivals():
 def test_run_from_options_rejects_unknown_keys_and_bad_values():
     from simulator.plan.run import fit_error, run_from_options
 
-    with pytest.raises(InputError, match="unknown option"):
+    with pytest.raises(InputError, match="unknown setting"):
         run_from_options({"model": "llama2-7b", "gpu": "a100", "qsp": 3})
-    with pytest.raises(InputError, match="--scheduler"):
+    with pytest.raises(InputError, match="scheduler: must be .static., .continuous. or .chunked."):
         run_from_options({"model": "llama2-7b", "gpu": "a100", "scheduler": "fifo"})
     with pytest.raises(InputError, match="--max-batched-tokens 64 is below --max-num-seqs 256"):
         run_from_options({"model": "llama2-7b", "gpu": "a100", "scheduler": "chunked", "max_batched_tokens": 64})
@@ -218,7 +218,8 @@ def test_stretches_equal_stepping_one_iteration_at_a_time(system, monkeypatch, s
     assert fast.totals.flops == pytest.approx(slow.totals.flops, rel=1e-12)
 
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st
 
 
 @settings(max_examples=15)

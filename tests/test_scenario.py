@@ -9,7 +9,12 @@ from hypothesis import strategies as st
 
 from simulator.cli import main
 from simulator.errors import InputError
-from simulator.plan.scenario import DEFAULT_USD_PER_GPU_HOUR, expand_values, load_scenario, option_params
+from simulator.plan.scenario import (
+    DEFAULT_USD_PER_GPU_HOUR,
+    expand_values,
+    load_scenario,
+    OPTION_NAMES,
+)
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 
@@ -112,8 +117,8 @@ def test_values_are_converted_by_the_command_option_types(tmp_path):
     assert isinstance(scenario.points()[0]["compute_efficiency"], float)
 
 
-def test_valid_axis_names_are_the_main_command_options():
-    names = set(option_params())
+def test_valid_axis_names_are_the_run_settings():
+    names = set(OPTION_NAMES)
     assert {"model", "gpu", "batch", "ctx", "gen", "tp", "weights", "kv", "attention", "attention_kernel", "fusion"} <= names
     assert not {"json", "csv", "top", "version"} & names  # report format, not simulation inputs
 
@@ -142,7 +147,7 @@ def test_unknown_axis_lists_valid_names_and_suggests_the_nearest(tmp_path):
 
 def test_wrong_type_names_the_element(tmp_path):
     message = error_of(tmp_path, BASE + "sweep: {grid: {batch: [1, 2, abc]}}\n")
-    assert "sweep.grid.batch[2]:" in message and "'abc' is not a valid integer" in message
+    assert "sweep.grid.batch[2]:" in message and "must be a valid integer (got 'abc')" in message
     assert "sweep.grid.batch[1]: expected an integer, got 2.5" in error_of(tmp_path, BASE + "sweep: {grid: {batch: [1, 2.5]}}\n")
     assert "sweep.grid.weights[1]:" in error_of(tmp_path, BASE + "sweep: {grid: {weights: [fp16, fp9]}}\n")
 

@@ -6,30 +6,39 @@ list configs, show per-operator tables, and so on. Bad input exits with code 2 a
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
 from simulator.cli.calibrate import calibrate_command
 from simulator.cli.compare import compare_command
-from simulator.cli.engine_options import ENGINE_OPTIONS, ProgressBar
+from simulator.cli.engine_options import PRESENTATION_OPTIONS, ProgressBar
 from simulator.cli.explain import explain_command
 from simulator.cli.layers import layers_command
 from simulator.cli.listing import gpus_command, models_command
 from simulator.cli.options import (
-    MODEL_OPTIONS,
-    WORKLOAD_OPTIONS,
+    VLLM_OPTIONS,
     apply_options,
     reports_input_errors,
+    settings_from_cli,
+    settings_options,
 )
 from simulator.cli.roofline import roofline_command
 from simulator.cli.sweep import sweep_command
 from simulator.cli.validate import validate_command
 from simulator.errors import InputError
+from simulator.files import check_output_path
 from simulator.plan.result import engine_run_dict
+from simulator.plan.run import simulate_settings
+from simulator.plan.settings import RunSettings
 from simulator.report.run_report import engine_run_text, write_per_request_csv
-from simulator.tabular import flatten, to_csv
+from simulator.report.vllm_format import (
+    launch_command,
+    parse_percentiles,
+    vllm_result_block,
+    vllm_result_json,
+)
+from simulator.tabular import flatten, to_csv, to_json
 
 EPILOG = """\b
 Examples:
@@ -48,17 +57,11 @@ Examples:
 
 
 @click.group(invoke_without_command=True, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@apply_options(MODEL_OPTIONS + WORKLOAD_OPTIONS + ENGINE_OPTIONS)
-@click.option("--top", type=click.IntRange(min=1), default=6, show_default=True, help="Operators shown per phase in the report.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (SI units) instead of the report.")
-@click.option("--csv", "as_csv", is_flag=True, help="Print a header and one CSV row (flattened keys).")
+@apply_options(settings_options(RunSettings) + VLLM_OPTIONS + PRESENTATION_OPTIONS)
 @click.version_option(package_name="memwall")
 @click.pass_context
 @reports_input_errors
-def main(
-    click_ctx: click.Context, top: int, as_json: bool, as_csv: bool, batch: int, ctx_tokens: int, gen: int,
-    per_request: str | None, quiet: bool, **options: Any
-) -> None:
+def main(click_ctx: click.Context, **values: Any) -> None:
     """Simulate transformer inference: latency, throughput and memory of MODEL on GPU.
 
     Each operator is charged roofline time, max(FLOPs / achievable FLOP/s, bytes /
@@ -69,35 +72,60 @@ def main(
     at t=0 by default, or open-loop arrivals (--qps) or a trace (--trace); a scheduler
     (--scheduler) forms each iteration, a paged KV cache limits admission, and every
     iteration is charged by the cost model. Latencies are reported as mean/p50/p90/p99.
+
+    vLLM's benchmark flags are accepted with their vLLM meaning (--input-len, --output-len,
+    --num-prompts, --request-rate, --max-num-batched-tokens, -tp/--tensor-parallel-size,
+    --kv-cache-dtype, --enable-chunked-prefill, --goodput); --result-format vllm prints
+    vLLM's result block and --save-result writes its JSON keys.
     """
     if click_ctx.invoked_subcommand is not None:
         return
-    if not options.get("model") and not options.get("gpu"):
+    shown = {name: values.pop(name) for name in PRESENTATION_NAMES}
+    if not values.get("model") and not values.get("gpu"):
         click.echo(click_ctx.get_help())
         return
-    from simulator.plan.run import (
-        simulate_from_options,  # here: simulator.plan.run imports simulator.cli.options
-    )
-
-    settings = {**{k: v for k, v in options.items() if v is not None}, "batch": batch, "ctx": ctx_tokens, "gen": gen}
-    progress = ProgressBar(quiet)
+    if shown["as_json"] and shown["as_csv"]:
+        raise InputError("--json and --csv: choose one output format")
+    percentiles = parse_percentiles(shown["metric_percentiles"])
+    for option, path, suffixes in (("--per-request", shown["per_request"], (".csv",)), ("--save-result", shown["save_result"], (".json",))):
+        if path:
+            check_output_path(path, option, suffixes)
+    settings = settings_from_cli(RunSettings, values)
+    progress = ProgressBar(shown["quiet"])
     try:
-        run = simulate_from_options(settings, progress.callback())
+        run = simulate_settings(settings, progress.callback())
     finally:
         progress.close()
     for note in run.workload.notes:
         click.echo(f"warning: {note}", err=True)
-    if per_request:
+    if shown["per_request"]:
         try:
-            write_per_request_csv(run, per_request)
+            write_per_request_csv(run, shown["per_request"])
         except OSError as exc:
-            raise InputError(f"--per-request: cannot write {per_request}: {exc.strerror}") from None
-    if as_json:
-        click.echo(json.dumps(engine_run_dict(run), indent=2))
-    elif as_csv:
+            raise InputError(f"--per-request: cannot write {shown['per_request']}: {exc.strerror}") from None
+    if shown["save_result"]:
+        try:
+            with open(shown["save_result"], "w", encoding="utf-8") as handle:
+                handle.write(to_json(vllm_result_json(run, percentiles)))
+        except OSError as exc:
+            raise InputError(f"--save-result: cannot write {shown['save_result']}: {exc.strerror}") from None
+    if shown["as_json"]:
+        click.echo(to_json(engine_run_dict(run), indent=2))
+    elif shown["as_csv"]:
         click.echo(to_csv([flatten(engine_run_dict(run))]), nl=False)
+    elif shown["result_format"] == "vllm":
+        click.echo(vllm_result_block(run, percentiles, parse_metrics(shown["percentile_metrics"])))
     else:
-        click.echo(engine_run_text(run, top))
+        click.echo(engine_run_text(run, shown["top"]))
+    if shown["launch_command"]:
+        click.echo("")
+        click.echo(launch_command(run, shown["launch_command"]))
+
+
+PRESENTATION_NAMES = (
+    "top", "as_json", "as_csv", "result_format", "save_result", "metric_percentiles", "percentile_metrics", "launch_command",
+    "per_request", "quiet",
+)
 
 
 for command in (

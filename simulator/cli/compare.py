@@ -7,10 +7,15 @@ from typing import Any
 
 import click
 
-from simulator.cli.options import MODEL_OPTIONS, apply_options, reports_input_errors
-from simulator.errors import InputError
+from simulator.cli.options import (
+    apply_options,
+    reports_input_errors,
+    settings_from_cli,
+    settings_options,
+)
 from simulator.model import load_gpu, load_model
 from simulator.model.precision import parse_precision
+from simulator.plan.settings import DeploymentSettings
 from simulator.report.compare import (
     Comparison,
     compare_attention,
@@ -35,20 +40,8 @@ model would need RoPE scaling or fine-tuning to use such a context well.
 
 
 
-def options_except(options: list, *names: str) -> list:
-    """The shared option decorators minus those whose parameter is in ``names``."""
-
-    def param_name(decorator: Any) -> str:
-        def probe() -> None: ...
-
-        decorator(probe)
-        return probe.__click_params__[0].name  # type: ignore[attr-defined]
-
-    return [o for o in options if param_name(o) not in names]
-
-
 # compare takes a list for --attention, so the shared single-variant option is replaced.
-COMPARE_OPTIONS = options_except(MODEL_OPTIONS, "attention") + [
+COMPARE_OPTIONS = settings_options(DeploymentSettings, exclude=("attention",)) + [
     click.option("--attention", "attention", metavar="LIST", default="mha,gqa:8,mqa", show_default=True,
                  help="Comma-separated attention variants: mha, mqa, gqa:N."),
 ]
@@ -103,22 +96,20 @@ def compare_command(contexts: str, batch: int, as_json: bool, as_csv: bool, **op
     everything else equal; each is evaluated at every --ctx. All rows use one
     tensor-parallel degree (--tp, or the smallest at which every row fits one sequence).
     """
-    if not options.get("model"):
-        raise InputError("--model is required (e.g. --model llama2-70b; `simulate models` lists them)")
-    if not options.get("gpu"):
-        raise InputError("--gpu is required (e.g. --gpu a100; `simulate gpus` lists them)")
-    model = load_model(options["model"])
-    gpu = load_gpu(options["gpu"]).with_efficiency(
-        compute=options.get("compute_efficiency"),
-        memory=options.get("memory_efficiency"),
-        link=options.get("link_efficiency"),
-        kernel_launch_seconds=options.get("launch_overhead"),
+    variants = options.pop("attention")
+    settings = settings_from_cli(DeploymentSettings, options)
+    model = load_model(settings.model)
+    gpu = load_gpu(settings.gpu).with_efficiency(
+        compute=settings.compute_efficiency,
+        memory=settings.memory_efficiency,
+        link=settings.link_efficiency,
+        kernel_launch_seconds=settings.launch_overhead,
     )
-    precision = parse_precision(options["weights"], options["kv"], options["group_size"])
-    attention = parse_list(options["attention"], "--attention")
+    precision = parse_precision(settings.weights, settings.kv, settings.group_size)
+    attention = parse_list(variants, "--attention")
     comparison = compare_attention(
-        model, gpu, precision, attention, parse_contexts(contexts), batch=batch, tp=options.get("tp"),
-        attention_kernel=options["attention_kernel"], fusion=options["fusion"],
+        model, gpu, precision, attention, parse_contexts(contexts), batch=batch, tp=settings.tp,
+        attention_kernel=settings.attention_kernel, fusion=settings.fusion,
     )
     rows = [r.as_dict() for r in comparison.rows]
     if as_json:

@@ -1,8 +1,4 @@
-"""Workload, scheduler, KV-cache and SLO options of the main command, and its progress bar.
-
-Every option defaults to None here so that :func:`simulator.plan.run.run_from_options` applies
-one set of defaults (``simulator.plan.run.ENGINE_DEFAULTS``) for the CLI and sweeps alike.
-"""
+"""Presentation options of the main command (output files, formats) and its progress bar."""
 
 from __future__ import annotations
 
@@ -12,27 +8,21 @@ from typing import Callable
 
 import click
 
-from simulator.engine.scheduler import SCHEDULERS
-
-ENGINE_OPTIONS = [
-    click.option("--requests", type=int, default=None, help="Requests to simulate. [default: 1000 with --qps, else --batch]"),
-    click.option("--qps", type=float, default=None, help="Open-loop arrivals at this many requests/s (else a closed batch at t=0)."),
-    click.option("--arrival", type=click.Choice(["poisson", "gamma"]), default=None, help="Inter-arrival distribution with --qps. [default: poisson]"),
-    click.option("--burstiness", type=float, default=None, help="Gamma arrivals: squared coefficient of variation of the gaps (1 = Poisson, >1 burstier). [default: 1]"),
-    click.option("--trace", type=click.Path(dir_okay=False), default=None, help="CSV/JSONL trace: arrival time, prompt and output tokens per request (Azure LLM trace CSV read as published)."),
-    click.option("--trace-speedup", type=float, default=None, help="Replay the trace this many times faster. [default: 1]"),
-    click.option("--prompt-tokens", metavar="SPEC", default=None, help="Prompt lengths: N, uniform:LO:HI or normal:MEAN:STD. [default: ctx - gen, or the trace's]"),
-    click.option("--output-tokens", metavar="SPEC", default=None, help="Output lengths: N, uniform:LO:HI or normal:MEAN:STD. [default: gen, or the trace's]"),
-    click.option("--scheduler", type=click.Choice(SCHEDULERS), default=None, help="static batches, continuous (Orca/vLLM) or chunked prefill (Sarathi). [default: continuous]"),
-    click.option("--max-num-seqs", type=int, default=None, help="Most sequences running at once. [default: 256]"),
-    click.option("--max-batched-tokens", type=int, default=None, help="Token budget per iteration. [default: 2048 chunked, none continuous]"),
-    click.option("--block-size", type=int, default=None, help="Tokens per KV-cache block. [default: 16]"),
-    click.option("--gpu-memory-utilization", type=float, default=None, help="Fraction of GPU memory the server may use. [default: 0.9]"),
-    click.option("--kv-blocks", type=int, default=None, help="Override the KV-cache capacity, in blocks (what-if)."),
-    click.option("--slo-ttft", type=float, default=None, help="TTFT objective in seconds (for goodput)."),
-    click.option("--slo-tpot", type=float, default=None, help="TPOT objective in seconds (for goodput)."),
-    click.option("--seed", type=int, default=None, help="Seed of arrivals and sampled lengths. [default: 0]"),
-    click.option("--per-request", type=click.Path(dir_okay=False, writable=True), default=None, help="Write one CSV row per request to this file."),
+PRESENTATION_OPTIONS = [
+    click.option("--top", type=click.IntRange(min=1, max=1000), default=6, show_default=True, help="Operators shown per phase in the report."),
+    click.option("--json", "as_json", is_flag=True, help="Print one JSON object (SI units) instead of the report."),
+    click.option("--csv", "as_csv", is_flag=True, help="Print a header and one CSV row (flattened keys)."),
+    click.option("--result-format", type=click.Choice(["memwall", "vllm"]), default="memwall", show_default=True,
+                 help="vllm: print the result block of vLLM's benchmark_serving, to diff against a measured run."),
+    click.option("--save-result", metavar="PATH", default=None,
+                 help="Write the result as JSON with vLLM benchmark_serving's keys (times in ms) to PATH."),
+    click.option("--metric-percentiles", metavar="LIST", default="99",
+                 help="Percentiles of TTFT/TPOT/ITL/E2EL in the vLLM block and --save-result, e.g. 50,90,99. [default: 99]"),
+    click.option("--percentile-metrics", metavar="LIST", default="ttft,tpot,itl", show_default=True,
+                 help="Latencies with percentile lines in the vLLM block: any of ttft, tpot, itl, e2el."),
+    click.option("--launch-command", type=click.Choice(["vllm", "sglang"]), default=None,
+                 help="Also print the command that launches this deployment on that engine."),
+    click.option("--per-request", metavar="PATH", default=None, help="Write one CSV row per request to this file."),
     click.option("--quiet", "-q", is_flag=True, help="No progress bar."),
 ]
 

@@ -9,12 +9,13 @@ from typing import Any
 import click
 
 from simulator.cli.options import (
-    MODEL_OPTIONS,
-    WORKLOAD_OPTIONS,
     apply_options,
     reports_input_errors,
+    settings_from_cli,
+    settings_options,
 )
 from simulator.plan.deployment import deployment_from_options
+from simulator.plan.settings import StepSettings
 from simulator.report.compare import text_table
 from simulator.report.explain import explain_run, kernel_choices, kernel_choices_text
 from simulator.units import fmt_rate, fmt_seconds
@@ -28,17 +29,19 @@ Examples:
 
 
 @click.command("explain", epilog=EPILOG)
-@apply_options(MODEL_OPTIONS + WORKLOAD_OPTIONS)
+@apply_options(settings_options(StepSettings))
 @click.option("--json", "as_json", is_flag=True, help="Print the paragraph, the facts behind it and the levers as JSON (SI units).")
 @reports_input_errors
-def explain_command(batch: int, ctx_tokens: int, gen: int, as_json: bool, **options: Any) -> None:
+def explain_command(as_json: bool, **options: Any) -> None:
     """Explain a run in words: what is memory-bound, intensity vs ridge, the biggest lever.
 
     The levers (bigger batch, fewer KV heads, lower precision, more GPUs) are measured
     with the cost model, not guessed. Below the paragraph: attention bytes per layer for
     both attention kernels, and kernels and activation bytes per layer for each fusion level.
     """
-    deployment = deployment_from_options(options, batch, ctx_tokens)
+    settings = settings_from_cli(StepSettings, options)
+    batch, ctx_tokens, gen = settings.batch, settings.ctx, settings.gen
+    deployment = deployment_from_options(settings.model_dump(), batch, ctx_tokens)
     explanation = explain_run(deployment, batch, ctx_tokens, gen)
     choices = kernel_choices(deployment.system, batch, ctx_tokens, gen)
     if as_json:

@@ -8,28 +8,29 @@ from typing import Any
 import click
 
 from simulator.cli.options import (
-    MODEL_OPTIONS,
-    WORKLOAD_OPTIONS,
     apply_options,
     reports_input_errors,
+    settings_from_cli,
+    settings_options,
 )
 from simulator.cost.deployment import check_gen_tokens
 from simulator.model.step import Step
 from simulator.plan.deployment import deployment_from_options
 from simulator.plan.result import operator_rows
+from simulator.plan.settings import StepSettings
 from simulator.report.run_report import operator_table
 from simulator.tabular import to_csv
 from simulator.units import fmt_seconds
 
 
 @click.command("layers")
-@apply_options(MODEL_OPTIONS + WORKLOAD_OPTIONS)
+@apply_options(settings_options(StepSettings))
 @click.option("--phase", type=click.Choice(["prefill", "decode"]), default="decode", show_default=True,
               help="prefill: the whole batch's prompts (ctx - gen tokens each); decode: one token per sequence at context ctx.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of operators (SI units, whole TP group).")
 @click.option("--csv", "as_csv", is_flag=True, help="Print the operators as CSV.")
 @reports_input_errors
-def layers_command(batch: int, ctx_tokens: int, gen: int, phase: str, as_json: bool, as_csv: bool, **options: Any) -> None:
+def layers_command(phase: str, as_json: bool, as_csv: bool, **options: Any) -> None:
     """Per-operator roofline table for one prefill or decode step.
 
     Each row: FLOPs, HBM bytes, arithmetic intensity (FLOP/byte), the bound (memory,
@@ -39,7 +40,9 @@ def layers_command(batch: int, ctx_tokens: int, gen: int, phase: str, as_json: b
     Example:
       simulate layers --model llama2-7b --gpu a100 --batch 1 --ctx 1024 --phase decode
     """
-    deployment = deployment_from_options(options, batch, ctx_tokens)
+    settings = settings_from_cli(StepSettings, options)
+    batch, ctx_tokens, gen = settings.batch, settings.ctx, settings.gen
+    deployment = deployment_from_options(settings.model_dump(), batch, ctx_tokens)
     system = deployment.system
     if phase == "prefill":
         check_gen_tokens(gen, ctx_tokens)

@@ -1,15 +1,22 @@
-"""Options shared by the commands that build a deployment (main, layers, ...)."""
+"""Click options made from the settings models, and the one-line error wrapper of every command.
+
+The options are read off :mod:`simulator.plan.settings` (names, help, choices, synonyms), so
+a setting has one definition; click only parses the text, and the settings model checks the
+values (ranges, finiteness, allowed values) and names the flag in its error.
+"""
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+import types
+import typing
+from typing import Any, Callable, Literal
 
 import click
+from pydantic import BaseModel
 
 from simulator.errors import InputError
-from simulator.model.layers import ATTENTION_KERNELS, FUSIONS
-from simulator.model.precision import KV_DTYPES, WEIGHT_DTYPES
+from simulator.plan.settings import RunSettings, field_flag, parse_settings
 
 
 class CLIInputError(click.ClickException):
@@ -31,27 +38,64 @@ def reports_input_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-MODEL_OPTIONS = [
-    click.option("--model", "-m", metavar="NAME|PATH", help="Shipped model name (see `simulate models`), a model YAML, or a HuggingFace config.json."),
-    click.option("--gpu", "-g", metavar="NAME|PATH", help="Shipped GPU name or alias (see `simulate gpus`), or a GPU YAML (e.g. a measured overlay)."),
-    click.option("--weights", type=click.Choice(WEIGHT_DTYPES), default="fp16", show_default=True, help="Weight dtype. int8/int4 are weight-only (fp16 compute); fp8 computes on fp8 tensor cores."),
-    click.option("--kv", type=click.Choice(KV_DTYPES), default="fp16", show_default=True, help="KV-cache dtype."),
-    click.option("--group-size", type=click.IntRange(min=1), default=128, show_default=True, help="Weights per fp16 scale for int8/int4."),
-    click.option("--attention", "attention", metavar="mha|mqa|gqa:N", default=None, help="Turn the model into its MHA, MQA or GQA-N variant."),
-    click.option("--tp", type=int, default=None, help="Tensor-parallel degree. Default: smallest power of two that fits."),
-    click.option("--attention-kernel", type=click.Choice(ATTENTION_KERNELS), default="flash", show_default=True, help="flash keeps scores in SRAM; naive writes the score matrix to HBM."),
-    click.option("--fusion", type=click.Choice(FUSIONS), default="elementwise", show_default=True, help="Operator fusion: none, elementwise (into GEMMs), full (also the attention block)."),
-    click.option("--compute-efficiency", type=click.FloatRange(0, 1, min_open=True), default=None, help="Override the GPU's achievable fraction of peak FLOP/s."),
-    click.option("--memory-efficiency", type=click.FloatRange(0, 1, min_open=True), default=None, help="Override the GPU's achievable fraction of HBM bandwidth."),
-    click.option("--link-efficiency", type=click.FloatRange(0, 1, min_open=True), default=None, help="Override the achievable fraction of interconnect bandwidth."),
-    click.option("--launch-overhead", type=click.FloatRange(min=0), default=None, help="Override the fixed cost per kernel, in seconds."),
-]
+def _base_types(annotation: Any) -> list[Any]:
+    """The concrete types inside Optional/Union/Annotated layers of a field's annotation."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _base_types(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return [t for arg in typing.get_args(annotation) for t in _base_types(arg)]
+    return [annotation]
 
-WORKLOAD_OPTIONS = [
-    click.option("--batch", "-b", type=int, default=1, show_default=True, help="Sequences in the batch."),
-    click.option("--ctx", "-c", "ctx_tokens", type=int, default=2048, show_default=True, help="Context tokens each sequence reaches at the end (prompt + generated)."),
-    click.option("--gen", type=int, default=128, show_default=True, help="Output tokens per sequence (prompt = ctx - gen)."),
-]
+
+def _click_type(annotation: Any) -> Any:
+    kinds = [t for t in _base_types(annotation) if t is not type(None)]
+    literal = next((t for t in kinds if typing.get_origin(t) is Literal), None)
+    if literal is not None:
+        return click.Choice([str(v) for v in typing.get_args(literal)])
+    if int in kinds:
+        return click.INT
+    if float in kinds:
+        return click.FLOAT
+    return click.STRING
+
+
+def flags_of(cls: type[BaseModel], name: str) -> list[str]:
+    extra = cls.model_fields[name].json_schema_extra
+    flags = extra.get("flags") if isinstance(extra, dict) else None
+    return list(flags) if flags else [field_flag(name)]  # type: ignore[arg-type]
+
+
+def settings_options(cls: type[BaseModel], exclude: tuple[str, ...] = ()) -> list[Callable[..., Any]]:
+    """One click option per field of ``cls`` (default None: the settings model applies defaults)."""
+    options = []
+    for name, info in cls.model_fields.items():
+        if name in exclude:
+            continue
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        kind = _click_type(info.annotation)
+        default = info.get_default()
+        shown = "" if default is None or info.is_required() else f" [default: {default}]"
+        options.append(
+            click.option(
+                *flags_of(cls, name), name, type=kind, default=None,
+                metavar=extra.get("metavar") or (None if isinstance(kind, click.Choice) else kind.name.upper()),
+                help=(info.description or "") + shown,
+            )
+        )
+    return options
+
+
+def settings_from_cli(cls: type[BaseModel], values: dict[str, Any]) -> Any:
+    """Validate the given (non-None) option values into ``cls``; errors name the flag typed."""
+    given = {key: value for key, value in values.items() if value is not None and value is not False}
+
+    def where(name: str) -> str:
+        if name in cls.model_fields:
+            return flags_of(cls, name)[0]
+        return field_flag(name)
+
+    return parse_settings(cls, given, where)
 
 
 def apply_options(options: list[Callable[..., Any]]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -61,3 +105,21 @@ def apply_options(options: list[Callable[..., Any]]) -> Callable[[Callable[..., 
         return func
 
     return decorate
+
+
+# vLLM benchmark flags whose values need translating (see simulator.plan.settings.VLLM_ALIASES).
+VLLM_OPTIONS = [
+    click.option("--request-rate", "request_rate", type=float, default=None,
+                 help="vLLM spelling of --qps; inf = every request at t=0 (a closed batch of --num-prompts)."),
+    click.option("--kv-cache-dtype", "kv_cache_dtype", type=click.Choice(["auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "int8"]),
+                 default=None, help="vLLM spelling of --kv (auto: the default; fp8_e4m3/fp8_e5m2: fp8)."),
+    click.option("--enable-chunked-prefill", "enable_chunked_prefill", is_flag=True, default=False,
+                 help="vLLM spelling of --scheduler chunked."),
+    click.option("--goodput", "goodput", multiple=True, metavar="ttft:MS|tpot:MS|e2el:MS",
+                 help="vLLM spelling of the SLOs, in milliseconds (repeat or space-separate: --goodput 'ttft:500 tpot:50')."),
+]
+
+__all__ = [
+    "CLIInputError", "RunSettings", "VLLM_OPTIONS", "apply_options", "flags_of", "reports_input_errors",
+    "settings_from_cli", "settings_options",
+]

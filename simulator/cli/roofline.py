@@ -8,12 +8,13 @@ from typing import Any
 import click
 
 from simulator.cli.options import (
-    MODEL_OPTIONS,
-    WORKLOAD_OPTIONS,
     apply_options,
     reports_input_errors,
+    settings_from_cli,
+    settings_options,
 )
 from simulator.plan.deployment import deployment_from_options
+from simulator.plan.settings import StepSettings
 from simulator.report.compare import text_table
 from simulator.report.plots import (
     RooflineData,
@@ -62,11 +63,11 @@ def roofline_text(data: RooflineData) -> str:
 
 
 @click.command("roofline", epilog=EPILOG)
-@apply_options(MODEL_OPTIONS + WORKLOAD_OPTIONS)
+@apply_options(settings_options(StepSettings))
 @click.option("--plot", "plot_path", metavar="FILE.png", default=None, help="Write the roofline plot (png, svg or pdf).")
 @click.option("--json", "as_json", is_flag=True, help="Print the roofline and its points as JSON (SI units, per GPU).")
 @reports_input_errors
-def roofline_command(batch: int, ctx_tokens: int, gen: int, plot_path: str | None, as_json: bool, **options: Any) -> None:
+def roofline_command(plot_path: str | None, as_json: bool, **options: Any) -> None:
     """Operators of prefill and decode on the GPU's roofline (per GPU).
 
     Prefill is the batch's prompts (ctx - gen tokens each); decode is the last step
@@ -74,7 +75,9 @@ def roofline_command(batch: int, ctx_tokens: int, gen: int, plot_path: str | Non
     """
     if plot_path is not None:
         check_plot_path(plot_path)
-    deployment = deployment_from_options(options, batch, ctx_tokens)
+    settings = settings_from_cli(StepSettings, options)
+    batch, ctx_tokens, gen = settings.batch, settings.ctx, settings.gen
+    deployment = deployment_from_options(settings.model_dump(), batch, ctx_tokens)
     data = roofline_data(deployment.system, batch, ctx_tokens, gen)
     if plot_path is not None:
         plot_roofline(data, plot_path)

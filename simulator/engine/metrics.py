@@ -14,6 +14,7 @@ Per-request times are seconds since the start of the run, in preallocated numpy 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -184,24 +185,45 @@ class Aggregates:
         return self.kv_high_water_blocks / self.kv_blocks if self.kv_blocks else 0.0
 
 
+class Latencies(NamedTuple):
+    """Per completed request, in seconds (arrays in request order); ``tpot_seconds`` is 0 where one token was generated."""
+
+    ttft_seconds: np.ndarray
+    tpot_seconds: np.ndarray
+    e2e_seconds: np.ndarray
+    multi_token: np.ndarray
+    """bool: the request generated more than one token (its TPOT is defined)"""
+
+
+def completed_latencies(result) -> Latencies:
+    """TTFT, TPOT (time per output token after the first) and end-to-end latency of every completed request."""
+    done = result.status == DONE
+    arrival = result.workload.arrival_seconds[done]
+    first_token, finish = result.first_token[done], result.finish[done]
+    outputs = result.workload.output_tokens[done]
+    multi = outputs > 1
+    tpot = np.zeros(len(outputs))
+    tpot[multi] = (finish[multi] - first_token[multi]) / (outputs[multi] - 1)
+    return Latencies(first_token - arrival, tpot, finish - arrival, multi)
+
+
 def aggregate(result, tp: int, peak_flops: float, hbm_bandwidth: float,
-              slo_ttft: float | None = None, slo_tpot: float | None = None) -> Aggregates:
+              slo_ttft: float | None = None, slo_tpot: float | None = None,
+              slo_e2e: float | None = None) -> Aggregates:
     """Per-request latencies and run totals of an EngineResult (``peak_flops``, ``hbm_bandwidth``: one GPU)."""
     workload = result.workload
     done = result.status == DONE
-    arrival = workload.arrival_seconds[done]
-    first_token, finish = result.first_token[done], result.finish[done]
+    latencies = completed_latencies(result)
+    ttft, e2e, tpot_all, multi = latencies.ttft_seconds, latencies.e2e_seconds, latencies.tpot_seconds, latencies.multi_token
+    finish = result.finish[done]
     outputs = workload.output_tokens[done]
-    ttft = first_token - arrival
-    e2e = finish - arrival
-    multi = outputs > 1
-    tpot_all = np.zeros(len(outputs))
-    tpot_all[multi] = (finish[multi] - first_token[multi]) / (outputs[multi] - 1)
     good = np.ones(len(outputs), dtype=bool)
     if slo_ttft is not None:
         good &= ttft <= slo_ttft
     if slo_tpot is not None:
         good &= tpot_all <= slo_tpot
+    if slo_e2e is not None:
+        good &= e2e <= slo_e2e
     rejected = result.status == REJECTED
     reasons = {key: int(np.count_nonzero(result.reject_reason[rejected] == code))
                for code, key in enumerate(REJECT_KEYS) if code}
@@ -220,7 +242,7 @@ def aggregate(result, tp: int, peak_flops: float, hbm_bandwidth: float,
         tpot=summarize(tpot_all[multi]),
         itl=summarize_weighted(result.itl["seconds"], result.itl["weight"]),
         e2e=summarize(e2e),
-        queue=summarize(result.first_scheduled[done] - arrival),
+        queue=summarize(result.first_scheduled[done] - workload.arrival_seconds[done]),
         duration_seconds=duration,
         busy_seconds=busy,
         input_tokens=int(workload.prompt_tokens[done].sum()),

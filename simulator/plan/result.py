@@ -49,7 +49,7 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
 
     Keeps every key of :func:`batch_run_dict`; latencies become {mean, p50, p90, p99}.
     """
-    dep, result, m, opts = run.deployment, run.result, run.metrics, run.options
+    dep, result, m, opts = run.deployment, run.result, run.metrics, run.settings
     system, memory = dep.system, dep.memory
     tp = system.tp
     prefill_cost, prefill_rows = _step_rows(system, result.first_prefill_step, tp)
@@ -58,14 +58,14 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
     totals = result.totals
     decode_steps = totals.decode_iterations
     cap = run.capacity
-    ctx, gen = int(opts["ctx"]), int(opts["gen"])
+    ctx, gen = int(opts.ctx), int(opts.gen)
     workload = run.workload
     return {
         "model": system.model.name,
         "gpu": system.gpu.name,
         "tp": tp,
         "tp_auto": dep.auto_tp and tp > 1,
-        "batch": len(workload) if workload.kind == "closed" else int(opts["batch"]),
+        "batch": len(workload) if workload.kind == "closed" else int(opts.batch),
         "ctx": ctx,
         "gen": gen,
         "prompt": ctx - gen,
@@ -106,12 +106,12 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
             "kind": workload.kind,
             "description": workload.description,
             "requests": len(workload),
-            "qps": None if opts["qps"] is None else float(opts["qps"]),
-            "arrival": opts["arrival"],
-            "burstiness": float(opts["burstiness"]),
-            "trace": None if opts["trace"] is None else str(opts["trace"]),
-            "trace_speedup": float(opts["trace_speedup"]),
-            "seed": int(opts["seed"]),
+            "qps": None if opts.qps is None else float(opts.qps),
+            "arrival": opts.arrival,
+            "burstiness": float(opts.burstiness),
+            "trace": None if opts.trace is None else str(opts.trace),
+            "trace_speedup": float(opts.trace_speedup),
+            "seed": int(opts.seed),
             "prompt_tokens_mean": float(workload.prompt_tokens.mean()),
             "output_tokens_mean": float(workload.output_tokens.mean()),
         },
@@ -121,8 +121,9 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
             "max_batched_tokens": run.config.max_batched_tokens,
         },
         "slo": {
-            "ttft_seconds": None if opts["slo_ttft"] is None else float(opts["slo_ttft"]),
-            "tpot_seconds": None if opts["slo_tpot"] is None else float(opts["slo_tpot"]),
+            "ttft_seconds": None if opts.slo_ttft is None else float(opts.slo_ttft),
+            "tpot_seconds": None if opts.slo_tpot is None else float(opts.slo_tpot),
+            "e2e_seconds": None if opts.slo_e2e is None else float(opts.slo_e2e),
         },
         "prefill": {
             "seconds": float(prefill_cost.seconds) if prefill_cost else 0.0,

@@ -1,9 +1,9 @@
 """Scenario files: base options, sweep axes, SLO, searches, cost and output, validated.
 
 A scenario is YAML (read with ``yaml.safe_load``), checked by pydantic for its shape, then
-every option value is checked against the ``simulate`` command's own option types, so a
-scenario accepts exactly the options the command does (the list is read from the click
-command, not copied here). Errors name the file, the field path (``sweep.grid.batch[2]``)
+every option value is checked by the run's settings model
+(:class:`simulator.plan.settings.RunSettings`), the same model the CLI and the Python API
+use, so a scenario accepts exactly the settings a run does, checked the same way. Errors name the file, the field path (``sweep.grid.batch[2]``)
 and the problem, and are raised as :class:`InputError`.
 
 Units: SLO limits in seconds, prices in US dollars per GPU-hour.
@@ -18,16 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import click
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.errors import InputError
+from simulator.plan.settings import RunSettings, check_field, value_problem
 from simulator.model import load_gpu, load_model
 from simulator.model.loader import read_mapping, suggest
 
-# Options of the main command that shape its report, not the simulation.
-REPORT_ONLY_OPTIONS = frozenset({"top", "json", "csv", "version", "help", "quiet", "per_request", "plot"})
 
 # Example on-demand prices in US dollars per GPU-hour, keyed by the GPU config's name.
 # Illustrative round figures in the range of 2024-25 public cloud / GPU-marketplace list
@@ -184,21 +182,8 @@ class Scenario:
         return points
 
 
-def option_params() -> dict[str, click.Option]:
-    """The main command's simulation options by name (``--attention-kernel`` -> ``attention_kernel``)."""
-    from simulator.cli import (
-        main,  # here, not at the top: simulator.cli imports the sweep command
-    )
-
-    params: dict[str, click.Option] = {}
-    for param in main.params:
-        if not isinstance(param, click.Option):
-            continue
-        long_flags = [opt for opt in param.opts if opt.startswith("--")]
-        name = long_flags[0][2:].replace("-", "_") if long_flags else str(param.name)
-        if name not in REPORT_ONLY_OPTIONS:
-            params[name] = param
-    return params
+# Scenario options are the run's settings (simulator.plan.settings.RunSettings), by field name.
+OPTION_NAMES: tuple[str, ...] = tuple(RunSettings.model_fields)
 
 
 def format_path(parts: tuple[Any, ...] | list[Any]) -> str:
@@ -226,30 +211,23 @@ def _without_option_prefix(message: str) -> str:
     return re.sub(r"^--[\w-]+: ", "", message)
 
 
-def convert_value(param: click.Option, value: Any, path: str) -> Any:
-    """Check ``value`` against the option's click type and return it converted."""
-    kind = param.type
+def convert_value(name: str, value: Any, path: str) -> Any:
+    """Check ``value`` against the setting ``name`` (type, range, allowed values) and return it converted."""
     if value is None:
-        return None  # the option's default, as when the flag is left out
+        return None  # the setting's default, as when the flag is left out
     if isinstance(value, (list, dict)):
         raise FieldError(path, f"expected a single value, got a {type(value).__name__} (axes take lists; base takes one value)")
-    if isinstance(kind, click.types.IntParamType) and (isinstance(value, bool) or (isinstance(value, float) and not value.is_integer())):
-        raise FieldError(path, f"expected an integer, got {value!r}")
-    if isinstance(kind, click.types.FloatParamType) and isinstance(value, bool):
-        raise FieldError(path, f"expected a number, got {value!r}")
-    if isinstance(kind, click.types.IntParamType) and isinstance(value, float):
-        value = int(value)
     try:
-        return kind.convert(value, param, None)
-    except click.BadParameter as exc:
-        raise FieldError(path, exc.message.rstrip(".")) from None
+        return check_field(RunSettings, name, value)
+    except pydantic.ValidationError as exc:
+        raise FieldError(path, value_problem(exc)) from None
 
 
-def _check_name(name: str, params: dict[str, click.Option], path: str) -> click.Option:
-    if name in params:
-        return params[name]
-    hint = suggest(name, list(params))
-    raise FieldError(path, f"unknown option '{name}'{hint}; valid options: {', '.join(params)}")
+def _check_name(name: str, path: str) -> str:
+    if name in OPTION_NAMES:
+        return name
+    hint = suggest(name, list(OPTION_NAMES))
+    raise FieldError(path, f"unknown option '{name}'{hint}; valid options: {', '.join(OPTION_NAMES)}")
 
 
 def _validate_model(cls: type[BaseModel], data: Any, path: str) -> Any:
@@ -330,14 +308,14 @@ def _step_range(spec: dict[str, Any], rng: _StepRange, path: str) -> list[Any]:
     return [round(rng.start + i * rng.step, 12) for i in range(count)]
 
 
-def _axes(block: dict[str, Any], where: str, params: dict[str, click.Option]) -> tuple[Axis, ...]:
+def _axes(block: dict[str, Any], where: str) -> tuple[Axis, ...]:
     axes = []
     for name, spec in block.items():
         path = f"{where}.{name}"
-        param = _check_name(str(name), params, path)
+        _check_name(str(name), path)
         values = []
         for i, value in enumerate(expand_values(spec, path)):
-            values.append(convert_value(param, value, _value_path(spec, path, i, value)))
+            values.append(convert_value(str(name), value, _value_path(spec, path, i, value)))
         axes.append(Axis(str(name), tuple(values)))
     return tuple(axes)
 
@@ -406,7 +384,7 @@ def _output(source: Path, block: OutputBlock, out: str | None) -> tuple[Path, Li
     return path, fmt, False
 
 
-def _check_search(data: ScenarioFile, params: dict[str, click.Option], axis_names: set[str]) -> SearchBlock:
+def _check_search(data: ScenarioFile, axis_names: set[str]) -> SearchBlock:
     search = data.search or SearchBlock()
     wanted = [name for name in ("max_qps_under_slo", "max_batch_under_slo", "min_gpus_for_qps") if getattr(search, name)]
     if data.slo is not None and not data.slo.limits():
@@ -415,8 +393,6 @@ def _check_search(data: ScenarioFile, params: dict[str, click.Option], axis_name
         raise FieldError(f"search.{wanted[0]}", "a search needs an slo block (ttft_p99_seconds, tpot_p99_seconds, e2e_p99_seconds)")
     if search.max_qps_under_slo is not None:
         qps = search.max_qps_under_slo
-        if "qps" not in params:
-            raise FieldError("search.max_qps_under_slo", "needs the serving engine's --qps option, which this `simulate` lacks")
         if "qps" in axis_names:
             raise FieldError("search.max_qps_under_slo", "qps is swept; the search sets it itself (a qps in base sets the point's own run)")
         if qps.high <= qps.low:
@@ -432,13 +408,13 @@ def _check_search(data: ScenarioFile, params: dict[str, click.Option], axis_name
     return search
 
 
-def _slo_options(slo: SLO | None, params: dict[str, click.Option], named: set[str]) -> dict[str, Any]:
+def _slo_options(slo: SLO | None, named: set[str]) -> dict[str, Any]:
     """Hand the SLO to the engine's goodput options when the command has them and the scenario leaves them unset."""
     if slo is None:
         return {}
     extra = {}
     for option, value in (("slo_ttft", slo.ttft_p99_seconds), ("slo_tpot", slo.tpot_p99_seconds)):
-        if value is not None and option in params and option not in named:
+        if value is not None and option not in named:
             extra[option] = value
     return extra
 
@@ -455,12 +431,11 @@ def load_scenario(path: str | Path, out: str | None = None) -> Scenario:
 
 def _build(source: Path, raw: dict[str, Any], out: str | None) -> Scenario:
     data = _validate_model(ScenarioFile, raw, "")
-    params = option_params()
     base = {}
     for name, value in data.base.items():
-        base[str(name)] = convert_value(_check_name(str(name), params, f"base.{name}"), value, f"base.{name}")
-    zipped = _axes(data.sweep.zipped, "sweep.zip", params)
-    grid = _axes(data.sweep.grid, "sweep.grid", params)
+        base[str(name)] = convert_value(_check_name(str(name), f"base.{name}"), value, f"base.{name}")
+    zipped = _axes(data.sweep.zipped, "sweep.zip")
+    grid = _axes(data.sweep.grid, "sweep.grid")
     if not zipped and not grid:
         raise FieldError("sweep", "empty sweep: give at least one axis under sweep.grid or sweep.zip")
     for axis in grid:
@@ -480,7 +455,7 @@ def _build(source: Path, raw: dict[str, Any], out: str | None) -> Scenario:
                 )
     axis_names = {axis.name for axis in zipped + grid}
     _check_configs(base, zipped + grid, {a.name for a in zipped})
-    search = _check_search(data, params, axis_names)
+    search = _check_search(data, axis_names)
     output_path, output_format, output_is_default = _output(source, data.output, out)
     return Scenario(
         source=str(source),
@@ -495,5 +470,5 @@ def _build(source: Path, raw: dict[str, Any], out: str | None) -> Scenario:
         output_path=output_path,
         output_format=output_format,
         output_is_default=output_is_default,
-        extra_options=_slo_options(data.slo, params, set(base) | axis_names),
+        extra_options=_slo_options(data.slo, set(base) | axis_names),
     )

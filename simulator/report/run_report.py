@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import csv
-import io
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
-from simulator.cost.step_cost import OperatorCost, StepCost
+from simulator.cost.step_cost import OperatorCost
 from simulator.engine.metrics import REJECT_KEYS, REJECT_REASONS, REJECTED, STATE_NAMES
 from simulator.units import fmt_bytes, fmt_count, fmt_rate, fmt_seconds
 
 if TYPE_CHECKING:
     from simulator.plan.run import EngineRun
+    from simulator.plan.settings import RunSettings
 
 
 def _table(headers: list[str], rows: list[list[str]], align_right: set[int]) -> list[str]:
@@ -54,7 +54,7 @@ def _latency_row(name: str, summary) -> list[str]:
 
 def engine_run_text(run: "EngineRun", top: int = 6) -> str:
     """The human report of the main command run through the engine."""
-    dep, result, m, opts = run.deployment, run.result, run.metrics, run.options
+    dep, result, m, opts = run.deployment, run.result, run.metrics, run.settings
     system, memory, cap = dep.system, dep.memory, run.capacity
     gpu, model, prec = system.gpu, system.model, system.precision
     eff = gpu.efficiency
@@ -84,7 +84,7 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         *(f"  warning      {note}" for note in run.workload.notes),
         "",
         "Memory per GPU" + ("" if memory.fits else "  ** DOES NOT FIT **")
-        + f"  (planned for batch {int(opts['batch'])} x {int(opts['ctx'])} tokens)",
+        + f"  (planned for batch {int(opts.batch)} x {int(opts.ctx)} tokens)",
         f"  weights      {fmt_bytes(memory.weights_bytes_per_gpu)}  (model total {fmt_bytes(memory.weights_bytes)})",
         f"  KV cache     {fmt_bytes(memory.kv_bytes_per_gpu)}  ({memory.kv_bytes_per_token:,.0f} bytes/token, "
         f"total {fmt_bytes(memory.kv_bytes)})",
@@ -146,12 +146,14 @@ def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
-def _slo_text(opts: dict[str, Any]) -> str:
+def _slo_text(opts: "RunSettings") -> str:
     parts = []
-    if opts.get("slo_ttft") is not None:
-        parts.append(f"TTFT <= {fmt_seconds(float(opts['slo_ttft']))}")
-    if opts.get("slo_tpot") is not None:
-        parts.append(f"TPOT <= {fmt_seconds(float(opts['slo_tpot']))}")
+    if opts.slo_ttft is not None:
+        parts.append(f"TTFT <= {fmt_seconds(float(opts.slo_ttft))}")
+    if opts.slo_tpot is not None:
+        parts.append(f"TPOT <= {fmt_seconds(float(opts.slo_tpot))}")
+    if opts.slo_e2e is not None:
+        parts.append(f"e2e <= {fmt_seconds(float(opts.slo_e2e))}")
     return " and ".join(parts) if parts else "no SLO: --slo-ttft/--slo-tpot"
 
 

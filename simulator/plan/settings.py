@@ -1,0 +1,443 @@
+"""The settings of one run: one pydantic model shared by the Python API, the CLI and scenario files.
+
+Every value that enters a run is checked here, once: its type, that it is finite, its range
+and its allowed values. A problem is an :class:`InputError` whose first words say where the
+value came from (``--batch`` on the command line, ``base.batch`` in a scenario, ``batch`` in
+the API) and then what is wrong and what is allowed.
+
+Field names are the main command's long options with underscores (``--attention-kernel`` is
+``attention_kernel``). Units: seconds, tokens, requests, requests per second; fractions in
+(0, 1]. Each field's ``description`` is the CLI help text, so the two cannot drift apart.
+
+vLLM's benchmark spellings are accepted as aliases with one meaning each (see
+:data:`VLLM_ALIASES`): ``input_len`` -> ``prompt_tokens``, ``output_len`` ->
+``output_tokens``, ``num_prompts`` -> ``requests``, ``request_rate`` -> ``qps`` (``inf``: all
+requests at t = 0, a closed batch), ``max_num_batched_tokens`` -> ``max_batched_tokens``,
+``tensor_parallel_size`` -> ``tp``, ``kv_cache_dtype`` -> ``kv`` (``auto`` keeps the default,
+``fp8_e4m3``/``fp8_e5m2`` are ``fp8``), ``enable_chunked_prefill`` -> ``scheduler: chunked``,
+``goodput`` (``ttft:MS tpot:MS e2el:MS``, milliseconds) -> ``slo_ttft``/``slo_tpot``/``slo_e2e``
+(seconds).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any, Callable, Literal
+
+import pydantic
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from simulator.engine.scheduler import SCHEDULERS
+from simulator.engine.workload import parse_length_spec
+from simulator.errors import InputError
+from simulator.model.layers import ATTENTION_KERNELS, FUSIONS
+from simulator.model.precision import KV_DTYPES, parse_precision
+
+# Bounds that keep every run finite and within a machine's memory; each is far beyond any
+# real deployment, so a value outside is a typo or a fuzzer, never a plan.
+MAX_BATCH = 1 << 20
+MAX_CONTEXT_TOKENS = 1 << 24
+MAX_REQUESTS = 1 << 26  # ~67 M requests: ~100 bytes of state each is ~7 GB
+MAX_KV_BLOCKS = 1 << 40
+MAX_SECONDS = 1e6
+
+
+def _reject_bool(value: Any) -> Any:
+    # YAML and JSON spell true as a number in some tools; a flag is never a count.
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got {value!r}")
+    return value
+
+
+def _integral(value: Any) -> Any:
+    value = _reject_bool(value)
+    if isinstance(value, float):
+        if not math.isfinite(value) or not value.is_integer():
+            raise ValueError(f"expected an integer, got {value!r}")
+        return int(value)
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_integral)]
+Float = Annotated[float, BeforeValidator(_reject_bool), Field(allow_inf_nan=False)]
+
+
+def _checked_by(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """An after-validator running ``check``; its InputError becomes the field's error message."""
+
+    def run(value: Any) -> Any:
+        if value is None:
+            return value
+        try:
+            check(value)
+        except InputError as exc:
+            raise ValueError(re.sub(r"^--[\w-]+: ", "", str(exc))) from None
+        return value
+
+    return run
+
+
+def _length_spec(value: Any) -> str:
+    text = str(_integral(value)).strip()
+    _checked_by(lambda spec: parse_length_spec(spec, "--spec"))(text)
+    return text
+
+
+def _weights(value: str) -> str:
+    parse_precision(value, "fp16", 128)
+    return value
+
+
+_ATTENTION = re.compile(r"^(mha|mqa|gqa:\d+)$")
+
+
+def _attention(value: str) -> str:
+    text = value.strip().lower()
+    if not _ATTENTION.match(text):
+        raise InputError(f"unknown variant '{value}'; allowed: mha, mqa, gqa:N")
+    return text
+
+
+def _name(value: str) -> str:
+    if not value.strip():
+        raise InputError("must not be empty")
+    return value
+
+
+LengthSpecText = Annotated[str, BeforeValidator(_length_spec)]
+
+
+class DeploymentSettings(BaseModel):
+    """What runs where: model, GPU, precision, parallelism, kernels and efficiency overrides."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: Annotated[str, AfterValidator(_checked_by(_name))] = Field(
+        description="Shipped model name (see `simulate models`), a model YAML, or a HuggingFace config.json.",
+        json_schema_extra={"flags": ["--model", "-m"], "metavar": "NAME|PATH"},
+    )
+    gpu: Annotated[str, AfterValidator(_checked_by(_name))] = Field(
+        description="Shipped GPU name or alias (see `simulate gpus`), or a GPU YAML (e.g. a measured overlay).",
+        json_schema_extra={"flags": ["--gpu", "-g"], "metavar": "NAME|PATH"},
+    )
+    weights: Annotated[str, AfterValidator(_checked_by(_weights))] = Field(
+        default="fp16",
+        description="Weight dtype: fp32, fp16, bf16, fp8, int8, int4. int8/int4 are weight-only (fp16 compute); fp8 computes on fp8 tensor cores.",
+        json_schema_extra={"metavar": "DTYPE"},
+    )
+    kv: Literal["fp16", "bf16", "fp8", "int8"] = Field(
+        default="fp16", description="KV-cache dtype.", 
+    )
+    group_size: Annotated[Int, Field(ge=1, le=1 << 20)] = Field(default=128, description="Weights per fp16 scale for int8/int4.")
+    attention: Annotated[str | None, AfterValidator(_checked_by(_attention))] = Field(
+        default=None, description="Turn the model into its MHA, MQA or GQA-N variant.",
+        json_schema_extra={"metavar": "mha|mqa|gqa:N"},
+    )
+    tp: Annotated[Int | None, Field(ge=1, le=1024)] = Field(
+        default=None, description="Tensor-parallel degree. Default: smallest power of two that fits.",
+        json_schema_extra={"flags": ["--tp", "-tp", "--tensor-parallel-size"]},
+    )
+    attention_kernel: Literal["flash", "naive"] = Field(
+        default="flash", description="flash keeps scores in SRAM; naive writes the score matrix to HBM.",
+    )
+    fusion: Literal["none", "elementwise", "full"] = Field(
+        default="elementwise", description="Operator fusion: none, elementwise (into GEMMs), full (also the attention block).",
+    )
+    compute_efficiency: Annotated[Float | None, Field(ge=1e-3, le=1.0)] = Field(
+        default=None, description="Override the GPU's achievable fraction of peak FLOP/s, in [0.001, 1].",
+    )
+    memory_efficiency: Annotated[Float | None, Field(ge=1e-3, le=1.0)] = Field(
+        default=None, description="Override the GPU's achievable fraction of HBM bandwidth, in [0.001, 1].",
+    )
+    link_efficiency: Annotated[Float | None, Field(ge=1e-3, le=1.0)] = Field(
+        default=None, description="Override the achievable fraction of interconnect bandwidth, in [0.001, 1].",
+    )
+    launch_overhead: Annotated[Float | None, Field(ge=0.0, le=1e-2)] = Field(
+        default=None, description="Override the fixed cost per kernel, in seconds (0 to 0.01).",
+    )
+    engine: Annotated[str | None, AfterValidator(_checked_by(_name))] = Field(
+        default=None, description="Serving-engine profile: vllm, sglang, trtllm, ideal (no overhead), or a profile YAML. [default: vllm]",
+        json_schema_extra={"metavar": "NAME|PATH"},
+    )
+    ep: Annotated[Int | None, Field(ge=1, le=1024)] = Field(
+        default=None, description="Expert-parallel degree for mixture-of-experts models (experts split over GPUs).",
+    )
+
+
+class ShapeSettings(BaseModel):
+    """The size of the closed batch the deployment is planned for: sequences and tokens each reaches."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    batch: Annotated[Int, Field(ge=1, le=MAX_BATCH)] = Field(
+        default=1, description="Sequences in the closed batch (all present at t=0).",
+        json_schema_extra={"flags": ["--batch", "-b"]},
+    )
+    ctx: Annotated[Int, Field(ge=2, le=MAX_CONTEXT_TOKENS)] = Field(
+        default=2048, description="Context tokens each sequence reaches at the end (prompt + generated).",
+        json_schema_extra={"flags": ["--ctx", "-c"]},
+    )
+    gen: Annotated[Int, Field(ge=1, le=MAX_CONTEXT_TOKENS)] = Field(
+        default=128, description="Output tokens per sequence (prompt = ctx - gen).",
+    )
+
+    @model_validator(mode="after")
+    def _gen_within_ctx(self) -> "ShapeSettings":
+        if self.gen >= self.ctx:
+            raise ValueError(f"gen: {self.gen} output tokens leave no prompt within ctx {self.ctx}; gen must be < ctx")
+        return self
+
+
+class StepSettings(ShapeSettings, DeploymentSettings):
+    """A deployment and the batch shape of one step (``simulate layers``, ``explain``, ``roofline``)."""
+
+
+class ServingSettings(BaseModel):
+    """The serving workload, the scheduler, the KV cache and the objectives of an engine run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    requests: Annotated[Int | None, Field(ge=1, le=MAX_REQUESTS)] = Field(
+        default=None, description="Requests to simulate. [default: 1000 with --qps, the trace's with --trace, else --batch]",
+        json_schema_extra={"flags": ["--requests", "--num-prompts"]},
+    )
+    qps: Annotated[Float | None, Field(ge=1e-6, le=1e7)] = Field(
+        default=None, description="Open-loop arrivals at this many requests/s (else a closed batch at t=0).",
+        
+    )
+    arrival: Literal["poisson", "gamma"] = Field(default="poisson", description="Inter-arrival distribution with --qps.")
+    burstiness: Annotated[Float, Field(ge=1e-3, le=1e3)] = Field(
+        default=1.0,
+        description="Gamma arrivals: shape of the gamma distribution of gaps, as vLLM's --burstiness (1 = Poisson, < 1 burstier, > 1 more regular).",
+    )
+    trace: Annotated[str | None, AfterValidator(_checked_by(_name))] = Field(
+        default=None, description="CSV/JSONL trace: arrival time, prompt and output tokens per request (Azure, Vidur, BurstGPT and vLLM formats read by their column names).",
+        json_schema_extra={"metavar": "PATH"},
+    )
+    trace_speedup: Annotated[Float, Field(ge=1e-6, le=1e6)] = Field(default=1.0, description="Replay the trace this many times faster.")
+    prompt_tokens: LengthSpecText | None = Field(
+        default=None, description="Prompt lengths: N, uniform:LO:HI or normal:MEAN:STD. [default: ctx - gen, or the trace's]",
+        json_schema_extra={"flags": ["--prompt-tokens", "--input-len"], "metavar": "SPEC"},
+    )
+    output_tokens: LengthSpecText | None = Field(
+        default=None, description="Output lengths: N, uniform:LO:HI or normal:MEAN:STD. [default: gen, or the trace's]",
+        json_schema_extra={"flags": ["--output-tokens", "--output-len"], "metavar": "SPEC"},
+    )
+    scheduler: Literal["static", "continuous", "chunked"] = Field(
+        default="continuous", description="static batches, continuous (Orca/vLLM V0) or chunked prefill (Sarathi, vLLM V1).",
+    )
+    max_num_seqs: Annotated[Int, Field(ge=1, le=MAX_BATCH)] = Field(default=256, description="Most sequences running at once.")
+    max_batched_tokens: Annotated[Int | None, Field(ge=1, le=MAX_CONTEXT_TOKENS)] = Field(
+        default=None, description="Token budget per iteration. [default: 2048 chunked, none continuous]",
+        json_schema_extra={"flags": ["--max-batched-tokens", "--max-num-batched-tokens"]},
+    )
+    block_size: Annotated[Int, Field(ge=1, le=4096)] = Field(default=16, description="Tokens per KV-cache block.")
+    gpu_memory_utilization: Annotated[Float, Field(gt=0.0, le=1.0)] = Field(
+        default=0.9, description="Fraction of GPU memory the server may use, in (0, 1].",
+    )
+    kv_blocks: Annotated[Int | None, Field(ge=1, le=MAX_KV_BLOCKS)] = Field(
+        default=None, description="Override the KV-cache capacity, in blocks (what-if).",
+    )
+    slo_ttft: Annotated[Float | None, Field(gt=0.0, le=MAX_SECONDS)] = Field(
+        default=None, description="TTFT objective in seconds (for goodput).",
+    )
+    slo_tpot: Annotated[Float | None, Field(gt=0.0, le=MAX_SECONDS)] = Field(
+        default=None, description="TPOT objective in seconds (for goodput).",
+    )
+    slo_e2e: Annotated[Float | None, Field(gt=0.0, le=MAX_SECONDS)] = Field(
+        default=None, description="End-to-end latency objective in seconds (for goodput).",
+    )
+    seed: Annotated[Int, Field(ge=0, le=2**32 - 1)] = Field(default=0, description="Seed of arrivals and sampled lengths.")
+
+
+def _vllm_goodput(value: Any) -> dict[str, float]:
+    """vLLM's ``--goodput ttft:MS tpot:MS e2el:MS`` (milliseconds) -> SLO fields in seconds."""
+    given = [value] if isinstance(value, str) else list(value)
+    items = [part for item in given for part in str(item).split()]
+    names = {"ttft": "slo_ttft", "tpot": "slo_tpot", "e2el": "slo_e2e"}
+    out: dict[str, float] = {}
+    for item in items:
+        key, _, number = str(item).partition(":")
+        if key not in names or not number:
+            raise InputError(f"goodput: cannot read {item!r}; use ttft:MS, tpot:MS or e2el:MS (milliseconds)")
+        try:
+            ms = float(number)
+        except ValueError:
+            raise InputError(f"goodput: {item!r}: {number!r} is not a number of milliseconds") from None
+        if not math.isfinite(ms) or ms <= 0:
+            raise InputError(f"goodput: {item!r}: milliseconds must be finite and > 0")
+        out[names[key]] = ms / 1e3
+    return out
+
+
+def _vllm_kv_dtype(value: Any) -> dict[str, Any]:
+    text = str(value).lower()
+    if text == "auto":
+        return {}
+    if text in ("fp8_e4m3", "fp8_e5m2"):
+        return {"kv": "fp8"}
+    return {"kv": text}
+
+
+def _vllm_request_rate(value: Any) -> dict[str, Any]:
+    rate = float(value)
+    return {} if rate == math.inf else {"qps": rate}
+
+
+def _vllm_chunked(value: Any) -> dict[str, Any]:
+    return {"scheduler": "chunked"} if value else {}
+
+
+# vLLM benchmark spelling -> function of its value giving this model's fields.
+VLLM_ALIASES: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "input_len": lambda v: {"prompt_tokens": v},
+    "output_len": lambda v: {"output_tokens": v},
+    "num_prompts": lambda v: {"requests": v},
+    "request_rate": _vllm_request_rate,
+    "max_num_batched_tokens": lambda v: {"max_batched_tokens": v},
+    "tensor_parallel_size": lambda v: {"tp": v},
+    "kv_cache_dtype": _vllm_kv_dtype,
+    "enable_chunked_prefill": _vllm_chunked,
+    "goodput": _vllm_goodput,
+}
+
+
+def resolve_aliases(data: dict[str, Any]) -> dict[str, Any]:
+    """Translate vLLM spellings into field names; the same field given twice, differently, is an error."""
+    out = {key: value for key, value in data.items() if key not in VLLM_ALIASES}
+    for alias, translate in VLLM_ALIASES.items():
+        if alias not in data or data[alias] is None:
+            continue
+        for key, value in translate(data[alias]).items():
+            if key in out and out[key] is not None and out[key] != value:
+                raise InputError(f"{alias}: sets {key} to {value!r}, but {key} is also given as {out[key]!r}; give one")
+            out[key] = value
+    return out
+
+
+def _fixed_length(spec: str | None) -> int | None:
+    return int(spec) if spec is not None and spec.isdigit() else None
+
+
+class RunSettings(ServingSettings, StepSettings):
+    """Everything one engine run needs (see the module docstring for names, units and aliases).
+
+    Workload rules, one meaning each:
+
+    - Without ``qps`` or ``trace`` the run is a closed batch at t = 0 of ``batch`` requests;
+      ``requests`` says the same thing (give one, or both equal).
+    - With ``qps`` or ``trace``, ``batch`` does not apply (it is an error to set it): the load
+      is the arrival rate or the trace, and ``requests`` counts them.
+    - Fixed ``prompt_tokens`` P and ``output_tokens`` O with ``ctx``/``gen`` left out set
+      ``ctx = P + O`` and ``gen = O``, so the deployment is planned for the requests it runs.
+    """
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = {key: value for key, value in data.items() if value is not None}
+        prompt, output = data.get("prompt_tokens"), data.get("output_tokens")
+        if "ctx" not in data and "gen" not in data and prompt is not None and output is not None:
+            p, o = _fixed_length(str(prompt).strip()), _fixed_length(str(output).strip())
+            if p is not None and o is not None and p >= 1 and o >= 1:
+                data["ctx"], data["gen"] = p + o, o
+        return data
+
+    @model_validator(mode="after")
+    def _one_meaning(self) -> "RunSettings":
+        closed = self.qps is None and self.trace is None
+        given = self.model_fields_set
+        if closed and "batch" in given and self.requests is not None and self.requests != self.batch:
+            raise ValueError(
+                f"requests: {self.requests} and batch {self.batch} both size the closed batch; give one "
+                "(or add qps/trace for arrivals over time)"
+            )
+        if not closed and "batch" in given:
+            source = "qps" if self.qps is not None else "trace"
+            raise ValueError(f"batch: sizes a closed batch at t=0; with {source} the load is set by {source} and requests")
+        if self.qps is not None and self.trace is not None and self.requests is None:
+            pass  # qps over a trace's lengths: the trace's count is the default
+        if self.trace is None and ("trace_speedup" in given):
+            raise ValueError("trace_speedup: applies only with trace")
+        if self.arrival != "poisson" and self.qps is None:
+            raise ValueError(f"arrival: {self.arrival} arrivals need qps")
+        return self
+
+    @property
+    def closed_batch_size(self) -> int:
+        """Requests of the closed batch (``requests`` or ``batch``); only meaningful without qps/trace."""
+        return self.requests if self.requests is not None else self.batch
+
+
+def field_flag(name: str) -> str:
+    """The CLI flag of a settings field: ``attention_kernel`` -> ``--attention-kernel``."""
+    return "--" + name.replace("_", "-")
+
+
+def _problem(err: Any) -> str:
+    """One pydantic error as words: 'must be >= 1 (got 0)'."""
+    message = err["msg"]
+    if message.startswith("Value error, "):
+        message = message[len("Value error, "):]
+    message = re.sub(r"^Input should be ", "must be ", message)
+    message = re.sub(r", unable to parse string as an? \w+$", "", message)
+    for words, sign in (("greater than or equal to", ">="), ("less than or equal to", "<="), ("greater than", ">"), ("less than", "<")):
+        message = message.replace(words, sign)
+    value = err.get("input")
+    if err["type"] not in ("value_error", "missing", "extra_forbidden") and not isinstance(value, (dict, list)):
+        message += f" (got {value!r})"
+    return message
+
+
+def validation_error(exc: pydantic.ValidationError, where: Callable[[str], str]) -> InputError:
+    """The first problem of a ValidationError as one line: '<where(field)>: <what> (got <value>)'."""
+    err = exc.errors()[0]
+    loc = [str(part) for part in err["loc"] if not str(part).startswith(("function-", "constrained-"))]
+    field = loc[0] if loc else ""
+    message = _problem(err)
+    if not field and ":" in message.split(" ")[0]:
+        # A model validator names its field at the start of its message ('gen: ...').
+        field, _, message = message.partition(": ")
+    if err["type"] == "extra_forbidden":
+        return InputError(f"{where(field)}: unknown setting")
+    if err["type"] == "missing":
+        return InputError(f"{where(field)}: is required")
+    return InputError(f"{where(field) if field else 'settings'}: {message}")
+
+
+def value_problem(exc: pydantic.ValidationError) -> str:
+    """What is wrong with a single value (no field name): 'must be >= 1 (got 0)'."""
+    return _problem(exc.errors()[0])
+
+
+def parse_settings(cls: type[BaseModel], data: dict[str, Any], where: Callable[[str], str] = str) -> Any:
+    """``cls`` validated from ``data`` (vLLM aliases resolved); InputError naming the field via ``where``."""
+    try:
+        if cls is RunSettings:
+            data = resolve_aliases(data)
+        unknown = sorted(set(data) - set(cls.model_fields))
+        if unknown:
+            from simulator.model.loader import suggest
+
+            name = unknown[0]
+            raise InputError(f"{where(name)}: unknown setting{suggest(name, list(cls.model_fields))}")
+        return cls.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise validation_error(exc, where) from None
+
+
+def check_field(cls: type[BaseModel], name: str, value: Any) -> Any:
+    """One field's value validated and converted on its own (scenario axes); ValueError text on failure."""
+    info = cls.model_fields[name]
+    kind = Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation  # type: ignore[name-defined]
+    return pydantic.TypeAdapter(kind).validate_python(value)
+
+
+__all__ = [
+    "DeploymentSettings", "RunSettings", "ServingSettings", "ShapeSettings", "StepSettings",
+    "VLLM_ALIASES", "check_field", "field_flag", "parse_settings", "resolve_aliases", "validation_error", "value_problem",
+    "KV_DTYPES", "SCHEDULERS", "ATTENTION_KERNELS", "FUSIONS",
+]
