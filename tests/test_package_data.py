@@ -7,6 +7,7 @@ wheels without the separate ``wheel`` package.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -38,14 +39,14 @@ def _tracked_data_files() -> list[str]:
 
 
 def _can_build_wheels() -> bool:
-    try:
-        import setuptools.command.bdist_wheel  # noqa: F401  (setuptools >= 70.1)
-    except ImportError:
+    """bdist_wheel comes with setuptools >= 70.1, or from the ``wheel`` package before that."""
+    for module in ("setuptools.command.bdist_wheel", "wheel.bdist_wheel"):
         try:
-            import wheel.bdist_wheel  # noqa: F401
-        except ImportError:
-            return False
-    return True
+            if importlib.util.find_spec(module) is not None:
+                return True
+        except ImportError:  # the parent package is not installed
+            continue
+    return False
 
 
 @pytest.fixture(scope="module")
