@@ -24,7 +24,7 @@ from simulator.errors import InputError
 CONFIG_DIR_ENV = "MEMWALL_CONFIG_DIR"
 
 # What an empty registry is called in its error ("no shipped GPU configs found in ...").
-_KIND_LABELS = {"models": "model", "gpus": "GPU", "engines": "engine profile"}
+_KIND_LABELS = {"models": "model", "gpus": "GPU", "engines": "engine profile", "interconnects": "interconnect"}
 
 
 def data_root() -> Path:
