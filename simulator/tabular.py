@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
-import io
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 
 def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -28,7 +29,8 @@ def to_csv(rows: Iterable[dict[str, Any]]) -> str:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
     writer.writeheader()
-    writer.writerows(rows)
+    # A NaN or infinite figure becomes an empty cell (as a missing one), never "nan"/"inf".
+    writer.writerows(finite_or_none(row) for row in rows)
     return buffer.getvalue()
 
 
@@ -38,8 +40,10 @@ def finite_or_none(data: Any) -> Any:
         return {key: finite_or_none(value) for key, value in data.items()}
     if isinstance(data, (list, tuple)):
         return [finite_or_none(value) for value in data]
-    if hasattr(data, "item") and not isinstance(data, (str, bytes)):
-        data = data.item()
+    if hasattr(data, "tolist") and not isinstance(data, (str, bytes)):
+        data = data.tolist()  # numpy scalar -> Python number, array -> (nested) list
+        if isinstance(data, list):
+            return [finite_or_none(value) for value in data]
     if isinstance(data, float) and not math.isfinite(data):
         return None
     return data

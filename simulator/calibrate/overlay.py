@@ -29,11 +29,17 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
+import pydantic
 import yaml
+from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.errors import InputError
+from simulator.files import atomic_write, load_json
+from simulator.model.architecture import MAX_CONTEXT, ModelSpec
+from simulator.model.gpu import PLAUSIBLE
+from simulator.model.loader import format_validation_error, validate
 
 SCHEMA = "memwall-calibration/1"
 OP_CLASSES = ("gemm", "attention", "elementwise")
@@ -137,8 +143,10 @@ def provenance(measurements: dict[str, Any]) -> dict[str, str]:
     for row in measurements["bandwidth"]:
         info[f"{row['kernel']}_bytes_per_second_{row['buffer_bytes']}"] = f"{row['bytes_per_second']:.4g}"
     for dtype in sorted({c["dtype"] for c in measurements["gemm"]}):
-        best = max(c["flops"] / c["seconds"] for c in measurements["gemm"] if c["dtype"] == dtype)
-        info[f"best_gemm_flops_per_second_{dtype}"] = f"{best:.4g}"
+        # A case timed at 0 s (below the clock's resolution) says nothing about its rate.
+        rates = [c["flops"] / c["seconds"] for c in measurements["gemm"] if c["dtype"] == dtype and c["seconds"] > 0]
+        if rates:
+            info[f"best_gemm_flops_per_second_{dtype}"] = f"{max(rates):.4g}"
     return info
 
 
@@ -177,30 +185,128 @@ def overlay_yaml(overlay: dict[str, Any]) -> str:
 
 
 def write_overlay(path: Path, overlay: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(overlay_yaml(overlay), encoding="utf-8")
+    """Write the overlay YAML whole or not at all (the folder is created if missing)."""
+    _make_folder(path, "--out")
+    atomic_write(path, overlay_yaml(overlay), f"--out {path}")
 
 
-REQUIRED_KEYS = ("schema", "device", "base_gpu", "dtype", "plan", "peaks", "launch_seconds", "timing",
-                 "bandwidth", "elementwise", "gemm", "attention", "endtoend", "skipped")
+def _make_folder(path: Path, what: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{what}: cannot create folder '{path.parent}' ({exc.strerror or exc})") from None
+
+
+# ---------------------------------------------------------------------------------------
+# The timings file: its schema, checked whole when it is read, so that deriving an overlay or
+# a check table never meets a missing key or a value of the wrong type.
+
+Seconds = Annotated[float, Field(ge=0)]
+Count = Annotated[float, Field(ge=0)]
+Rate = Annotated[float, Field(gt=0)]
+
+
+class _Part(BaseModel):
+    # Extra keys are kept (the harness records more than is read here); numbers must be finite.
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+
+class _Device(_Part):
+    name: str
+    torch: str
+    date: str
+    cuda: str | None = None
+
+
+class _Peaks(_Part):
+    source: str
+    flops: dict[str, Annotated[float, Field(ge=PLAUSIBLE["peak_flops"][0], le=PLAUSIBLE["peak_flops"][1])]]
+    hbm_bandwidth_bytes_per_second: Annotated[
+        float, Field(ge=PLAUSIBLE["hbm_bandwidth_bytes_per_second"][0], le=PLAUSIBLE["hbm_bandwidth_bytes_per_second"][1])
+    ]
+
+
+class _Timing(_Part):
+    method: str
+
+
+class _BandwidthRow(_Part):
+    kernel: str
+    buffer_bytes: Annotated[int, Field(ge=1)]
+    bytes_per_second: Rate
+
+
+class _Case(_Part):
+    dtype: str
+    tokens: Annotated[int, Field(ge=0, le=MAX_CONTEXT)]
+    flops: Count
+    bytes: Count
+    seconds: Seconds
+
+
+class _EndToEndCase(_Part):
+    phase: Literal["prefill", "decode"]
+    batch: Annotated[int, Field(ge=1, le=2**16)]
+    context: Annotated[int, Field(ge=1, le=MAX_CONTEXT)]
+    seconds: Rate
+
+
+class _EndToEnd(_Part):
+    model: dict[str, Any]
+    cases: list[_EndToEndCase]
+
+
+class _Skipped(_Part):
+    section: str
+    case: str
+    reason: str
+
+
+class Measurements(_Part):
+    """The raw timings ``simulate calibrate`` saves (``"schema": "memwall-calibration/1"``); SI units."""
+
+    schema_: Literal["memwall-calibration/1"] = Field(alias="schema")
+    device: _Device
+    base_gpu: str
+    dtype: str
+    plan: str
+    peaks: _Peaks
+    launch_seconds: Seconds
+    timing: _Timing
+    bandwidth: list[_BandwidthRow]
+    elementwise: list[_Case]
+    gemm: list[_Case]
+    attention: list[_Case]
+    endtoend: _EndToEnd
+    skipped: list[_Skipped]
+
+
+REQUIRED_KEYS = tuple(info.alias or name for name, info in Measurements.model_fields.items())
 
 
 def load_measurements(path: Path) -> dict[str, Any]:
-    """Timings saved by ``simulate calibrate``; InputError naming the file if it is not one."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"--measurements {path}: no such file") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"--measurements {path}:{exc.lineno}: malformed JSON: {exc.msg}") from None
+    """Timings saved by ``simulate calibrate``; InputError naming the file and field if it is not one."""
+    where = f"--measurements {path}"
+    data = load_json(path, "--measurements")
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise InputError(f"--measurements {path}: not a calibration timings file (expected \"schema\": \"{SCHEMA}\")")
+        raise InputError(f"{where}: not a calibration timings file (expected \"schema\": \"{SCHEMA}\")")
     missing = [k for k in REQUIRED_KEYS if k not in data]
     if missing:
-        raise InputError(f"--measurements {path}: missing field(s) {', '.join(missing)}")
-    return data
+        raise InputError(f"{where}: missing field(s) {', '.join(missing)}")
+    try:
+        checked = Measurements.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise InputError(format_validation_error(where, exc)) from None
+    if checked.dtype not in checked.peaks.flops:
+        have = ", ".join(checked.peaks.flops) or "none"
+        raise InputError(f"{where}: field 'dtype': peaks.flops has no entry for '{checked.dtype}' (it has: {have})")
+    if checked.endtoend.cases:  # the check predicts each case with this model
+        validate(ModelSpec, checked.endtoend.model, f"{where}: endtoend.model")
+    return checked.model_dump(by_alias=True)
 
 
 def save_measurements(path: Path, measurements: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(measurements, indent=1) + "\n", encoding="utf-8")
+    """Write the raw timings (strict JSON) whole or not at all."""
+    _make_folder(path, "--save-measurements")
+    text = json.dumps(measurements, indent=1, allow_nan=False) + "\n"
+    atomic_write(path, text, f"--save-measurements {path}")

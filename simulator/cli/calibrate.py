@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import click
 from simulator.cli.options import reports_input_errors
 from simulator.errors import InputError
 from simulator.model import GPUSpec, load_gpu
+from simulator.tabular import to_json
 
 EPILOG = """\b
 Examples:
@@ -134,6 +134,6 @@ def calibrate_command(
     shipped_gpu = base_gpu(timings)
     rows = check_rows(timings, shipped_gpu, measured_gpu)
     if as_json:
-        click.echo(json.dumps(check_dict(timings, rows, shipped_gpu, measured_gpu), indent=2))
+        click.echo(to_json(check_dict(timings, rows, shipped_gpu, measured_gpu), indent=2))
     else:
         click.echo(check_text(timings, rows, shipped_gpu, measured_gpu))

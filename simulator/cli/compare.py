@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -23,7 +22,7 @@ from simulator.report.compare import (
     parse_list,
     text_table,
 )
-from simulator.tabular import to_csv
+from simulator.tabular import to_csv, to_json
 from simulator.units import fmt_bytes, fmt_rate, fmt_seconds
 
 EPILOG = """\b
@@ -113,7 +112,7 @@ def compare_command(contexts: str, batch: int, as_json: bool, as_csv: bool, **op
     )
     rows = [r.as_dict() for r in comparison.rows]
     if as_json:
-        click.echo(json.dumps({"model": model.name, "gpu": gpu.name, "tp": comparison.tp,
+        click.echo(to_json({"model": model.name, "gpu": gpu.name, "tp": comparison.tp,
                                "max_context": model.max_context, "precision": precision.model_dump(),
                                "rows": rows}, indent=2))
     elif as_csv:

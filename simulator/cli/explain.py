@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import textwrap
 from typing import Any
 
@@ -18,6 +17,7 @@ from simulator.plan.deployment import deployment_from_options
 from simulator.plan.settings import StepSettings
 from simulator.report.compare import text_table
 from simulator.report.explain import explain_run, kernel_choices, kernel_choices_text
+from simulator.tabular import to_json
 from simulator.units import fmt_rate, fmt_seconds
 
 EPILOG = """\b
@@ -45,7 +45,7 @@ def explain_command(as_json: bool, **options: Any) -> None:
     explanation = explain_run(deployment, batch, ctx_tokens, gen)
     choices = kernel_choices(deployment.system, batch, ctx_tokens, gen)
     if as_json:
-        click.echo(json.dumps({**explanation.as_dict(), "kernel_choices": choices}, indent=2))
+        click.echo(to_json({**explanation.as_dict(), "kernel_choices": choices}, indent=2))
         return
     click.echo(textwrap.fill(explanation.paragraph, width=100))
     if deployment.note:

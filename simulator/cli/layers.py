@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -19,7 +18,7 @@ from simulator.plan.deployment import deployment_from_options
 from simulator.plan.result import operator_rows
 from simulator.plan.settings import StepSettings
 from simulator.report.run_report import operator_table
-from simulator.tabular import to_csv
+from simulator.tabular import to_csv, to_json
 from simulator.units import fmt_seconds
 
 
@@ -52,7 +51,7 @@ def layers_command(phase: str, as_json: bool, as_csv: bool, **options: Any) -> N
     cost = system.step_cost(step)
     rows = operator_rows(cost, system.tp)
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(to_json(rows, indent=2))
         return
     if as_csv:
         click.echo(to_csv(rows), nl=False)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from simulator.cli.options import reports_input_errors
 from simulator.model import list_gpus, list_models
 from simulator.model.layers import build_operators, parameter_count
 from simulator.model.precision import Precision
+from simulator.tabular import to_json
 from simulator.units import fmt_bytes, fmt_count
 
 
@@ -25,7 +24,7 @@ def models_command(as_json: bool) -> None:
     """List the shipped model configs (configs/models/)."""
     models = list_models()
     if as_json:
-        click.echo(json.dumps([{**m.model_dump(), "parameters": _model_params(m), "attention_kind": m.attention_kind} for m in models], indent=2))
+        click.echo(to_json([{**m.model_dump(), "parameters": _model_params(m), "attention_kind": m.attention_kind} for m in models], indent=2))
         return
     header = f"{'name':<12} {'params':>9} {'layers':>6} {'hidden':>6} {'heads':>5} {'kv':>4} {'attention':<9} {'FFN':>6} {'max ctx':>7}"
     click.echo(header)
@@ -44,7 +43,7 @@ def gpus_command(as_json: bool) -> None:
     """List the shipped GPU configs (configs/gpus/) with their fp16 ridge point."""
     gpus = list_gpus()
     if as_json:
-        click.echo(json.dumps([
+        click.echo(to_json([
             {
                 "name": g.name,
                 "aliases": g.aliases,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -22,6 +21,7 @@ from simulator.report.plots import (
     plot_roofline,
     roofline_data,
 )
+from simulator.tabular import to_json
 from simulator.units import fmt_count, fmt_seconds
 
 EPILOG = """\b
@@ -82,7 +82,7 @@ def roofline_command(plot_path: str | None, as_json: bool, **options: Any) -> No
     if plot_path is not None:
         plot_roofline(data, plot_path)
     if as_json:
-        click.echo(json.dumps({
+        click.echo(to_json({
             "title": data.title, "compute_dtype": data.compute_dtype, "peak_flops": data.peak_flops,
             "hbm_bandwidth_bytes_per_second": data.bandwidth_bytes_per_second, "ridge_flop_per_byte": data.ridge,
             "achievable_ridge_flop_per_byte": data.achievable_ridge, "plot": plot_path,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from simulator.plan.validate import (
     load_measurements,
     summarise,
 )
+from simulator.tabular import to_json
 
 EPILOG = """\b
 Examples:
@@ -155,7 +155,7 @@ def validate_command(table: Path, as_json: bool, calibrate: bool) -> None:
                  "compute_rows": list(f.compute_rows), "memory": f.memory, "memory_rows": list(f.memory_rows)}
                 for f in fits
             ]
-        click.echo(json.dumps(out, indent=2))
+        click.echo(to_json(out, indent=2))
         return
     click.echo(_table(comparisons))
     click.echo("")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import functools
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ def format_validation_error(source: str, exc: pydantic.ValidationError) -> str:
         got = err.get("input")
         shown = "" if isinstance(got, dict) or got is None else f" (got {_short_repr(got)})"
         message = err["msg"].removeprefix("Value error, ")  # pydantic's prefix for our validators' ValueError
+        message = re.sub(r" or instance of \w+", "", message)  # class names mean nothing to a user
         problems.append(f"{source}: field '{field}': {message}{shown}")
     if len(problems) > 5:  # a file of junk would otherwise give one line per junk field
         problems[5:] = [f"and {len(problems) - 5} more problem(s)"]

@@ -3,8 +3,11 @@
 Each finished point is written and flushed at once, so a killed sweep keeps every point it
 finished. At the end the file is rewritten in point order with a fixed column order, so the
 final file does not depend on which worker finished first, nor on whether the sweep was
-interrupted and resumed. Rewrites go through a temporary file and ``os.replace``: a kill
-during a rewrite leaves the old file whole.
+interrupted and resumed. Rewrites go through :func:`simulator.files.atomic_write` (a
+temporary file and ``os.replace``): a kill or a full disk during a rewrite leaves the old
+file whole and no temporary behind. The file is first written when the first row is ready
+(or at once with rows kept by --resume), so a sweep that fails before any point finishes
+leaves an earlier results file as it was and no empty one.
 
 Rows hold scalars only; a missing value is an absent key (an empty CSV cell).
 """
@@ -13,13 +16,14 @@ from __future__ import annotations
 
 import csv
 import io
-import json
-import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 from simulator.errors import InputError
+from simulator.files import atomic_write, parse_json, read_text
+from simulator.tabular import finite_or_none, to_json
 
 # Columns come in this order of groups (alphabetical within a group): the point, its inputs,
 # whether it fits, then the derived figures a capacity planner reads, then the raw metrics.
@@ -75,12 +79,9 @@ class ResultsFile:
 
     def read(self) -> list[dict[str, Any]]:
         """The rows already in the file; a line cut short by a kill is ignored."""
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
+        if not self.path.exists():
             return []
-        except OSError as exc:
-            raise InputError(f"{self.path}: cannot read ({exc.strerror})") from None
+        text = read_text(self.path, "--resume")
         if not text.endswith("\n"):
             text = text[: text.rfind("\n") + 1]  # the last row was being written when the sweep stopped
         if self.fmt == "jsonl":
@@ -93,9 +94,9 @@ class ResultsFile:
 
     def _json_row(self, line: str, number: int) -> dict[str, Any]:
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{self.path}:{number}: not a JSON row ({exc.msg}); is this a sweep's jsonl output?") from None
+            row = parse_json(line, f"{self.path}:{number}")
+        except InputError as exc:
+            raise InputError(f"{exc}; is this a sweep's jsonl output?") from None
         if not isinstance(row, dict) or "point" not in row:
             raise InputError(f"{self.path}:{number}: not a sweep row (no 'point' field)")
         return row
@@ -103,20 +104,27 @@ class ResultsFile:
     # writing
 
     def start(self, rows: list[dict[str, Any]]) -> None:
-        """Replace the file with ``rows`` (those kept by --resume, or none) and open it for appending."""
+        """Replace the file with ``rows`` (those kept by --resume) and open it for appending.
+
+        With no rows the file is left alone until the first row (see the module docstring).
+        """
         self.rows = [clean_row(row) for row in rows]
-        self._rewrite()
+        if self.rows:
+            self._rewrite()
 
     def append(self, row: dict[str, Any]) -> None:
         """Add one finished point and flush it to disk."""
         row = clean_row(row)
         self.rows.append(row)
-        if self.fmt == "csv" and not set(row) <= set(self._columns):
-            self._rewrite()  # a new column (e.g. the first point that fits): widen the header
+        if self._handle is None or (self.fmt == "csv" and not set(row) <= set(self._columns)):
+            self._rewrite()  # the first row, or a new column (e.g. the first point that fits): widen the header
             return
-        assert self._handle is not None
-        self._handle.write(self._render([row]))
-        self._handle.flush()
+        try:
+            self._handle.write(self._render([row]))
+            self._handle.flush()
+        except OSError as exc:
+            self.close()
+            raise InputError(f"{self.path}: cannot write ({exc.strerror or exc})") from None
 
     def finish(self) -> list[dict[str, Any]]:
         """Rewrite the file in point order; returns the rows in that order."""
@@ -127,29 +135,29 @@ class ResultsFile:
 
     def close(self) -> None:
         if self._handle is not None:
-            self._handle.close()
-            self._handle = None
+            handle, self._handle = self._handle, None
+            try:
+                handle.close()
+            except OSError:  # a flush that fails here already failed (and was reported) in append
+                pass
 
     def _render(self, rows: list[dict[str, Any]], header: bool = False) -> str:
         buffer = io.StringIO()
         if self.fmt == "jsonl":
             for row in rows:
-                buffer.write(json.dumps(row) + "\n")
+                buffer.write(to_json(row) + "\n")
             return buffer.getvalue()
         writer = csv.DictWriter(buffer, fieldnames=self._columns, lineterminator="\n")
         if header:
             writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows(finite_or_none(row) for row in rows)  # NaN/inf -> empty cell, never "nan"
         return buffer.getvalue()
 
     def _rewrite(self) -> None:
         self.close()
         self._columns = ordered_columns(self.rows)
-        temporary = self.path.with_name(f".{self.path.name}.tmp")
-        text = self._render(self.rows, header=bool(self._columns))
-        with open(temporary, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self.path)
-        self._handle = open(self.path, "a", encoding="utf-8", newline="")
+        atomic_write(self.path, self._render(self.rows, header=bool(self._columns)), str(self.path))
+        try:
+            self._handle = open(self.path, "a", encoding="utf-8", newline="")  # noqa: SIM115 - held open across appends, closed by close()
+        except OSError as exc:
+            raise InputError(f"{self.path}: cannot open for appending ({exc.strerror or exc})") from None
