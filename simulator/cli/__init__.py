@@ -34,6 +34,7 @@ from simulator.plan.settings import RunSettings
 from simulator.report.run_report import engine_run_text, write_per_request_csv
 from simulator.report.vllm_format import (
     launch_command,
+    parse_metrics,
     parse_percentiles,
     vllm_result_block,
     vllm_result_json,

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from simulator.cost.step_cost import StepCost
+from simulator.errors import InputError
 
 if TYPE_CHECKING:
     from simulator.plan.run import EngineRun
@@ -174,3 +177,77 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
         "warnings": list(workload.notes),
         "operators": {"prefill": prefill_rows, "decode_last": last_rows},
     }
+
+
+def per_request_arrays(run: "EngineRun") -> dict[str, np.ndarray]:
+    """One array per column, one element per request in arrival order (seconds; NaN where a request never got there).
+
+    Columns: request, arrival_seconds, prompt_tokens, output_tokens, status (code, see
+    ``simulator.engine.metrics.STATE_NAMES``), reject_reason (code, see ``REJECT_KEYS``),
+    queue_seconds, ttft_seconds, tpot_seconds, e2e_seconds, finish_seconds, preemptions.
+    """
+    result, workload = run.result, run.workload
+    arrival = workload.arrival_seconds
+    outputs = workload.output_tokens
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(outputs > 1, (result.finish - result.first_token) / np.maximum(outputs - 1, 1), np.nan)
+    return {
+        "request": np.arange(len(workload)),
+        "arrival_seconds": arrival,
+        "prompt_tokens": workload.prompt_tokens,
+        "output_tokens": outputs,
+        "status": result.status,
+        "reject_reason": result.reject_reason,
+        "queue_seconds": result.first_scheduled - arrival,
+        "ttft_seconds": result.first_token - arrival,
+        "tpot_seconds": tpot,
+        "e2e_seconds": result.finish - arrival,
+        "finish_seconds": result.finish,
+        "preemptions": result.preemptions,
+    }
+
+
+class SimulationResult:
+    """One simulated run, for Python callers: summaries as attributes, the JSON contract, per-request arrays.
+
+    ``ttft``, ``tpot``, ``itl``, ``e2e``, ``queue``: latency summaries in seconds with ``mean``,
+    ``p50``, ``p90``, ``p99``. ``to_dict()`` is the ``simulate --json`` object (SI units);
+    ``per_request`` holds numpy arrays (see :func:`per_request_arrays`); ``to_frame()`` the
+    same as a pandas DataFrame when pandas is installed. ``run`` is the underlying EngineRun.
+    """
+
+    def __init__(self, run: "EngineRun") -> None:
+        self.run = run
+        metrics = run.metrics
+        self.ttft, self.tpot, self.itl, self.e2e, self.queue = metrics.ttft, metrics.tpot, metrics.itl, metrics.e2e, metrics.queue
+        self.output_tokens_per_second = metrics.output_tokens_per_second
+        self.total_tokens_per_second = metrics.total_tokens_per_second
+        self.requests_per_second = metrics.requests_per_second
+        self.goodput_requests_per_second = metrics.goodput_requests_per_second
+        self.tp = run.deployment.system.tp
+        self.memory = run.deployment.memory
+        self.settings = run.settings
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` contract of this run (SI units; FLOPs and bytes over all GPUs)."""
+        return engine_run_dict(self.run)
+
+    @property
+    def per_request(self) -> dict[str, np.ndarray]:
+        return per_request_arrays(self.run)
+
+    def to_frame(self) -> Any:
+        """Per-request records as a pandas DataFrame (needs pandas: pip install pandas)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise InputError("to_frame() needs pandas, which is not installed (pip install pandas)") from None
+        return pd.DataFrame(self.per_request)
+
+    def __repr__(self) -> str:
+        system = self.run.deployment.system
+        return (
+            f"SimulationResult({system.model.name} on {system.tp}x {system.gpu.name}: "
+            f"TTFT p50 {self.ttft.p50:.4g} s, TPOT p50 {self.tpot.p50:.4g} s, "
+            f"{self.output_tokens_per_second:.4g} output tokens/s)"
+        )

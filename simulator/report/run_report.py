@@ -9,6 +9,7 @@ import numpy as np
 
 from simulator.cost.step_cost import OperatorCost
 from simulator.engine.metrics import REJECT_KEYS, REJECT_REASONS, REJECTED, STATE_NAMES
+from simulator.plan.result import per_request_arrays
 from simulator.units import fmt_bytes, fmt_count, fmt_rate, fmt_seconds
 
 if TYPE_CHECKING:
@@ -165,22 +166,18 @@ PER_REQUEST_COLUMNS = (
 
 def write_per_request_csv(run: "EngineRun", path: str) -> None:
     """One row per request (times in seconds; empty where the request never got there)."""
-    result, workload = run.result, run.workload
-    arrival = workload.arrival_seconds
-    outputs = workload.output_tokens
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(outputs > 1, (result.finish - result.first_token) / (outputs - 1), np.nan)
+    arrays = per_request_arrays(run)
+    rejected = arrays["status"] == REJECTED
 
     def cells(values: np.ndarray) -> list:
         return ["" if v != v else v for v in values.tolist()]  # NaN (never happened) -> empty
 
-    rejected = result.status == REJECTED
     columns = [
-        range(len(workload)), arrival.tolist(), workload.prompt_tokens.tolist(), outputs.tolist(),
-        [STATE_NAMES[code] for code in result.status.tolist()],
-        [REJECT_REASONS[code] if gone else "" for code, gone in zip(result.reject_reason.tolist(), rejected.tolist())],
-        cells(result.first_scheduled - arrival), cells(result.first_token - arrival), cells(tpot),
-        cells(result.finish - arrival), cells(result.finish), result.preemptions.tolist(),
+        arrays["request"].tolist(), arrays["arrival_seconds"].tolist(), arrays["prompt_tokens"].tolist(),
+        arrays["output_tokens"].tolist(), [STATE_NAMES[code] for code in arrays["status"].tolist()],
+        [REJECT_REASONS[code] if gone else "" for code, gone in zip(arrays["reject_reason"].tolist(), rejected.tolist())],
+        *(cells(arrays[name]) for name in ("queue_seconds", "ttft_seconds", "tpot_seconds", "e2e_seconds", "finish_seconds")),
+        arrays["preemptions"].tolist(),
     ]
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle, lineterminator="\n")

@@ -1,0 +1,70 @@
+"""The Python API: simulate a run, sweep a scenario.
+
+>>> from simulator import simulate
+>>> result = simulate(model="llama2-70b", gpu="a100", batch=64, ctx=4096)
+>>> result.ttft.p99, result.tpot.p50          # seconds
+>>> result.to_dict()                           # the `simulate --json` contract
+>>> result.per_request["ttft_seconds"]         # numpy arrays, one element per request
+
+Settings are the main command's options with underscores (``attention_kernel``,
+``max_num_seqs``, ...; vLLM's spellings such as ``request_rate`` and ``num_prompts`` work
+too) and are validated by the same model as the CLI and scenario files
+(:class:`~simulator.plan.settings.RunSettings`). They can be passed as keywords, or grouped as
+a :class:`Deployment` (what runs where) and a :class:`Workload` (what it serves):
+
+>>> from simulator import Deployment, Workload
+>>> simulate(Deployment(model="llama3-8b", gpu="h100"), Workload(qps=10, requests=2000))
+
+Bad input raises :class:`~simulator.errors.InputError` with one line saying what is wrong.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel
+
+from simulator.errors import InputError
+from simulator.plan.result import SimulationResult
+from simulator.plan.run import simulate_settings
+from simulator.plan.scenario import Scenario, load_scenario
+from simulator.plan.settings import DeploymentSettings, RunSettings, ServingSettings, ShapeSettings, parse_settings
+from simulator.plan.sweep import InlineExecutor, SweepOutcome, run_sweep
+
+
+class Deployment(DeploymentSettings):
+    """What runs where: ``model``, ``gpu``, precision, parallelism, kernels (see RunSettings for every field)."""
+
+
+class Workload(ShapeSettings, ServingSettings):
+    """What the deployment serves: a closed batch (``batch``, ``ctx``, ``gen``) or arrivals (``qps``, ``trace``)."""
+
+
+def _given(part: BaseModel | None) -> dict[str, Any]:
+    return {} if part is None else part.model_dump(exclude_unset=True)
+
+
+def settings(deployment: Deployment | None = None, workload: Workload | None = None, **options: Any) -> RunSettings:
+    """The validated RunSettings of a deployment, a workload and keyword options (keywords win)."""
+    return parse_settings(RunSettings, {**_given(deployment), **_given(workload), **options})
+
+
+def simulate(
+    deployment: Deployment | None = None,
+    workload: Workload | None = None,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    **options: Any,
+) -> SimulationResult:
+    """Simulate one run through the serving engine and return its result (seconds, tokens, bytes)."""
+    return SimulationResult(simulate_settings(settings(deployment, workload, **options), progress))
+
+
+def sweep(scenario: str | Path | Scenario, out: str | Path | None = None, resume: bool = False) -> SweepOutcome:
+    """Run every point of a scenario file in this process; rows are written to the results file as they finish."""
+    loaded = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, None if out is None else str(out))
+    return run_sweep(loaded, InlineExecutor(), resume=resume)
+
+
+__all__ = ["Deployment", "InputError", "RunSettings", "SimulationResult", "Workload", "settings", "simulate", "sweep"]

@@ -1,0 +1,91 @@
+"""vLLM's benchmark_serving result block and JSON keys, and the engine launch commands."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from simulator.cli import main
+from simulator.plan.run import simulate_settings
+from simulator.report.vllm_format import launch_command, parse_percentiles, vllm_result_block, vllm_result_json
+
+
+@pytest.fixture(scope="module")
+def run():
+    # 8 requests, 1024 prompt + 128 output tokens each, all at t = 0.
+    return simulate_settings({"model": "llama3-8b", "gpu": "h100", "input_len": 1024, "output_len": 128, "num_prompts": 8,
+                              "request_rate": float("inf")})
+
+
+def _value(block: str, label: str) -> str:
+    line = next(line for line in block.splitlines() if line.startswith(label))
+    # vLLM's layout: the label left-aligned in 40 characters, a space, then the value.
+    assert line[40] == " " and line[:40].rstrip() == label
+    return line[41:].strip()
+
+
+def test_block_has_vllms_layout_and_totals(run):
+    block = vllm_result_block(run, [99])
+    lines = block.splitlines()
+    assert lines[0] == "============ Serving Benchmark Result ============" and len(lines[0]) == 50
+    assert lines[-1] == "=" * 50
+    assert _value(block, "Successful requests:") == "8"
+    assert _value(block, "Total input tokens:") == str(8 * 1024)  # 8,192
+    assert _value(block, "Total generated tokens:") == str(8 * 128)  # 1,024
+    assert "---------------Time to First Token----------------" in lines
+    assert "-----Time per Output Token (excl. 1st token)------" in lines
+    assert not any("E2EL" in line for line in lines)  # vLLM prints it only when asked (--percentile-metrics)
+
+
+def test_percentile_lines_are_numpy_percentiles_of_the_per_request_times(run):
+    block = vllm_result_block(run, [50, 99.9], ["ttft", "e2el"])
+    ttft_ms = (run.result.first_token - run.workload.arrival_seconds) * 1e3
+    assert float(_value(block, "P99.9 TTFT (ms):")) == pytest.approx(np.percentile(ttft_ms, 99.9), abs=0.006)
+    assert float(_value(block, "Median TTFT (ms):")) == pytest.approx(np.median(ttft_ms), abs=0.006)
+    assert "P50 E2EL (ms):" in block and "Mean TPOT (ms):" not in block
+
+
+def test_json_has_vllms_keys(run):
+    data = vllm_result_json(run, [99])
+    for key in ("duration", "completed", "total_input_tokens", "total_output_tokens", "request_throughput",
+                "output_throughput", "total_token_throughput", "input_lens", "output_lens", "ttfts",
+                "mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_itl_ms", "mean_e2el_ms"):
+        assert key in data
+    assert data["completed"] == 8 and data["total_input_tokens"] == 8192 and data["input_lens"] == [1024] * 8
+    # request throughput = completed / duration, as vLLM defines it
+    assert data["request_throughput"] == pytest.approx(8 / data["duration"])
+
+
+def test_percentiles_are_checked():
+    assert parse_percentiles("50,90,99.9") == [50.0, 90.0, 99.9]
+    for bad in ("0", "101", "nan", "x"):
+        with pytest.raises(Exception, match="--metric-percentiles"):
+            parse_percentiles(bad)
+
+
+def test_launch_commands_carry_the_simulated_settings():
+    run = simulate_settings({"model": "llama2-70b", "gpu": "a100", "batch": 64, "ctx": 4096, "gen": 8,
+                             "scheduler": "chunked", "max_batched_tokens": 4096, "max_num_seqs": 128})
+    # Weights 128.5 GiB; KV 327,680 B/token x 64 x 4096 = 80 GiB. TP 2: 64.2 + 40 > 80 GiB per GPU;
+    # TP 4: 32.1 + 20 GiB fits, so the planner picks 4.
+    command = launch_command(run, "vllm")
+    for part in ("vllm serve llama2-70b", "--tensor-parallel-size 4", "--max-num-seqs 128",
+                 "--max-num-batched-tokens 4096", "--enable-chunked-prefill"):
+        assert part in command
+    sglang = launch_command(run, "sglang")
+    assert "--tp 4" in sglang and "--chunked-prefill-size 4096" in sglang and "--max-running-requests 128" in sglang
+
+
+def test_cli_save_result_writes_json_and_checks_the_path_first(tmp_path):
+    out = tmp_path / "r.json"
+    args = ["--model", "llama3-8b", "--gpu", "h100", "--num-prompts", "4", "--input-len", "256", "--output-len", "16",
+            "--result-format", "vllm", "--save-result", str(out)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "Serving Benchmark Result" in result.output
+    assert json.loads(out.read_text())["total_output_tokens"] == 4 * 16
+    bad = CliRunner().invoke(main, args[:-1] + [str(tmp_path / "missing" / "r.json")])
+    assert bad.exit_code == 2 and "does not exist" in bad.output
