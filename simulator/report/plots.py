@@ -18,6 +18,7 @@ from typing import Any, Iterable
 from simulator.cost.step_cost import StepCost
 from simulator.cost.system import System
 from simulator.errors import InputError
+from simulator.files import atomic_write, check_output_path
 from simulator.model.step import Step
 
 PLOT_FORMATS = (".png", ".svg", ".pdf")
@@ -137,13 +138,13 @@ def _matplotlib() -> tuple[Any, Any]:
 
 
 def check_plot_path(path: str | Path) -> Path:
-    """The output path, or an InputError naming what is wrong with it."""
-    out = Path(path)
-    if out.suffix.lower() not in PLOT_FORMATS:
-        raise InputError(f"--plot: '{path}' must end in one of {', '.join(PLOT_FORMATS)}")
-    if not out.parent.exists():
-        raise InputError(f"--plot: directory '{out.parent}' does not exist")
-    return out
+    """The output path, or an InputError naming what is wrong with it (call before the work starts)."""
+    return check_output_path(path, "--plot", PLOT_FORMATS)
+
+
+def _save(fig: Any, out: Path) -> None:
+    """Write the figure whole or not at all (no half-written image left by a full disk)."""
+    atomic_write(out, lambda handle: fig.savefig(handle, format=out.suffix[1:].lower()), "--plot", binary=True)
 
 
 def _label_groups(points: Iterable[RooflinePoint], close: float = 0.08) -> list[tuple[float, float, str]]:
@@ -229,7 +230,7 @@ def plot_roofline(data: RooflineData, path: str | Path) -> Path:
     ax.grid(True, which="major", alpha=0.4)
     ax.grid(True, which="minor", alpha=0.12)
     ax.legend(loc="upper left", fontsize=9)
-    fig.savefig(out)
+    _save(fig, out)
     return out
 
 
@@ -342,5 +343,5 @@ def plot_sweep(rows: list[dict[str, Any]], path: str | Path, latency_key: str | 
     for ax in axes:
         ax.grid(True, alpha=0.4)
         ax.legend(fontsize=8)
-    fig.savefig(out)
+    _save(fig, out)
     return data
