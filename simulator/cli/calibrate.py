@@ -10,6 +10,7 @@ import click
 
 from simulator.cli.options import reports_input_errors
 from simulator.errors import InputError
+from simulator.files import check_output_path
 from simulator.model import GPUSpec, load_gpu
 from simulator.tabular import to_json
 
@@ -78,6 +79,16 @@ def _overlay_gpu(overlay: dict[str, Any]) -> GPUSpec:
         return load_gpu(str(path))
 
 
+def _prepare_output(path: Path, what: str, suffixes: tuple[str, ...]) -> None:
+    """Create the output's folder (as writing it would) and check the path is writable with the right suffix."""
+    if path.suffix.lower() in suffixes and not path.parent.exists():
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"{what}: cannot create folder '{path.parent}' ({exc.strerror or exc})") from None
+    check_output_path(path, what, suffixes)
+
+
 @click.command("calibrate", epilog=EPILOG, context_settings={"max_content_width": 100})
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the measured GPU overlay (YAML) here, e.g. configs/gpus/measured/h200.yaml.")
 @click.option("--quick", is_flag=True, help="Fewer sizes (GPU); --device cpu always runs tiny sizes.")
@@ -116,6 +127,13 @@ def calibrate_command(
         raise InputError("simulate calibrate: give --out PATH (the overlay to write) and/or --check")
     if overlay is not None and not check:
         raise InputError("--overlay: only used with --check")
+    # Outputs are checked before minutes of measuring, so a bad path never loses a run.
+    if out is not None:
+        _prepare_output(out, "--out", (".yaml", ".yml"))
+    if save_measurements is not None:
+        _prepare_output(save_measurements, "--save-measurements", (".json",))
+    elif out is not None and measurements is None:
+        _prepare_output(default_measurements_path(out), "--out (its raw timings beside it)", (".json",))
     if measurements is not None:
         timings = load_measurements(measurements)
     else:

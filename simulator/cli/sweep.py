@@ -13,6 +13,7 @@ import click
 
 from simulator.cli.options import reports_input_errors
 from simulator.errors import InputError
+from simulator.files import check_output_path
 from simulator.plan.scenario import Scenario, load_scenario
 from simulator.plan.sweep import (
     COST_KEY,
@@ -23,6 +24,7 @@ from simulator.plan.sweep import (
     pareto_front,
     run_sweep,
 )
+from simulator.report.plots import check_plot_path
 from simulator.units import fmt_seconds
 
 PLOT_LATENCY_KEY = "p99.e2e_seconds"
@@ -55,7 +57,7 @@ def default_workers() -> int:
 @click.option("--workers", "-w", type=click.IntRange(min=1), default=None, help="Local worker processes (default: the CPU count; 1 runs in this process).")
 @click.option("--out", "-o", metavar="PATH", default=None, help="Results file (.csv or .jsonl); overrides the scenario's output.path.")
 @click.option("--resume", is_flag=True, help="Keep the points already in the results file and run only the rest.")
-@click.option("--dask", "dask_address", metavar="ADDRESS", default=None, help="Run points on an existing Dask cluster (e.g. tcp://host:8786); needs memwall[distributed].")
+@click.option("--dask", "dask_address", metavar="ADDRESS", default=None, help="Run points on an existing Dask cluster (e.g. tcp://host:8786); needs the distributed extra: pip install -e '.[distributed]'.")
 @click.option("--plot", "plot_path", metavar="PATH", default=None, help="Also draw throughput vs latency (and vs batch) to PATH (needs matplotlib).")
 @reports_input_errors
 def sweep_command(scenario_file: str, workers: int | None, out: str | None, resume: bool, dask_address: str | None, plot_path: str | None) -> None:
@@ -67,9 +69,15 @@ def sweep_command(scenario_file: str, workers: int | None, out: str | None, resu
     with fits=false and the reason.
     """
     scenario = load_scenario(scenario_file, out)
-    plot = plot_function() if plot_path else None
+    if plot_path is not None:
+        check_plot_path(plot_path)  # before the sweep: a long run is never lost to a bad plot path
+    plot = plot_function() if plot_path is not None else None
     if scenario.output_is_default:
-        scenario.output_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            scenario.output_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"cannot create folder '{scenario.output_path.parent}' for the results ({exc.strerror or exc})") from None
+    check_output_path(scenario.output_path, "--out" if out is not None else "output.path")
     if not resume and scenario.output_path.exists():
         click.echo(f"replacing {scenario.output_path} (use --resume to keep its points)", err=True)
     total = len(scenario.points())
@@ -95,7 +103,7 @@ def sweep_command(scenario_file: str, workers: int | None, out: str | None, resu
 def plot_function() -> Callable[..., Any]:
     """simulator.report.plots.plot_sweep, checked before the sweep runs so a missing piece fails fast."""
     if importlib.util.find_spec("matplotlib") is None:
-        raise InputError("--plot needs matplotlib: pip install 'memwall[plot]' (or pip install matplotlib)")
+        raise InputError("--plot needs matplotlib: from the clone, pip install -e '.[plot]' (or pip install 'matplotlib>=3.7')")
     try:
         plots = importlib.import_module("simulator.report.plots")
     except ModuleNotFoundError:
@@ -129,7 +137,7 @@ class make_executor:
         try:
             from dask.distributed import Client
         except ImportError:
-            raise InputError("--dask needs dask.distributed: pip install 'memwall[distributed]'") from None
+            raise InputError("--dask needs dask.distributed: from the clone, pip install -e '.[distributed]'") from None
         try:
             client = Client(self.dask_address, timeout="10s")
         except (OSError, TimeoutError, ValueError) as exc:
