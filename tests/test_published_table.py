@@ -36,7 +36,11 @@ STATIC_METRICS = {
     "request_throughput": REQUESTS,
 }
 SERVING_METRICS = {
-    **{f"{m}_{s}_seconds": SECONDS for m in ("ttft", "tpot", "itl", "e2e") for s in ("mean", "p50", "p99")},
+    **{
+        f"{m}_{s}_seconds": SECONDS
+        for m in ("ttft", "tpot", "itl", "e2e")
+        for s in ("mean", "p50", "p99")
+    },
     "output_tokens_per_second": TOKENS,
     "total_tokens_per_second": TOKENS,
     "request_throughput": REQUESTS,
@@ -85,7 +89,10 @@ def test_every_row_has_a_source_and_a_verbatim_quote():
 def test_every_model_and_gpu_loads():
     missing_pending = set()
     for name in sorted({r["model"] for r in ROWS}):
-        if name in PENDING_MODELS and not (ROOT / "configs" / "models" / f"{name}.yaml").exists():
+        if (
+            name in PENDING_MODELS
+            and not (ROOT / "configs" / "models" / f"{name}.yaml").exists()
+        ):
             missing_pending.add(name)
             continue
         load_model(name)
