@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import csv
-from typing import TYPE_CHECKING, Iterable
+import math
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
 from simulator.cost.step_cost import OperatorCost
 from simulator.engine.metrics import REJECT_KEYS, REJECT_REASONS, REJECTED, STATE_NAMES
+from simulator.files import atomic_write
 from simulator.plan.result import per_request_arrays
 from simulator.units import fmt_bytes, fmt_count, fmt_rate, fmt_seconds
 
@@ -170,7 +172,7 @@ def write_per_request_csv(run: "EngineRun", path: str) -> None:
     rejected = arrays["status"] == REJECTED
 
     def cells(values: np.ndarray) -> list:
-        return ["" if v != v else v for v in values.tolist()]  # NaN (never happened) -> empty
+        return [v if math.isfinite(v) else "" for v in values.tolist()]  # NaN (never happened) -> empty
 
     columns = [
         arrays["request"].tolist(), arrays["arrival_seconds"].tolist(), arrays["prompt_tokens"].tolist(),
@@ -179,7 +181,10 @@ def write_per_request_csv(run: "EngineRun", path: str) -> None:
         *(cells(arrays[name]) for name in ("queue_seconds", "ttft_seconds", "tpot_seconds", "e2e_seconds", "finish_seconds")),
         arrays["preemptions"].tolist(),
     ]
-    with open(path, "w", newline="") as handle:
+
+    def write(handle: Any) -> None:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(PER_REQUEST_COLUMNS)
         writer.writerows(zip(*columns))
+
+    atomic_write(path, write, "--per-request")  # whole or not at all: no half file after a full disk
