@@ -1,7 +1,9 @@
-"""``simulate validate``: the simulator against published measurements."""
+"""``simulate validate``: every row of a measurement table replayed through the engine, in and out of sample."""
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -9,157 +11,277 @@ import click
 
 from simulator.cli.options import reports_input_errors
 from simulator.errors import InputError
-from simulator.model import load_gpu
-from simulator.plan.validate import (
-    DEFAULT_TABLE,
-    EXPLAIN_ABOVE,
-    GPU_FAMILIES,
-    Comparison,
+from simulator.plan.bands import bands_document, bands_file
+from simulator.plan.bands import write_bands as save_bands
+from simulator.plan.crossval import (
+    ErrorSummary,
     FamilyFit,
-    Summary,
-    compare_all,
-    fit_family_efficiencies,
-    load_measurements,
+    Scored,
+    Validation,
+    cross_validate,
+    grouped,
+    report_block,
+    residuals,
     summarise,
 )
-from simulator.tabular import to_json
+from simulator.plan.validate import GPU_FAMILIES, Replayer, default_table, load_table
 
 EPILOG = """\b
 Examples:
-  simulate validate
-  simulate validate --csv validation/measurements.csv --json
-  simulate validate --calibrate     # also fit one compute + one memory efficiency per GPU family
+  simulate validate                        # the shipped table: summary, fits, every row
+  simulate validate --json > validation.json
+  simulate validate --csv my-benchmarks.csv --no-rows
+  simulate validate --plot validation.png  # predicted vs measured, log-log, one marker per engine
+  simulate validate --write-bands          # regenerate validation/error_bands.json
 
 \b
-Each row is simulated as a static batch: ttft = one prefill of batch x input tokens;
-output tokens/s = batch x output / (prefill + every decode step), whole TP group;
-tpot = mean decode step; decode tokens/s per sequence = output tokens/s / batch.
-error = (predicted - measured) / measured. Rows over 50% carry an explanation
-(the `explanation` column of the CSV); they are listed under the table.
+Each row is replayed through the serving engine: a static batch under the static
+scheduler, a serving row as arrivals at its rate with its lengths and engine settings.
+Two efficiency ceilings per GPU family (compute, memory) are fitted by a fixed rule
+(docs/readme-validation.md). In-sample: fitted on every row. Out-of-sample: for each
+source, fitted on the OTHER sources only, then that source's rows are predicted.
+error = (predicted - measured) / measured; the tables show |error|.
 """
 
-METRIC_LABELS = {
-    "ttft_seconds": ("ttft", "ms", 1e3),
-    "tpot_seconds": ("tpot", "ms", 1e3),
-    "output_tokens_per_second": ("out tok/s", "", 1.0),
-    "decode_tokens_per_second_per_sequence": ("tok/s/seq", "", 1.0),
+SHORT_METRICS = {
+    "ttft_seconds": "ttft ms", "tpot_seconds": "tpot ms", "e2e_seconds": "batch s",
+    "output_tokens_per_second": "out tok/s", "total_tokens_per_second": "tot tok/s",
+    "decode_tokens_per_second_per_sequence": "tok/s/seq", "request_throughput": "req/s",
 }
+
+
+def _metric_label(metric: str) -> str:
+    if metric in SHORT_METRICS:
+        return SHORT_METRICS[metric]
+    if metric.endswith("_seconds"):
+        what = metric.removesuffix("_seconds")
+        return f"{what} {'s' if what.startswith('e2e') else 'ms'}"
+    return metric
 
 
 def _shown(metric: str, value: float | None) -> str:
     if value is None:
         return "-"
-    _, _, scale = METRIC_LABELS[metric]
-    scaled = value * scale
-    return f"{scaled:,.1f}" if scaled < 1000 else f"{scaled:,.0f}"
+    if metric.endswith("_seconds"):
+        label = _metric_label(metric)
+        value = value if label.endswith(" s") else value * 1e3
+    return f"{value:,.1f}" if abs(value) < 1000 else f"{value:,.0f}"
 
 
-def _table(comparisons: list[Comparison]) -> str:
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _signed(value: float | None) -> str:
+    return "skip" if value is None else f"{100 * value:+.0f}%"
+
+
+def _summary_line(name: str, inside: ErrorSummary, outside: ErrorSummary) -> str:
+    cells = []
+    for s in (inside, outside):
+        cells.append(f"{s.rows:>5} {_pct(s.median):>7} {_pct(s.p90):>7} {_pct(s.max):>7}")
+    return f"{name:<28}" + "   ".join(cells)
+
+
+def _summary_text(v: Validation) -> str:
+    scored = v.scored
+    header = f"{'|error|':<28}{'in-sample':^29}   {'out-of-sample (leave one source out)':^29}"
+    sub = f"{'':<28}" + "   ".join([f"{'rows':>5} {'median':>7} {'p90':>7} {'max':>7}"] * 2)
+    lines = [header, sub, "-" * len(sub)]
+    lines.append(_summary_line("all rows", summarise(s.error_in for s in scored), summarise(s.error_out for s in scored)))
+    serving = [s for s in scored if s.row.mode == "serving"]
+    lines.append(_summary_line("serving rows", summarise(s.error_in for s in serving), summarise(s.error_out for s in serving)))
+    for title, key in (("engine", lambda r: r.engine), ("family", lambda r: r.family), ("regime", lambda r: r.regime)):
+        inside, outside = grouped(scored, key, "in"), grouped(scored, key, "out")
+        for name in inside:
+            if inside[name].rows or outside[name].rows:
+                lines.append(_summary_line(f"{title} {name}", inside[name], outside[name]))
+    return "\n".join(lines)
+
+
+def _fit_text(v: Validation) -> str:
+    lines = ["Fitted ceilings per GPU family (in-sample fit on every row; range over the leave-one-source-out folds):"]
+    for family, fit in v.in_sample_fit.items():
+        folds = [f[family] for f in v.fold_fits.values() if family in f]
+        lines.append(f"  {family:<9} {_one(fit, folds, 'compute')};  {_one(fit, folds, 'memory')}")
+        if fit.unsolved_rows:
+            lines.append(f"            rows left out (no efficiency in [0.05, 1] reproduces them): {', '.join(fit.unsolved_rows)}")
+    lines.append("  (default = simulator/model/gpu.py's 0.70 / 0.80, fitted on nothing: the family has no such row)")
+    return "\n".join(lines)
+
+
+def _one(fit: FamilyFit, folds: list[FamilyFit], what: str) -> str:
+    value = getattr(fit, what)
+    rows = getattr(fit, f"{what}_rows")
+    if not rows:
+        return f"{what} {value:.3f} (default)"
+    values = [getattr(f, what) for f in folds] or [value]
+    spread = f", folds {min(values):.3f}-{max(values):.3f}" if min(values) != max(values) else ""
+    return f"{what} {value:.3f} from {len(rows)} rows{spread}"
+
+
+def _rows_text(scored: tuple[Scored, ...]) -> str:
     header = (
-        f"{'id':>3} {'model':<11} {'gpu':<15} {'tp':>2} {'w/kv':<9} {'batch':>5} {'in/out':>9} "
-        f"{'metric':<12} {'measured':>9} {'predicted':>9} {'error':>7}"
+        f"{'id':>4} {'source':<24} {'engine':<8} {'model':<15} {'gpu':<5} {'tp':>2} {'metric':<13} "
+        f"{'measured':>9} {'pred in':>9} {'err in':>6} {'pred out':>9} {'err out':>7}"
     )
     lines = [header, "-" * len(header)]
-    for c in comparisons:
-        m = c.measurement
-        label, unit, _ = METRIC_LABELS[m.metric]
-        metric = f"{label} {unit}".strip()
-        error = "skip" if c.error is None else f"{100 * c.error:+.0f}%"
-        flag = "" if c.fits else "  (no fit in memory model)"
+    for s in scored:
+        r = s.row
+        flag = "" if s.in_sample.fits else "  (no fit in memory model)"
+        if s.role:
+            flag += f"  [fits {s.role}]"
         lines.append(
-            f"{m.id:>3} {m.model:<11} {_gpu_name(m.gpu):<15} {m.tp:>2} {m.weights + '/' + m.kv:<9} {m.batch:>5} "
-            f"{str(m.input_tokens) + '/' + str(m.output_tokens):>9} {metric:<12} {_shown(m.metric, m.measured):>9} "
-            f"{_shown(m.metric, c.predicted):>9} {error:>7}{flag}"
+            f"{r.id:>4} {r.source_id[:24]:<24} {r.engine[:8]:<8} {r.model[:15]:<15} {r.gpu[:5]:<5} {r.tp:>2} "
+            f"{_metric_label(r.metric)[:13]:<13} {_shown(r.metric, r.measured):>9} {_shown(r.metric, s.in_sample.value):>9} "
+            f"{_signed(s.error_in):>6} {_shown(r.metric, s.out_of_sample.value):>9} {_signed(s.error_out):>7}{flag}"
         )
     return "\n".join(lines)
 
 
-def _gpu_name(name: str) -> str:
-    try:
-        return load_gpu(name).name
-    except InputError:  # an unknown GPU is reported as a skip; show the name as written
-        return name
-
-
-def _summary_text(summary: Summary, comparisons: list[Comparison]) -> str:
-    worst = sorted((c for c in comparisons if c.error is not None), key=lambda c: -abs(c.error))  # type: ignore[arg-type]
-    lines = [
-        f"{summary.rows} rows, {summary.compared} compared, {summary.skipped} skipped",
-        f"median |error| {100 * summary.median_abs_error:.1f}%, max |error| {100 * summary.max_abs_error:.1f}% (row {summary.worst_id})",
-        f"rows over {100 * EXPLAIN_ABOVE:.0f}%: {summary.over_limit}"
-        + (f" (no explanation: {', '.join(summary.unexplained)})" if summary.unexplained else ""),
-    ]
-    over = [c for c in worst if c.needs_explanation]
-    if over:
-        lines.append("")
-        lines.append(f"Rows over {100 * EXPLAIN_ABOVE:.0f}%, worst first:")
-        for c in over:
-            lines.append(f"  {c.measurement.id:>3} {100 * c.error:+.0f}%: {c.measurement.explanation or '(no explanation given)'}")  # type: ignore[operator]
-    skipped = [c for c in comparisons if c.error is None]
-    if skipped:
-        lines.append("")
-        lines.append("Skipped:")
-        for c in skipped:
-            lines.append(f"  {c.measurement.id:>3}: {c.skipped}")
+def _worst_text(scored: tuple[Scored, ...], count: int = 5) -> str:
+    ran = sorted((s for s in scored if s.error_out is not None), key=lambda s: -abs(s.error_out))  # type: ignore[arg-type]
+    lines = [f"Worst {min(count, len(ran))} rows out of sample:"]
+    for s in ran[:count]:
+        r = s.row
+        why = r.explanation or "(no explanation in the table)"
+        lines.append(f"  {r.id:>4} {100 * s.error_out:+.0f}% ({r.source_id}, {r.model} on {r.tp}x {r.gpu}, {r.metric}): {why}")  # type: ignore[operator]
     return "\n".join(lines)
 
 
-def _calibration_text(fits: list[FamilyFit]) -> str:
-    lines = ["Calibration (one compute and one memory efficiency per GPU family; median of per-row solutions):"]
-    for fit in fits:
-        compute = "-" if fit.compute is None else f"{fit.compute:.3f}"
-        memory = "-" if fit.memory is None else f"{fit.memory:.3f}"
-        lines.append(
-            f"  {fit.family:<7} compute {compute} from rows {','.join(fit.compute_rows) or '-'}; "
-            f"memory {memory} from rows {','.join(fit.memory_rows) or '-'}"
-        )
-        lines.append(f"          applies to: {', '.join(GPU_FAMILIES[fit.family])}")
+def _skipped_text(scored: tuple[Scored, ...]) -> str:
+    reasons: dict[str, list[str]] = {}
+    for s in scored:
+        if s.skipped:
+            reasons.setdefault(s.skipped, []).append(s.row.id)
+    if not reasons:
+        return ""
+    lines = ["Skipped rows (never dropped silently):"]
+    for reason, ids in sorted(reasons.items(), key=lambda kv: -len(kv[1])):
+        lines.append(f"  {len(ids):>3} rows ({_ids(ids)}): {reason}")
     return "\n".join(lines)
 
 
-def _comparison_dict(c: Comparison) -> dict[str, Any]:
-    m = c.measurement
+def _ids(ids: list[str], most: int = 8) -> str:
+    return ", ".join(ids[:most]) + (f", ... ({len(ids) - most} more)" if len(ids) > most else "")
+
+
+def _fit_dict(fit: FamilyFit) -> dict[str, Any]:
     return {
-        "id": m.id, "engine": m.engine, "model": m.model, "gpu": m.gpu, "tp": m.tp, "weights": m.weights, "kv": m.kv,
-        "batch": m.batch, "input_tokens": m.input_tokens, "output_tokens": m.output_tokens, "metric": m.metric,
-        "unit": m.unit, "measured": m.measured, "predicted": c.predicted, "error": c.error, "fits": c.fits,
-        "skipped": c.skipped or None, "explanation": m.explanation or None, "source": m.source, "link": m.link,
+        "gpus": list(GPU_FAMILIES.get(fit.family, ())), "compute": fit.compute, "memory": fit.memory,
+        "compute_rows": list(fit.compute_rows), "memory_rows": list(fit.memory_rows),
+        "compute_is_default": fit.compute_is_default, "memory_is_default": fit.memory_is_default,
+        "unsolved_rows": list(fit.unsolved_rows),
     }
 
 
-@click.command("validate", epilog=EPILOG)
-@click.option("--csv", "table", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_TABLE,
-              show_default="validation/measurements.csv", help="Measurements table to compare against.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: rows, summary (and calibration).")
-@click.option("--calibrate", is_flag=True, help="Also fit one compute and one memory efficiency per GPU family (slower).")
+def _row_dict(s: Scored) -> dict[str, Any]:
+    r = s.row
+    return {
+        "id": r.id, "source_id": r.source_id, "engine": r.engine, "model": r.model, "gpu": r.gpu, "family": r.family,
+        "tp": r.tp, "replicas": r.replicas, "mode": r.mode, "regime": r.regime, "metric": r.metric,
+        "metric_kind": r.kind, "unit": r.unit, "measured": r.measured,
+        "predicted_in_sample": s.in_sample.value, "error_in_sample": s.error_in,
+        "predicted_out_of_sample": s.out_of_sample.value, "error_out_of_sample": s.error_out,
+        "fits_memory": s.in_sample.fits, "calibrates": s.role, "skipped": s.skipped or None,
+        "notes": list(dict.fromkeys(s.in_sample.notes + s.out_of_sample.notes)),
+        "explanation": r.explanation or None, "source": r.source, "link": r.link,
+    }
+
+
+def validation_dict(v: Validation, table: Path) -> dict[str, Any]:
+    """The ``--json`` object: in_sample / out_of_sample summaries, the fits, and every row."""
+    return {
+        "table": str(table),
+        "rows_total": len(v.scored),
+        "rows_compared": sum(1 for s in v.scored if s.error_out is not None),
+        "sources": sorted({s.row.source_id for s in v.scored}),
+        "in_sample": report_block(v.scored, "in"),
+        "out_of_sample": report_block(v.scored, "out"),
+        "fit": {
+            "in_sample": {family: _fit_dict(f) for family, f in v.in_sample_fit.items()},
+            "folds": {source: {family: _fit_dict(f) for family, f in fits.items()} for source, fits in v.fold_fits.items()},
+        },
+        "rows": [_row_dict(s) for s in v.scored],
+    }
+
+
+def _check_outputs(plot_path: Path | None, bands_out: Path | None, write: bool) -> None:
+    if plot_path is not None:
+        from simulator.report.plots import check_plot_path
+
+        check_plot_path(plot_path)
+    if bands_out is not None and not write:
+        raise InputError("--bands-out: only used with --write-bands")
+    if write:
+        target = bands_out or bands_file()
+        if target.is_dir():
+            raise InputError(f"--bands-out: {target} is a folder")
+        if not target.parent.is_dir():
+            raise InputError(f"--bands-out: folder {target.parent} does not exist")
+
+
+def run_validation(table: Path) -> tuple[Validation, float]:
+    started = time.perf_counter()
+    rows = load_table(table)
+    if not rows:
+        raise InputError(f"--csv: {table}: the table has no rows")
+    with Replayer() as replayer:
+        result = cross_validate(rows, replayer)
+    return result, time.perf_counter() - started
+
+
+def _text(v: Validation, table: Path, seconds: float, no_rows: bool) -> str:
+    compared = sum(1 for s in v.scored if s.error_out is not None)
+    sources = len({s.row.source_id for s in v.scored})
+    parts = [
+        (f"{table}: {len(v.scored)} rows from {sources} sources; {compared} replayed through the engine, "
+        f"{len(v.scored) - compared} skipped ({v.engine_runs} engine runs, {seconds:.1f} s)"),
+        _summary_text(v),
+        _fit_text(v),
+    ]
+    if not no_rows:
+        parts.append(_rows_text(v.scored))
+    parts.append(_worst_text(v.scored))
+    skipped = _skipped_text(v.scored)
+    if skipped:
+        parts.append(skipped)
+    return "\n\n".join(parts)
+
+
+@click.command("validate", epilog=EPILOG, context_settings={"max_content_width": 110})
+@click.option("--csv", "table", type=click.Path(dir_okay=True, path_type=Path), default=None,
+              show_default="validation/published.csv", help="Measurement table (published.csv schema) to replay.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: in_sample, out_of_sample, fit, rows.")
+@click.option("--no-rows", is_flag=True, help="Text output: leave out the per-row table.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also draw predicted vs measured (out of sample, log-log) to this .png/.svg/.pdf.")
+@click.option("--write-bands", is_flag=True, help="Write the out-of-sample error bands (validation/error_bands.json).")
+@click.option("--bands-out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="With --write-bands: write them here instead of the shipped file.")
 @reports_input_errors
-def validate_command(table: Path, as_json: bool, calibrate: bool) -> None:
-    """Compare the simulator with published measurements: predicted vs measured, error %."""
-    rows = load_measurements(table)
-    comparisons = compare_all(rows)
-    summary = summarise(comparisons)
-    fits = fit_family_efficiencies(rows) if calibrate else None
+def validate_command(table: Path | None, as_json: bool, no_rows: bool, plot_path: Path | None, write_bands: bool,
+                     bands_out: Path | None) -> None:
+    """Replay published measurements through the engine; in-sample and out-of-sample error."""
+    table = default_table() if table is None else table
+    _check_outputs(plot_path, bands_out, write_bands)
+    v, seconds = run_validation(table)
+    if write_bands:
+        target = bands_out or bands_file()
+        document = bands_document(residuals(v.scored), {
+            "table": table.name, "rows": len(v.scored), "rows_compared": sum(1 for s in v.scored if s.error_out is not None),
+            "sources": len({s.row.source_id for s in v.scored}), "command": "simulate validate --write-bands",
+        })
+        save_bands(target, document)
+        click.echo(f"wrote {len(document['classes'])} error-band classes to {target}", err=True)
+    if plot_path is not None:
+        from simulator.report.validation_plot import plot_validation
+
+        plot_validation(v.scored, plot_path)
+        click.echo(f"wrote {plot_path}", err=True)
     if as_json:
-        out: dict[str, Any] = {
-            "rows": [_comparison_dict(c) for c in comparisons],
-            "summary": {
-                "rows": summary.rows, "compared": summary.compared, "skipped": summary.skipped,
-                "median_abs_error": summary.median_abs_error, "max_abs_error": summary.max_abs_error,
-                "worst_id": summary.worst_id, "over_limit": summary.over_limit,
-                "unexplained": list(summary.unexplained),
-            },
-        }
-        if fits is not None:
-            out["calibration"] = [
-                {"family": f.family, "gpus": list(GPU_FAMILIES[f.family]), "compute": f.compute,
-                 "compute_rows": list(f.compute_rows), "memory": f.memory, "memory_rows": list(f.memory_rows)}
-                for f in fits
-            ]
-        click.echo(to_json(out, indent=2))
+        click.echo(json.dumps(validation_dict(v, table), indent=1, allow_nan=False))
         return
-    click.echo(_table(comparisons))
-    click.echo("")
-    click.echo(_summary_text(summary, comparisons))
-    if fits is not None:
-        click.echo("")
-        click.echo(_calibration_text(fits))
+    click.echo(_text(v, table, seconds, no_rows))
+
+

@@ -1,337 +1,682 @@
-"""Validation against published measurements: predict each row of a table, compare, summarise.
+"""Validation against published measurements: the table, and each row replayed through the engine.
 
-Each row of ``validation/measurements.csv`` names an engine run (model, GPU, tensor-parallel
-degree, weight and KV dtypes, batch, input and output tokens) and one measured figure. The
-simulator models it as a *static* batch (all sequences prefill together, then decode in
-lockstep), which is how the benchmark tables in the file were produced:
+A row of ``validation/published.csv`` (schema: :data:`COLUMNS`) names a published run (engine,
+model, GPU, tensor-parallel degree, dtypes, workload, engine settings) and one figure it
+measured, in SI units. :class:`Replayer` runs the row through the serving engine
+(:func:`simulator.plan.run.simulate_settings`) with a given pair of efficiency ceilings and reads
+the same figure off the run's aggregates:
 
-- ``ttft_seconds``: one prefill step of ``batch`` x ``input_tokens`` tokens.
-- ``output_tokens_per_second``: a closed batch of ``batch`` sequences reaching
-  ``input + output`` tokens; batch * output / (prefill + all decode steps), whole TP group.
-- ``tpot_seconds``: mean decode step time of that closed batch.
-- ``decode_tokens_per_second_per_sequence``: output tokens/s of one sequence of that
-  closed batch (the lmdeploy batch-1 runs with a 1-token prompt: nearly pure decode).
+- a *static batch* (``mode`` static, one batch of fixed lengths, ``num_prompts`` blank or equal
+  to ``batch``): ``batch`` requests at t = 0 under the static scheduler with ``max_num_seqs =
+  batch``, so they prefill together (TTFT of the batch = its prefill) and decode in lockstep,
+  as the vendor benchmarks ran. When the simulator's memory plan says the batch does not fit,
+  it is run anyway with a KV cache forced to hold it (flagged ``fits=False``): the published
+  run did fit on its hardware.
+- anything else (serving at a rate, or an offline run of ``num_prompts`` requests at once):
+  the requests are written to a small trace file (arrival times Poisson at ``request_rate``,
+  all at t = 0 for ``inf`` or static mode; lengths drawn from ``input_dist``/``output_dist``
+  with a fixed seed) and replayed with the row's engine settings. At most
+  :data:`MAX_PROMPTS` requests are simulated (a note says so when the source ran more).
 
-The error of a row is (predicted - measured) / measured. Rows whose model or GPU the
-simulator does not ship are skipped with the reason shown, never silently dropped.
+Static metrics: ``ttft_seconds`` mean TTFT, ``tpot_seconds`` mean TPOT, ``e2e_seconds`` the
+whole batch's wall time, ``output_tokens_per_second``/``total_tokens_per_second`` over the run,
+``decode_tokens_per_second_per_sequence`` output tokens/s divided by the batch,
+``request_throughput`` completed requests/s. Serving metrics ``{ttft,tpot,itl,e2e}_{mean,p50,p99}_seconds``
+are the run's summaries. With ``replicas`` R > 1 (data-parallel copies behind a router), one
+replica is simulated at 1/R of the arrival rate and of the requests (random routing splits a
+Poisson stream into R Poisson streams), and throughputs are multiplied by R; a static batch
+with R > 1 is skipped (how it was split is not stated). A row whose model, GPU or setting the
+simulator lacks is skipped with the reason, never dropped silently.
 
-Calibration (:func:`fit_family_efficiencies`) fits one compute and one memory efficiency per
-GPU *family* (not per row): compute from the compute-bound prefill rows, memory from the
-decode-dominated rows with compute fixed, each the median of the per-row values that make the
-prediction match exactly. docs/readme-validation.md describes the rule and its results.
+The engine profile is the row's engine where a profile of that name ships (vllm, sglang,
+trtllm); other engines use the closest one (:data:`ENGINE_PROFILE_FOR`, said in each row's notes).
 """
 
 from __future__ import annotations
 
 import csv
 import functools
-import statistics
-from dataclasses import dataclass
+import math
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Self
 
-from simulator.cost.analytic import run_batch
+import numpy as np
+
+from simulator.engine.metrics import Aggregates
 from simulator.errors import InputError
-from simulator.model import GPUSpec, ModelSpec, load_gpu, load_model
-from simulator.model.precision import parse_precision
-from simulator.model.registry import data_path
-from simulator.model.step import Step
-from simulator.plan.deployment import plan_deployment
+from simulator.model import Efficiency, GPUSpec, ModelSpec, load_gpu, load_model
 
-DEFAULT_TABLE = data_path("validation", "measurements.csv")
+try:  # the package-data registry (one place that knows where shipped data lives)
+    from simulator.model.registry import data_path as _data_path
+except ImportError:  # pragma: no cover - older layout: data beside the package
+    def _data_path(*parts: str) -> Path:
+        return Path(__file__).resolve().parents[2].joinpath(*parts)
 
-METRICS: tuple[str, ...] = (
-    "ttft_seconds",
-    "tpot_seconds",
-    "output_tokens_per_second",
-    "decode_tokens_per_second_per_sequence",
+
+def validation_file(*parts: str) -> Path:
+    """A shipped validation file, e.g. ``validation_file("published.csv")``: the one place that knows where."""
+    return _data_path("validation", *parts)
+
+
+def default_table() -> Path:
+    """The table ``simulate validate`` replays when no ``--csv`` is given."""
+    return validation_file("published.csv")
+
+
+COLUMNS: tuple[str, ...] = (
+    "id", "source_id", "engine", "engine_version", "model", "gpu", "tp", "replicas", "weights", "kv", "mode",
+    "regime", "batch", "input_tokens", "output_tokens", "input_dist", "output_dist", "request_rate", "num_prompts",
+    "max_num_seqs", "max_batched_tokens", "chunked_prefill", "metric", "measured", "unit", "quote", "source", "link",
+    "notes", "explanation",
 )
 REQUIRED_COLUMNS: tuple[str, ...] = (
-    "id", "engine", "model", "gpu", "tp", "weights", "kv", "batch", "input_tokens", "output_tokens",
-    "metric", "measured", "unit", "source", "link",
+    "id", "source_id", "engine", "model", "gpu", "tp", "weights", "kv", "mode", "regime", "batch",
+    "input_tokens", "output_tokens", "metric", "measured",
 )
-INTEGER_COLUMNS: tuple[str, ...] = ("tp", "batch", "input_tokens", "output_tokens")
+MODES = ("static", "serving")
+REGIMES = ("decode_b1", "decode_batch", "long_context", "prefill", "serving")
 
-# GPU families for calibration: one compute and one memory efficiency each (GPUSpec.name).
+STATIC_METRICS: tuple[str, ...] = (
+    "ttft_seconds", "tpot_seconds", "e2e_seconds", "output_tokens_per_second", "total_tokens_per_second",
+    "decode_tokens_per_second_per_sequence", "request_throughput",
+)
+SERVING_METRICS: tuple[str, ...] = tuple(
+    f"{what}_{stat}_seconds" for what in ("ttft", "tpot", "itl", "e2e") for stat in ("mean", "p50", "p99")
+) + ("output_tokens_per_second", "total_tokens_per_second", "request_throughput")
+
+MAX_PROMPTS = 1000
+"""Most requests simulated for one row (the whole table then replays in minutes on 2 cores)."""
+
+SEED = 0
+"""Seed of every sampled arrival and length: the same table gives the same predictions."""
+
+# Engines without a shipped profile -> the closest one (the row's notes say so).
+# lmdeploy's TurboMind and llama.cpp are C++ servers with TensorRT-LLM-like host overhead;
+# TGI and DeepSpeed-FastGen batch continuously from a Python/Rust scheduler like vLLM.
+ENGINE_PROFILE_FOR: dict[str, str] = {
+    "vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "ideal": "ideal",
+    "lmdeploy": "trtllm", "llamacpp": "trtllm", "tgi": "vllm", "deepspeed-fastgen": "vllm",
+}
+DEFAULT_PROFILE = "vllm"
+
+# GPU families: the calibrated parameters are per family (GPUSpec.name).
 GPU_FAMILIES: dict[str, tuple[str, ...]] = {
     "ampere": ("A100-SXM4-80GB", "A100-SXM4-40GB", "A10G"),
     "hopper": ("H100-SXM5-80GB", "H100-PCIe-80GB", "H200-SXM-141GB"),
     "ada": ("L40S", "L4"),
+    "cdna3": ("MI300X",),
+    "blackwell": ("B200",),
+    "volta": ("V100-SXM2-32GB",),
 }
 
-# Rows over this absolute error must carry an explanation (the issue's rule).
-EXPLAIN_ABOVE = 0.50
+
+def family_of(gpu_name: str) -> str | None:
+    """The family of a GPU (its config name, or any name/alias/path load_gpu accepts); None if unknown."""
+    for family, names in GPU_FAMILIES.items():
+        if gpu_name in names:
+            return family
+    try:
+        name = _gpu(gpu_name).name
+    except InputError:
+        return None
+    for family, names in GPU_FAMILIES.items():
+        if name in names:
+            return family
+    return None
+
+
+def metric_kind(metric: str) -> str:
+    """The class of a metric for error bands: ttft, tpot (TPOT and ITL), e2e or throughput."""
+    if metric.startswith("ttft"):
+        return "ttft"
+    if metric.startswith(("tpot", "itl")):
+        return "tpot"
+    if metric.startswith("e2e"):
+        return "e2e"
+    return "throughput"
+
+
+def is_time_metric(metric: str) -> bool:
+    """Seconds (a higher efficiency lowers it) rather than a rate (a higher efficiency raises it)."""
+    return metric.endswith("_seconds")
 
 
 @dataclass(frozen=True)
-class Measurement:
-    """One published figure and the run that produced it (units as the ``unit`` column: SI)."""
+class Row:
+    """One published figure and the run that produced it (SI units; see the module docstring)."""
 
     id: str
+    source_id: str
     engine: str
     model: str
     gpu: str
     tp: int
     weights: str
     kv: str
-    batch: int
+    mode: str
+    regime: str
+    batch: int | None
     input_tokens: int
     output_tokens: int
     metric: str
     measured: float
-    unit: str
-    source: str
-    link: str
+    engine_version: str = ""
+    replicas: int = 1
+    input_dist: str = "fixed"
+    output_dist: str = "fixed"
+    request_rate: float | None = None
+    num_prompts: int | None = None
+    max_num_seqs: int | None = None
+    max_batched_tokens: int | None = None
+    chunked_prefill: bool | None = None
+    unit: str = ""
+    quote: str = ""
+    source: str = ""
+    link: str = ""
     notes: str = ""
     explanation: str = ""
+    lengths_dirs: tuple[Path, ...] = field(default=(), compare=False, hash=False, repr=False)
+    """where ``dataset:NAME`` files are looked for (the table's own ``lengths/`` first)"""
 
     @property
-    def context_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """A measurement with the simulator's prediction (``predicted`` None when skipped)."""
-
-    measurement: Measurement
-    predicted: float | None
-    skipped: str = ""
-    fits: bool = True
+    def family(self) -> str | None:
+        return family_of(self.gpu)
 
     @property
-    def error(self) -> float | None:
-        """Signed relative error (predicted - measured) / measured; None when skipped."""
-        if self.predicted is None:
-            return None
-        return (self.predicted - self.measurement.measured) / self.measurement.measured
+    def kind(self) -> str:
+        return metric_kind(self.metric)
 
     @property
-    def needs_explanation(self) -> bool:
-        return self.error is not None and abs(self.error) > EXPLAIN_ABOVE
+    def is_static_batch(self) -> bool:
+        """One batch of fixed lengths at t = 0, run by the static scheduler (see the module docstring)."""
+        return (
+            self.mode == "static" and self.batch is not None and self.num_prompts in (None, self.batch)
+            and self.input_dist == "fixed" and self.output_dist == "fixed"
+            and self.max_num_seqs in (None, self.batch) and self.request_rate in (None, math.inf)
+        )
+
+    def run_key(self) -> tuple:
+        """Everything that defines the simulated run (rows differing only in metric share one run)."""
+        return (
+            self.engine, self.model, self.gpu, self.tp, self.replicas, self.weights, self.kv, self.mode,
+            self.batch, self.input_tokens, self.output_tokens, self.input_dist, self.output_dist, self.request_rate,
+            self.num_prompts, self.max_num_seqs, self.max_batched_tokens, self.chunked_prefill, self.lengths_dirs,
+        )
 
 
-def load_measurements(path: Path = DEFAULT_TABLE) -> list[Measurement]:
-    """Rows of a measurements CSV; InputError names the file, line, column and what is allowed."""
+# --- reading the table -------------------------------------------------------------------------
+
+def load_table(path: Path | None = None) -> list[Row]:
+    """Rows of a table in the published.csv schema; InputError names the file, line, column and what is allowed."""
+    path = default_table() if path is None else Path(path)
+    if not str(path).strip() or str(path) == ".":
+        raise InputError("--csv: empty path; give a CSV file in the published.csv schema")
+    if path.is_dir():
+        raise InputError(f"--csv: {path} is a folder, not a CSV file")
     try:
-        handle = path.open(newline="", encoding="utf-8")
+        text = path.read_bytes().decode("utf-8-sig")
     except FileNotFoundError:
         raise InputError(f"--csv: {path}: no such file") from None
-    with handle:
-        reader = csv.DictReader(handle)
-        missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise InputError(f"--csv: {path}: missing column(s) {', '.join(missing)}; required: {', '.join(REQUIRED_COLUMNS)}")
-        rows = []
-        for line, raw in enumerate(reader, start=2):
-            rows.append(_measurement(raw, f"{path}:{line}"))
+    except UnicodeDecodeError as exc:
+        raise InputError(f"--csv: {path}: not UTF-8 (byte {exc.start})") from None
+    except OSError as exc:
+        raise InputError(f"--csv: {path}: cannot read ({exc.strerror})") from None
+    reader = csv.DictReader(text.splitlines())
+    header = [name.strip() for name in (reader.fieldnames or [])]
+    reader.fieldnames = header
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise InputError(f"--csv: {path}: missing column(s) {', '.join(missing)}; the schema is: {','.join(COLUMNS)}")
+    dirs = (path.resolve().parent / "lengths", validation_file("lengths"))
+    rows = [_row(raw, f"{path}:{line}", dirs) for line, raw in enumerate(reader, start=2)]
+    seen: dict[str, int] = {}
+    for line, row in enumerate(rows, start=2):
+        if row.id in seen:
+            raise InputError(f"{path}:{line}: column 'id': {row.id!r} repeats line {seen[row.id]}; ids must be unique")
+        seen[row.id] = line
     return rows
 
 
-def _measurement(raw: dict[str, str], where: str) -> Measurement:
-    values: dict[str, object] = {k: (raw.get(k) or "").strip() for k in Measurement.__dataclass_fields__}
-    for column in INTEGER_COLUMNS:
-        try:
-            values[column] = int(values[column])  # type: ignore[arg-type]
-        except ValueError:
-            raise InputError(f"{where}: column '{column}': expected an integer (got {values[column]!r})") from None
-        if values[column] < (0 if column == "input_tokens" else 1):  # type: ignore[operator]
-            raise InputError(f"{where}: column '{column}': must be >= 1 (got {values[column]})")
+def _int(raw: str, column: str, where: str, minimum: int, optional: bool) -> int | None:
+    if not raw:
+        if optional:
+            return None
+        raise InputError(f"{where}: column '{column}': is empty; expected an integer >= {minimum}")
     try:
-        values["measured"] = float(values["measured"])  # type: ignore[arg-type]
+        value = float(raw)
     except ValueError:
-        raise InputError(f"{where}: column 'measured': expected a number (got {values['measured']!r})") from None
-    if values["measured"] <= 0:  # type: ignore[operator]
-        raise InputError(f"{where}: column 'measured': must be > 0 (got {values['measured']})")
-    if values["metric"] not in METRICS:
-        raise InputError(f"{where}: column 'metric': unknown metric {values['metric']!r}; allowed: {', '.join(METRICS)}")
-    return Measurement(**values)  # type: ignore[arg-type]
+        raise InputError(f"{where}: column '{column}': expected an integer (got {raw!r})") from None
+    if not math.isfinite(value) or value != int(value) or value >= 2**31:
+        raise InputError(f"{where}: column '{column}': expected an integer (got {raw!r})")
+    if value < minimum:
+        raise InputError(f"{where}: column '{column}': must be >= {minimum} (got {raw})")
+    return int(value)
 
 
-@functools.lru_cache(maxsize=None)
+def _row(raw: dict[str, str | None], where: str, lengths_dirs: tuple[Path, ...]) -> Row:
+    cell = {name: (raw.get(name) or "").strip() for name in COLUMNS}
+    mode, regime, metric = cell["mode"].lower(), cell["regime"].lower(), cell["metric"]
+    if mode not in MODES:
+        raise InputError(f"{where}: column 'mode': {cell['mode']!r}; allowed: {', '.join(MODES)}")
+    if regime not in REGIMES:
+        raise InputError(f"{where}: column 'regime': {cell['regime']!r}; allowed: {', '.join(REGIMES)}")
+    allowed = STATIC_METRICS if mode == "static" else SERVING_METRICS
+    if metric not in allowed:
+        raise InputError(f"{where}: column 'metric': {metric!r} is not a {mode} metric; allowed: {', '.join(allowed)}")
+    try:
+        measured = float(cell["measured"])
+    except ValueError:
+        raise InputError(f"{where}: column 'measured': expected a number (got {cell['measured']!r})") from None
+    if not (math.isfinite(measured) and measured > 0):
+        raise InputError(f"{where}: column 'measured': must be finite and > 0 (got {cell['measured']})")
+    rate: float | None = None
+    if cell["request_rate"]:
+        try:
+            rate = float(cell["request_rate"])
+        except ValueError:
+            raise InputError(f"{where}: column 'request_rate': expected requests/s or inf (got {cell['request_rate']!r})") from None
+        if math.isnan(rate) or rate <= 0:
+            raise InputError(f"{where}: column 'request_rate': must be > 0 requests/s or inf (got {cell['request_rate']})")
+    chunked = {"": None, "true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
+    if cell["chunked_prefill"].lower() not in chunked:
+        raise InputError(f"{where}: column 'chunked_prefill': {cell['chunked_prefill']!r}; allowed: true, false or blank")
+    for column in ("input_dist", "output_dist"):
+        _check_dist(cell[column] or "fixed", f"{where}: column '{column}'")
+    row = Row(
+        id=cell["id"], source_id=cell["source_id"] or cell["source"] or "unknown", engine=cell["engine"].lower(),
+        model=cell["model"], gpu=cell["gpu"],
+        tp=_int(cell["tp"], "tp", where, 1, False),  # type: ignore[arg-type]
+        weights=cell["weights"].lower(), kv=cell["kv"].lower(), mode=mode, regime=regime,
+        batch=_int(cell["batch"], "batch", where, 1, True),
+        input_tokens=max(1, _int(cell["input_tokens"], "input_tokens", where, 0, False) or 1),
+        output_tokens=_int(cell["output_tokens"], "output_tokens", where, 1, False),  # type: ignore[arg-type]
+        metric=metric, measured=measured, engine_version=cell["engine_version"],
+        replicas=_int(cell["replicas"], "replicas", where, 1, True) or 1,
+        input_dist=(cell["input_dist"] or "fixed").lower(), output_dist=(cell["output_dist"] or "fixed").lower(),
+        request_rate=rate, num_prompts=_int(cell["num_prompts"], "num_prompts", where, 1, True),
+        max_num_seqs=_int(cell["max_num_seqs"], "max_num_seqs", where, 1, True),
+        max_batched_tokens=_int(cell["max_batched_tokens"], "max_batched_tokens", where, 1, True),
+        chunked_prefill=chunked[cell["chunked_prefill"].lower()],
+        unit=cell["unit"], quote=cell["quote"], source=cell["source"], link=cell["link"], notes=cell["notes"],
+        explanation=cell["explanation"], lengths_dirs=lengths_dirs,
+    )
+    if mode == "static" and row.batch is None and row.num_prompts is None:
+        raise InputError(f"{where}: a static row needs column 'batch' (or 'num_prompts')")
+    return row
+
+
+def _check_dist(text: str, where: str) -> None:
+    kind, _, rest = text.lower().partition(":")
+    allowed = "fixed, uniform:LO:HI, normal:MEAN:STD, random_ratio:R or dataset:NAME"
+    try:
+        if kind == "fixed" and not rest:
+            return
+        if kind == "uniform":
+            lo, hi = (int(v) for v in rest.split(":"))
+            if 1 <= lo <= hi:
+                return
+        if kind == "normal":
+            mean, std = (float(v) for v in rest.split(":"))
+            if math.isfinite(mean) and math.isfinite(std) and mean >= 1 and std >= 0:
+                return
+        if kind == "random_ratio":
+            ratio = float(rest)
+            if 0 <= ratio <= 1:
+                return
+        if kind == "dataset" and rest and "/" not in rest and "\\" not in rest and rest not in (".", ".."):
+            return
+    except ValueError:
+        pass
+    raise InputError(f"{where}: cannot read {text!r}; allowed: {allowed}")
+
+
+# --- lengths -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LengthData:
+    """A ``validation/lengths/NAME.csv`` file: paired samples, a histogram, or summary statistics."""
+
+    name: str
+    pairs: np.ndarray | None = None
+    """(n, 2) integer array of (input, output) token counts"""
+    histogram: np.ndarray | None = None
+    """(k, 3) array of bucket_low, bucket_high, count"""
+    statistics: dict[str, dict[str, float]] | None = None
+    """{"input_tokens": {"mean": ..., "median": ...}, "output_tokens": {...}}"""
+
+    def sample(self, side: str, n: int, rng: np.random.Generator, index: np.ndarray | None) -> np.ndarray:
+        """``n`` lengths of one side (``input_tokens``/``output_tokens``); ``index`` picks paired rows."""
+        if self.pairs is not None:
+            column = 0 if side == "input_tokens" else 1
+            return self.pairs[index if index is not None else rng.integers(0, len(self.pairs), n), column]
+        if self.histogram is not None:
+            counts = self.histogram[:, 2].astype(float)
+            bucket = rng.choice(len(counts), size=n, p=counts / counts.sum())
+            low, high = self.histogram[bucket, 0], self.histogram[bucket, 1]
+            return np.floor(low + rng.random(n) * (high - low + 1)).astype(np.int64)
+        stats = (self.statistics or {}).get(side, {})
+        return _from_statistics(stats, n, rng, f"dataset:{self.name} {side}")
+
+
+def _from_statistics(stats: dict[str, float], n: int, rng: np.random.Generator, what: str) -> np.ndarray:
+    """Lengths from summary statistics: a log-normal matched to (mean, median) or (mean, std), else the mean.
+
+    Request lengths of chat datasets are right-skewed (mean above median); a log-normal is the
+    two-parameter law that keeps both figures: median = e^mu, mean = e^(mu + sigma^2 / 2).
+    """
+    mean, median, std = stats.get("mean"), stats.get("median", stats.get("p50")), stats.get("std")
+    if mean is None and median is None:
+        raise InputError(f"{what}: the statistics give neither a mean nor a median")
+    if mean is not None and median is not None and mean > median > 0:
+        mu, sigma = math.log(median), math.sqrt(2 * math.log(mean / median))
+    elif mean is not None and std is not None and mean > 0 and std > 0:
+        sigma = math.sqrt(math.log(1 + (std / mean) ** 2))
+        mu = math.log(mean) - sigma**2 / 2
+    else:
+        return np.full(n, round(mean if mean is not None else median), dtype=np.int64)  # type: ignore[arg-type]
+    return np.rint(rng.lognormal(mu, sigma, n)).astype(np.int64)
+
+
+@functools.cache
+def load_lengths(path: Path) -> LengthData:
+    """Read a lengths file by its header; InputError naming the file, line and what is allowed."""
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 (byte {exc.start})") from None
+    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    reader = csv.reader(lines)
+    header = [h.strip().lower() for h in next(reader, [])]
+    body = list(reader)
+    name = path.stem
+
+    def numbers(columns: list[str]) -> np.ndarray:
+        index = [header.index(c) for c in columns]
+        out = np.empty((len(body), len(columns)))
+        for i, cells in enumerate(body):
+            try:
+                out[i] = [float(cells[j]) for j in index]
+            except (ValueError, IndexError):
+                raise InputError(f"{path}:{i + 2}: expected numbers in columns {', '.join(columns)}") from None
+        if not np.all(np.isfinite(out)) or np.any(out < 0):
+            raise InputError(f"{path}: every value must be a finite number >= 0")
+        return out
+
+    if {"input_tokens", "output_tokens"} <= set(header) and "statistic" not in header:
+        pairs = numbers(["input_tokens", "output_tokens"]).astype(np.int64)
+        if len(pairs) == 0:
+            raise InputError(f"{path}: no samples")
+        return LengthData(name, pairs=np.maximum(pairs, 1))
+    if {"bucket_low", "bucket_high", "count"} <= set(header):
+        hist = numbers(["bucket_low", "bucket_high", "count"])
+        if len(hist) == 0 or hist[:, 2].sum() <= 0 or np.any(hist[:, 1] < hist[:, 0]):
+            raise InputError(f"{path}: a histogram needs buckets with bucket_low <= bucket_high and counts summing > 0")
+        hist[:, 0] = np.maximum(hist[:, 0], 1)
+        return LengthData(name, histogram=hist)
+    if "statistic" in header:
+        stats: dict[str, dict[str, float]] = {"input_tokens": {}, "output_tokens": {}}
+        for i, cells in enumerate(body):
+            record = dict(zip(header, (c.strip() for c in cells)))
+            key = record.get("statistic", "").lower()
+            for side, values in stats.items():
+                if record.get(side):
+                    try:
+                        values[key] = float(record[side])
+                    except ValueError:
+                        raise InputError(f"{path}:{i + 2}: column '{side}': expected a number (got {record[side]!r})") from None
+        return LengthData(name, statistics=stats)
+    raise InputError(
+        f"{path}: unknown lengths file; expected columns input_tokens,output_tokens (a sample), "
+        "bucket_low,bucket_high,count (a histogram) or statistic,input_tokens,output_tokens (summary statistics)"
+    )
+
+
+def find_lengths(name: str, dirs: tuple[Path, ...]) -> LengthData:
+    for folder in dirs or (validation_file("lengths"),):
+        path = folder / f"{name}.csv"
+        if path.is_file():
+            return load_lengths(path)
+    raise InputError(f"dataset:{name}: no lengths file {name}.csv in {', '.join(str(d) for d in dirs)}")
+
+
+def sample_lengths(row: Row, n: int, rng: np.random.Generator, max_context: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(prompt tokens, output tokens, notes) of ``n`` requests of ``row``; prompts clipped to fit the context."""
+    datasets = {d.partition(":")[2] for d in (row.input_dist, row.output_dist) if d.startswith("dataset:")}
+    paired: dict[str, np.ndarray | None] = {}
+    for name in datasets:
+        data = find_lengths(name, row.lengths_dirs)
+        paired[name] = rng.integers(0, len(data.pairs), n) if data.pairs is not None else None
+    sides = []
+    for side, dist, mean in (("input_tokens", row.input_dist, row.input_tokens), ("output_tokens", row.output_dist, row.output_tokens)):
+        kind, _, rest = dist.partition(":")
+        if kind == "fixed":
+            values = np.full(n, mean, dtype=np.int64)
+        elif kind == "uniform":
+            lo, hi = (int(v) for v in rest.split(":"))
+            values = rng.integers(lo, hi, size=n, endpoint=True)
+        elif kind == "normal":
+            mu, std = (float(v) for v in rest.split(":"))
+            values = np.rint(rng.normal(mu, std, n)).astype(np.int64)
+        elif kind == "random_ratio":
+            # vLLM's random dataset (current benchmark_serving): uniform in [L(1-R), L(1+R)] around L
+            ratio = float(rest)
+            values = rng.integers(max(1, int(mean * (1 - ratio))), max(1, int(mean * (1 + ratio))), size=n, endpoint=True)
+        else:
+            values = find_lengths(rest, row.lengths_dirs).sample(side, n, rng, paired.get(rest))
+        sides.append(np.maximum(values.astype(np.int64), 1))
+    prompts, outputs = sides
+    notes = []
+    outputs = np.minimum(outputs, max_context - 1)
+    over = prompts + outputs > max_context
+    if over.any():
+        prompts = np.where(over, max_context - outputs, prompts)
+        notes.append(f"{int(over.sum())} prompts shortened to fit the model's {max_context}-token context")
+    return prompts, outputs, notes
+
+
+# --- replaying rows through the engine -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class Efficiencies:
+    """The two calibrated ceilings: fractions of peak FLOP/s and of HBM bandwidth."""
+
+    compute: float
+    memory: float
+
+
+DEFAULT_EFFICIENCIES = Efficiencies(Efficiency().compute, Efficiency().memory)
+"""simulator/model/gpu.py's defaults (0.70 / 0.80), not fitted on any table: a family without rows keeps them."""
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """One simulated run (``metrics`` None when skipped, with the reason)."""
+
+    metrics: Aggregates | None
+    requests: int = 0
+    skipped: str = ""
+    replicas: int = 1
+    """copies of the simulated deployment the figure is for (throughputs scale by it)"""
+    notes: tuple[str, ...] = ()
+    fits: bool = True
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A row's predicted figure (None when skipped) and what to know about how it was made."""
+
+    value: float | None
+    skipped: str = ""
+    notes: tuple[str, ...] = ()
+    fits: bool = True
+
+
+@functools.cache
 def _model(name: str) -> ModelSpec:
-    # Loading reads every shipped YAML; a table names a handful of configs many times.
     return load_model(name)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _gpu(name: str) -> GPUSpec:
     return load_gpu(name)
 
 
-def predict(m: Measurement, gpu: GPUSpec | None = None) -> tuple[float, bool]:
-    """(predicted value in the row's unit, whether the run fits in the simulator's memory model).
-
-    ``gpu`` replaces the row's GPU (calibration passes one with trial efficiencies).
-    """
-    model = _model(m.model)
-    gpu = gpu if gpu is not None else _gpu(m.gpu)
-    precision = parse_precision(m.weights, m.kv)
-    # The published run fitted on its hardware; a no-fit here is reported, not fatal.
-    deployment = plan_deployment(model, gpu, precision, m.batch, m.context_tokens, tp=m.tp, require_fit=False)
-    fits = deployment.memory.fits
-    if m.metric == "ttft_seconds":
-        return float(deployment.system.step_seconds(Step.prefill(m.batch, m.input_tokens))), fits
-    if m.output_tokens < 2:
-        raise InputError(f"row {m.id}: metric {m.metric} needs output_tokens >= 2 (got {m.output_tokens})")
-    run = run_batch(deployment, m.batch, m.context_tokens, m.output_tokens)
-    if m.metric == "tpot_seconds":
-        return run.tpot_seconds, fits
-    if m.metric == "output_tokens_per_second":
-        return run.output_tokens_per_second, fits
-    return run.output_tokens_per_second / m.batch, fits
+def engine_profile(engine: str) -> tuple[str, str]:
+    """(profile name, note) for a row's engine: its own profile, or the closest one with a note."""
+    profile = ENGINE_PROFILE_FOR.get(engine, DEFAULT_PROFILE)
+    if profile == engine:
+        return profile, ""
+    return profile, f"engine {engine} simulated with the {profile} profile"
 
 
-def compare(m: Measurement, gpu: GPUSpec | None = None) -> Comparison:
-    """Predict one row; a model/GPU/precision the simulator lacks becomes a skip with the reason."""
-    try:
-        predicted, fits = predict(m, gpu)
-    except InputError as exc:
-        return Comparison(m, None, skipped=str(exc))
-    return Comparison(m, predicted, fits=fits)
+def metric_value(metric: str, m: Aggregates, batch: int, replicas: int = 1) -> float:
+    """The figure ``metric`` of a run (SI units; see the module docstring); throughputs of ``replicas`` copies."""
+    if metric in ("output_tokens_per_second", "total_tokens_per_second"):
+        return float(getattr(m, metric)) * replicas
+    if metric == "request_throughput":
+        return m.requests_per_second * replicas
+    if metric == "decode_tokens_per_second_per_sequence":
+        return m.output_tokens_per_second / batch
+    if metric == "e2e_seconds":
+        return m.duration_seconds
+    what, _, stat = metric.removesuffix("_seconds").partition("_")
+    summary = getattr(m, what)
+    return float(getattr(summary, "mean" if stat in ("", "mean") else stat))
 
 
-def compare_all(rows: list[Measurement]) -> list[Comparison]:
-    return [compare(m) for m in rows]
+class Replayer:
+    """Runs rows through the engine and remembers each run by (run, efficiencies): rows of one run share it."""
 
+    def __init__(self, workdir: Path | None = None, max_prompts: int = MAX_PROMPTS) -> None:
+        self._own = tempfile.TemporaryDirectory(prefix="memwall-validate-") if workdir is None else None
+        self.workdir = Path(self._own.name) if self._own is not None else Path(workdir)  # type: ignore[arg-type]
+        self.max_prompts = max_prompts
+        self._runs: dict[tuple, Replayed] = {}
+        self._traces: dict[tuple, tuple[Path, int, tuple[str, ...]]] = {}
+        self.engine_runs = 0
 
-@dataclass(frozen=True)
-class Summary:
-    """Median and max absolute relative error over the rows that ran."""
+    def close(self) -> None:
+        if self._own is not None:
+            self._own.cleanup()
 
-    rows: int
-    compared: int
-    skipped: int
-    median_abs_error: float
-    max_abs_error: float
-    worst_id: str
-    over_limit: int
-    unexplained: tuple[str, ...]
+    def __enter__(self) -> Self:
+        return self
 
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
-def summarise(comparisons: list[Comparison]) -> Summary:
-    ran = [c for c in comparisons if c.error is not None]
-    errors = [abs(c.error) for c in ran]  # type: ignore[arg-type]
-    worst = max(ran, key=lambda c: abs(c.error), default=None)  # type: ignore[arg-type]
-    over = [c for c in ran if c.needs_explanation]
-    return Summary(
-        rows=len(comparisons),
-        compared=len(ran),
-        skipped=len(comparisons) - len(ran),
-        median_abs_error=statistics.median(errors) if errors else 0.0,
-        max_abs_error=max(errors, default=0.0),
-        worst_id=worst.measurement.id if worst else "",
-        over_limit=len(over),
-        unexplained=tuple(c.measurement.id for c in over if not c.measurement.explanation),
-    )
+    def predict(self, row: Row, eff: Efficiencies) -> Prediction:
+        run = self.run(row, eff)
+        if run.metrics is None:
+            return Prediction(None, run.skipped, run.notes, run.fits)
+        notes = list(run.notes)
+        if run.metrics.completed < run.requests:
+            notes.append(f"{run.requests - run.metrics.completed} of {run.requests} requests rejected by the simulator")
+        if run.metrics.completed == 0:
+            return Prediction(None, "no request completed in the simulation", tuple(notes), run.fits)
+        value = metric_value(row.metric, run.metrics, run.requests, run.replicas)
+        if not (math.isfinite(value) and value > 0):
+            return Prediction(None, f"the simulated {row.metric} is {value:g}", tuple(notes), run.fits)
+        return Prediction(value, "", tuple(notes), run.fits)
 
+    def run(self, row: Row, eff: Efficiencies) -> Replayed:
+        key = (row.run_key(), eff)
+        if key not in self._runs:
+            self._runs[key] = self._simulate(row, eff)
+        return self._runs[key]
 
-# --- calibration -------------------------------------------------------------------------
+    def _simulate(self, row: Row, eff: Efficiencies) -> Replayed:
+        from simulator.plan.run import simulate_settings
 
-def family_of(gpu_name: str) -> str | None:
-    for family, names in GPU_FAMILIES.items():
-        if gpu_name in names:
-            return family
-    return None
+        if row.replicas > 1 and row.is_static_batch:
+            return Replayed(None, skipped=f"replicas = {row.replicas} with a static batch: how the batch was split is not stated")
+        try:
+            model = _model(row.model)
+            _gpu(row.gpu)
+        except InputError as exc:
+            return Replayed(None, skipped=str(exc))
+        profile, profile_note = engine_profile(row.engine)
+        notes = [profile_note] if profile_note else []
+        options: dict[str, Any] = {
+            "model": row.model, "gpu": row.gpu, "tp": row.tp, "weights": row.weights, "kv": row.kv, "engine": profile,
+            "compute_efficiency": eff.compute, "memory_efficiency": eff.memory, "seed": SEED,
+        }
+        fits = True
+        try:
+            if row.is_static_batch:
+                batch = int(row.batch)  # type: ignore[arg-type]
+                context = row.input_tokens + row.output_tokens
+                if context > model.max_context:
+                    return Replayed(None, skipped=f"input + output = {context} tokens exceed {model.name}'s maximum context "
+                                    f"({model.max_context}); the source's engine ran past the model's positions")
+                # the source ran the batch as one: a KV cache that holds it (the static scheduler reserves whole requests)
+                blocks = batch * (-(-context // 16) + 1)
+                static = dict(options, scheduler="static", max_num_seqs=batch, kv_blocks=blocks,
+                              prompt_tokens=str(context - row.output_tokens), output_tokens=str(row.output_tokens))
+                try:
+                    result = simulate_settings(dict(static, batch=batch))
+                except InputError as exc:
+                    if "does not fit" not in str(exc):
+                        raise
+                    # The published batch ran; the simulator's memory plan is stricter. Run it with a cache that holds it.
+                    fits = False
+                    notes.append("does not fit in the simulator's memory plan; run with a KV cache that holds the batch")
+                    trace = self._trace(row, batch, model.max_context, at_once=True)[0]
+                    result = simulate_settings(dict(static, trace=str(trace), ctx=max(2, context), gen=1,
+                                                    prompt_tokens=None, output_tokens=None))
+                requests = batch
+            else:
+                replicas = row.replicas
+                stated = None if row.num_prompts is None else -(-row.num_prompts // replicas)
+                n = min(stated or self.max_prompts, self.max_prompts)
+                if replicas > 1:
+                    notes.append(f"one of {replicas} replicas simulated at 1/{replicas} of the load (random routing splits "
+                                 f"Poisson arrivals into {replicas} Poisson streams); throughputs x {replicas}")
+                if stated is None:
+                    notes.append(f"num_prompts not stated: {n} requests simulated")
+                elif stated > n:
+                    notes.append(f"{n} of the source's {row.num_prompts} requests simulated"
+                                 + (" on one replica" if replicas > 1 else ""))
+                at_once = row.request_rate in (None, math.inf)
+                trace, longest, trace_notes = self._trace(row, n, model.max_context, at_once)
+                notes.extend(trace_notes)
+                serving: dict[str, Any] = dict(options, trace=str(trace), ctx=max(2, longest), gen=1)
+                if row.chunked_prefill is not None:
+                    serving["scheduler"] = "chunked" if row.chunked_prefill else "continuous"
+                if row.max_num_seqs is not None:
+                    serving["max_num_seqs"] = row.max_num_seqs
+                if row.max_batched_tokens is not None:
+                    serving["max_batched_tokens"] = max(row.max_batched_tokens, row.max_num_seqs or 256)
+                if row.mode == "static" and row.batch is not None and row.max_num_seqs is None:
+                    serving["max_num_seqs"] = row.batch
+                result = simulate_settings(serving)
+                requests = n
+        except InputError as exc:
+            return Replayed(None, skipped=str(exc), notes=tuple(notes))
+        self.engine_runs += 1
+        return Replayed(result.metrics, requests, notes=tuple(notes), fits=fits, replicas=row.replicas)
 
-
-def is_compute_calibration_row(m: Measurement) -> bool:
-    """Single-GPU prefill of >= 2048 tokens: GEMMs far above every GPU's ridge point, no all-reduce."""
-    return m.metric == "ttft_seconds" and m.input_tokens >= 2048 and m.tp == 1
-
-
-def is_memory_calibration_row(m: Measurement, gpu: GPUSpec) -> bool:
-    """Decode-dominated rows whose decode steps are memory-bound in the model.
-
-    Decode-dominated: batch-1 decode (tpot, per-sequence decode rate), or a static batch that
-    generates >= 16x its prompt. Memory-bound: at the row's last decode step, memory-bound
-    operators take most of the time on ``gpu`` at the bare roofline (every efficiency 1, no
-    overheads), so the choice of rows does not depend on the efficiencies being fitted; a
-    compute-bound step says nothing about bandwidth.
-    """
-    if m.metric in ("tpot_seconds", "decode_tokens_per_second_per_sequence"):
-        decode_dominated = m.batch == 1
-    else:
-        decode_dominated = m.metric == "output_tokens_per_second" and m.output_tokens >= 16 * m.input_tokens
-    if not decode_dominated:
-        return False
-    roofline = gpu.with_efficiency(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
-    deployment = plan_deployment(
-        _model(m.model), roofline, parse_precision(m.weights, m.kv), m.batch, m.context_tokens, tp=m.tp, require_fit=False
-    )
-    last = deployment.system.step_cost(Step.decode(m.batch, m.context_tokens - 1))
-    return float(last.memory_bound_seconds) > 0.5 * float(last.seconds)
-
-
-def solve_efficiency(m: Measurement, gpu: GPUSpec, field: str, low: float = 0.05, high: float = 1.0) -> float | None:
-    """The ``field`` efficiency (compute or memory) at which the prediction matches the measurement.
-
-    Bisection on a monotone function: a higher efficiency lowers times and raises throughputs.
-    Returns None when even the bounds do not bracket the measurement (clamped rows say so).
-    """
-    times = m.metric in ("ttft_seconds", "tpot_seconds")
-
-    def too_fast(eff: float) -> bool:
-        value, _ = predict(m, gpu.with_efficiency(**{field: eff}))
-        return value < m.measured if times else value > m.measured
-
-    if too_fast(low) or not too_fast(high):
-        return None
-    for _ in range(20):  # bracket width 0.95 / 2**20 < 1e-6
-        mid = (low + high) / 2
-        if too_fast(mid):
-            high = mid
-        else:
-            low = mid
-    return (low + high) / 2
-
-
-@dataclass(frozen=True)
-class FamilyFit:
-    """Fitted efficiencies of one GPU family, with the rows each came from."""
-
-    family: str
-    compute: float | None
-    compute_rows: tuple[str, ...]
-    memory: float | None
-    memory_rows: tuple[str, ...]
-
-
-def _median_solution(pairs: list[tuple[Measurement, GPUSpec]], field: str) -> tuple[float | None, tuple[str, ...]]:
-    solved = [(m.id, solve_efficiency(m, g, field)) for m, g in pairs]
-    kept = [(i, v) for i, v in solved if v is not None]
-    if not kept:
-        return None, ()
-    return statistics.median(v for _, v in kept), tuple(i for i, _ in kept)
-
-
-def fit_family_efficiencies(rows: list[Measurement], rounds: int = 3) -> list[FamilyFit]:
-    """One compute and one memory efficiency per GPU family (see module docstring).
-
-    compute = median over the family's compute-calibration rows of the compute efficiency
-    that reproduces each; memory = the same over its memory-calibration rows. The two are
-    solved alternately (compute with memory held, then memory with compute held) for
-    ``rounds`` rounds, starting from each GPU's configured memory efficiency; prefill is
-    nearly all compute-bound, so this settles in two rounds to well under 0.01.
-    """
-    fits = []
-    for family in GPU_FAMILIES:
-        members = [(m, _gpu(m.gpu)) for m in rows if _loads(m) and family_of(_gpu(m.gpu).name) == family]
-        compute_members = [(m, g) for m, g in members if is_compute_calibration_row(m)]
-        memory_members = [(m, g) for m, g in members if is_memory_calibration_row(m, g)]
-        compute = memory = None
-        compute_rows: tuple[str, ...] = ()
-        memory_rows: tuple[str, ...] = ()
-        for _ in range(rounds):
-            compute, compute_rows = _median_solution([(m, g.with_efficiency(memory=memory)) for m, g in compute_members], "compute")
-            memory, memory_rows = _median_solution([(m, g.with_efficiency(compute=compute)) for m, g in memory_members], "memory")
-        fits.append(FamilyFit(family, compute, compute_rows, memory, memory_rows))
-    return fits
-
-
-def _loads(m: Measurement) -> bool:
-    try:
-        _model(m.model)
-        _gpu(m.gpu)
-    except InputError:
-        return False
-    return True
+    def _trace(self, row: Row, n: int, max_context: int, at_once: bool) -> tuple[Path, int, tuple[str, ...]]:
+        """A trace file of the row's requests: (path, longest request in tokens, notes); one per distinct workload."""
+        key = (row.input_tokens, row.output_tokens, row.input_dist, row.output_dist, row.request_rate, row.replicas, n,
+               max_context, at_once, row.lengths_dirs)
+        if key not in self._traces:
+            arrivals_rng, lengths_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(SEED).spawn(2))
+            prompts, outputs, notes = sample_lengths(row, n, lengths_rng, max_context)
+            if at_once:
+                arrivals = np.zeros(n)
+            else:
+                # Poisson arrivals at the stated rate (vLLM benchmark_serving's default, burstiness 1)
+                rate = float(row.request_rate) / row.replicas  # type: ignore[arg-type]
+                arrivals = np.cumsum(arrivals_rng.exponential(1.0 / rate, n))
+            path = self.workdir / f"trace-{len(self._traces)}.csv"
+            with path.open("w", encoding="utf-8") as handle:
+                handle.write("arrival_seconds,prompt_tokens,output_tokens\n")
+                for t, p, o in zip(arrivals, prompts, outputs):
+                    handle.write(f"{float(t)!r},{int(p)},{int(o)}\n")
+            self._traces[key] = (path, int((prompts + outputs).max()), tuple(notes))
+        return self._traces[key]

@@ -1,0 +1,221 @@
+"""Error bands: the typical out-of-sample error of a class of predictions, for headline figures.
+
+A band is the (10th, 90th) percentile of the signed out-of-sample relative errors,
+(predicted - measured) / measured, of the validation rows of one class, with the row count.
+It reads "the measurement was typically between -low and -high of the prediction's error":
+a band of -12%..+30% means 8 of 10 such predictions were between 12% too low and 30% too high.
+
+Classes, finest first (:func:`lookup_band` takes the first with at least :data:`MIN_ROWS` rows):
+
+1. ``full``: GPU family x engine x regime x metric kind;
+2. ``family_regime``: GPU family x regime x metric kind;
+3. ``regime``: regime x metric kind.
+
+The metric kind (ttft, tpot, e2e, throughput) is kept at every level: a time and a rate err
+in opposite directions, so pooling them would blur the band's sign. A class with fewer rows
+says so (the lookup's ``reason``) instead of inventing a band.
+
+The bands are precomputed from the validation table into ``validation/error_bands.json``
+(``simulate validate --write-bands``), so a normal run only reads that small file.
+Percentiles are numpy's default (linear interpolation between order statistics).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simulator.errors import InputError
+from simulator.plan.validate import validation_file
+
+MIN_ROWS = 5
+QUANTILES = (10.0, 90.0)
+LEVELS = ("full", "family_regime", "regime")
+SCHEMA = "memwall-error-bands/1"
+LONG_CONTEXT_TOKENS = 32_768
+"""The table's ``long_context`` regime starts here (context >= 32k tokens)."""
+
+
+def bands_file() -> Path:
+    """Where the shipped bands live (beside the validation table)."""
+    return validation_file("error_bands.json")
+
+
+@dataclass(frozen=True)
+class Residual:
+    """One out-of-sample signed relative error and the class it belongs to."""
+
+    family: str
+    engine: str
+    regime: str
+    metric_kind: str
+    error: float
+
+
+@dataclass(frozen=True)
+class Band:
+    """(low, high) signed relative error quantiles of ``rows`` validation rows of one class."""
+
+    low: float
+    high: float
+    rows: int
+    level: str
+    family: str | None
+    engine: str | None
+    regime: str
+    metric_kind: str
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        parts = [p for p in (self.family, self.engine, self.regime, self.metric_kind) if p]
+        return " / ".join(parts)
+
+    def text(self) -> str:
+        """``-12%..+30% from 14 validation rows (hopper / serving / ttft)``."""
+        return f"typical error {100 * self.low:+.0f}%..{100 * self.high:+.0f}%, from {self.rows} validation rows ({self.label})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "low": self.low, "high": self.high, "rows": self.rows, "level": self.level, "family": self.family,
+            "engine": self.engine, "regime": self.regime, "metric_kind": self.metric_kind,
+            "quantiles": [q / 100 for q in QUANTILES], "note": self.note or None,
+        }
+
+
+def class_key(level: str, family: str | None, engine: str | None, regime: str, kind: str) -> tuple:
+    if level == "full":
+        return (level, family, engine, regime, kind)
+    if level == "family_regime":
+        return (level, family, None, regime, kind)
+    return (level, None, None, regime, kind)
+
+
+def band_of(errors: Iterable[float]) -> tuple[float, float]:
+    """(10th, 90th) percentile of signed errors (numpy's linear interpolation)."""
+    values = np.asarray(list(errors), dtype=float)
+    low, high = np.percentile(values, QUANTILES)
+    return float(low), float(high)
+
+
+def compute_bands(residuals: Iterable[Residual]) -> list[dict[str, Any]]:
+    """Every class at every level with its row count; low/high only where rows >= MIN_ROWS."""
+    groups: dict[tuple, list[float]] = {}
+    for r in residuals:
+        if not math.isfinite(r.error):
+            continue
+        for level in LEVELS:
+            groups.setdefault(class_key(level, r.family, r.engine, r.regime, r.metric_kind), []).append(r.error)
+    out = []
+    for key in sorted(groups, key=lambda k: tuple("" if v is None else str(v) for v in k)):
+        level, family, engine, regime, kind = key
+        errors = groups[key]
+        entry: dict[str, Any] = {"level": level, "family": family, "engine": engine, "regime": regime,
+                                 "metric_kind": kind, "rows": len(errors), "low": None, "high": None}
+        if len(errors) >= MIN_ROWS:
+            entry["low"], entry["high"] = band_of(errors)
+        out.append(entry)
+    return out
+
+
+def bands_document(residuals: list[Residual], provenance: dict[str, Any]) -> dict[str, Any]:
+    """The JSON document written by ``simulate validate --write-bands``."""
+    return {
+        "schema": SCHEMA,
+        "about": "signed out-of-sample relative errors (predicted - measured) / measured of the validation rows, "
+                 "leave-one-source-out; low/high = 10th/90th percentiles; classes with fewer than "
+                 f"{MIN_ROWS} rows have no band",
+        "provenance": provenance,
+        "min_rows": MIN_ROWS,
+        "quantiles": [q / 100 for q in QUANTILES],
+        "classes": compute_bands(residuals),
+    }
+
+
+def write_bands(path: Path, document: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(document, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+@functools.lru_cache(maxsize=4)
+def _load(path: Path, stamp: float) -> dict[tuple, dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read the error bands ({exc}); regenerate with `simulate validate --write-bands`") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("classes"), list):
+        raise InputError(f"{path}: not an error-bands file (expected \"schema\": \"{SCHEMA}\")")
+    table = {}
+    for entry in data["classes"]:
+        try:
+            key = class_key(entry["level"], entry["family"], entry["engine"], entry["regime"], entry["metric_kind"])
+        except (KeyError, TypeError):
+            raise InputError(f"{path}: a class lacks level/family/engine/regime/metric_kind") from None
+        table[key] = entry
+    return table
+
+
+def load_bands(path: Path | None = None) -> dict[tuple, dict[str, Any]] | None:
+    """The classes of a bands file by key, or None when there is none."""
+    path = bands_file() if path is None else path
+    if not path.is_file():
+        return None
+    return _load(path, path.stat().st_mtime)
+
+
+@dataclass(frozen=True)
+class BandLookup:
+    """A band, or None with the reason (too few rows in every class, or no bands file)."""
+
+    band: Band | None
+    reason: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        if self.band is not None:
+            return self.band.as_dict()
+        return {"low": None, "high": None, "rows": 0, "reason": self.reason}
+
+
+def lookup_band(gpu_family: str | None, engine: str | None, regime: str, metric_kind: str,
+                path: Path | None = None) -> BandLookup:
+    """The band of the finest class with >= MIN_ROWS rows (see the module docstring)."""
+    table = load_bands(path)
+    if table is None:
+        return BandLookup(None, "no error bands shipped (simulate validate --write-bands writes them)")
+    thin: list[str] = []
+    for level in LEVELS:
+        key = class_key(level, gpu_family, engine, regime, metric_kind)
+        entry = table.get(key)
+        rows = 0 if entry is None else int(entry["rows"])
+        if entry is not None and rows >= MIN_ROWS and entry["low"] is not None:
+            note = f"finer classes have too few rows ({'; '.join(thin)})" if thin else ""
+            return BandLookup(Band(float(entry["low"]), float(entry["high"]), rows, level, key[1], key[2], regime,
+                                   metric_kind, note))
+        thin.append(f"{' / '.join(str(p) for p in key[1:] if p)}: {rows}")
+    return BandLookup(None, f"fewer than {MIN_ROWS} validation rows in every class ({'; '.join(thin)})")
+
+
+def error_band(gpu_family: str | None, engine: str | None, regime: str, metric_kind: str,
+               path: Path | None = None) -> Band | None:
+    """The typical out-of-sample error of a prediction of this class, or None (see :func:`lookup_band` for why)."""
+    return lookup_band(gpu_family, engine, regime, metric_kind, path).band
+
+
+def regime_of_run(metric_kind: str, batch: int, context_tokens: int, serving: bool) -> str:
+    """The validation regime a run's headline figure belongs to (the table's ``regime`` column)."""
+    if serving:
+        return "serving"
+    if context_tokens >= LONG_CONTEXT_TOKENS:
+        return "long_context"
+    if metric_kind == "ttft":
+        return "prefill"
+    return "decode_b1" if batch == 1 else "decode_batch"

@@ -1,0 +1,357 @@
+"""Fitting the calibrated ceilings per GPU family, and leave-one-source-out cross-validation.
+
+The calibrated parameters are two per GPU family (:data:`simulator.plan.validate.GPU_FAMILIES`):
+the flat compute and memory efficiency ceilings of ``GPUSpec.efficiency``. The rule
+(:func:`fit`), the same for the shipped table and a user's benchmark:
+
+1. A row *calibrates compute* when it is a static-batch TTFT whose prefill step, at the bare
+   roofline (efficiencies 1), spends more than half its time in compute-bound operators (so
+   its time says something about FLOP/s and little about bandwidth or the interconnect).
+2. A row *calibrates memory* when it is a static-batch decode figure (TPOT, per-sequence
+   decode rate, throughput, batch latency) whose run is decode-dominated (decode >= 80% of the
+   closed batch's roofline time) and whose last decode step spends more than half its time
+   in memory-bound operators.
+3. For each such row, the efficiency at which the engine replay reproduces the measurement
+   exactly is solved (regula falsi on a monotone function; rows the bracket [0.05, 1] cannot
+   reproduce are left out and listed). compute = the median over the family's compute rows
+   (memory held), memory = the median over its memory rows (compute held); two rounds from
+   the defaults (0.70 / 0.80), values rounded to 3 decimals.
+4. A family with no row of a kind keeps that default (simulator/model/gpu.py, fitted on
+   nothing); the fit says so.
+
+Out of sample (:func:`cross_validate`): for each ``source_id``, the fit uses every OTHER
+source's rows and predicts that source's rows; no row is ever scored with parameters fitted on
+its own source. In sample: one fit on every row. Per-row solutions are remembered by (row,
+parameter, value held), so folds that agree on a family reuse them, and runs are remembered
+by the replayer.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from simulator.errors import InputError
+from simulator.model.precision import parse_precision
+from simulator.model.step import Step
+from simulator.plan.bands import Residual
+from simulator.plan.deployment import plan_deployment
+from simulator.plan.validate import (
+    DEFAULT_EFFICIENCIES,
+    GPU_FAMILIES,
+    Efficiencies,
+    Prediction,
+    Replayer,
+    Row,
+    _gpu,
+    _model,
+    is_time_metric,
+)
+
+BOUNDS = (0.05, 1.0)
+"""Range searched for a row's efficiency; a row outside it says something else is wrong (left out)."""
+
+ROUNDS = 2
+DECIMALS = 3
+DECODE_METRICS = (
+    "tpot_seconds", "decode_tokens_per_second_per_sequence", "output_tokens_per_second", "total_tokens_per_second",
+    "e2e_seconds", "request_throughput",
+)
+
+
+# --- which rows calibrate what -------------------------------------------------------------------
+
+@functools.cache
+def _roofline_system(model: str, gpu: str, tp: int, weights: str, kv: str, context: int):
+    bare = _gpu(gpu).with_efficiency(compute=1.0, memory=1.0)
+    spec = _model(model)
+    deployment = plan_deployment(spec, bare, parse_precision(weights, kv), 1, min(context, spec.max_context), tp=tp,
+                                 require_fit=False)
+    return deployment.system
+
+
+def _shares(cost) -> tuple[float, float]:
+    """(compute-bound share, memory-bound share) of a step's time at the bare roofline."""
+    compute, memory = float(cost.compute_bound_seconds), float(cost.memory_bound_seconds)
+    total = compute + memory + float(cost.communication_seconds)
+    return (compute / total, memory / total) if total > 0 else (0.0, 0.0)
+
+
+def calibration_role(row: Row) -> str | None:
+    """'compute', 'memory' or None for a row (rules 1-2 of the module docstring); None when it cannot be built."""
+    if not row.is_static_batch or row.replicas > 1:
+        return None
+    try:
+        if row.input_tokens + row.output_tokens > _model(row.model).max_context:
+            return None  # the replay skips it
+        system = _roofline_system(row.model, row.gpu, row.tp, row.weights, row.kv, row.input_tokens + row.output_tokens)
+    except InputError:
+        return None
+    batch = int(row.batch)  # type: ignore[arg-type]
+    prefill = system.step_cost(Step.prefill(batch, row.input_tokens))
+    if row.metric == "ttft_seconds":
+        return "compute" if _shares(prefill)[0] > 0.5 else None
+    if row.metric not in DECODE_METRICS or row.output_tokens < 2:
+        return None
+    contexts = row.input_tokens + np.arange(1, row.output_tokens, dtype=float)
+    decode = float(np.sum(system.step_cost(Step.decode(float(batch), contexts)).seconds))
+    if row.metric != "tpot_seconds" and decode < 0.8 * (decode + float(prefill.seconds)):
+        return None
+    last = system.step_cost(Step.decode(batch, row.input_tokens + row.output_tokens - 1))
+    return "memory" if _shares(last)[1] > 0.5 else None
+
+
+# --- solving one row -----------------------------------------------------------------------------
+
+class Solver:
+    """Per-row solutions through a Replayer, remembered by (row, parameter, value held)."""
+
+    def __init__(self, replayer: Replayer) -> None:
+        self.replayer = replayer
+        self._solved: dict[tuple, float | None] = {}
+        self._roles: dict[Row, str | None] = {}
+
+    def role(self, row: Row) -> str | None:
+        if row not in self._roles:
+            self._roles[row] = calibration_role(row)
+        return self._roles[row]
+
+    def solve(self, row: Row, parameter: str, held: float) -> float | None:
+        """The ``parameter`` ('compute'/'memory') efficiency reproducing ``row``, the other held at ``held``."""
+        key = (row, parameter, held)
+        if key not in self._solved:
+            self._solved[key] = self._solve(row, parameter, held)
+        return self._solved[key]
+
+    def _solve(self, row: Row, parameter: str, held: float) -> float | None:
+        def gap(x: float) -> float | None:
+            eff = Efficiencies(x, held) if parameter == "compute" else Efficiencies(held, x)
+            value = self.replayer.predict(row, eff).value
+            if value is None:
+                return None
+            # log(predicted / measured), made increasing in x: times fall as efficiency rises
+            sign = -1.0 if is_time_metric(row.metric) else 1.0
+            return sign * math.log(value / row.measured)
+
+        return solve_increasing(gap, *BOUNDS)
+
+
+def solve_increasing(f: Callable[[float], float | None], low: float, high: float,
+                     tolerance: float = 1e-4, iterations: int = 40) -> float | None:
+    """The root of an increasing ``f`` in [low, high] (Illinois regula falsi); None if not bracketed or undefined."""
+    f_low, f_high = f(low), f(high)
+    if f_low is None or f_high is None or f_low > 0 or f_high < 0:
+        return None
+    if f_low == 0:
+        return low
+    if f_high == 0:
+        return high
+    side = 0
+    for _ in range(iterations):
+        x = (low * f_high - high * f_low) / (f_high - f_low)
+        fx = f(x)
+        if fx is None:
+            return None
+        if abs(fx) < tolerance or high - low < tolerance:
+            return x
+        if fx < 0:
+            low, f_low = x, fx
+            if side == -1:
+                f_high /= 2
+            side = -1
+        else:
+            high, f_high = x, fx
+            if side == 1:
+                f_low /= 2
+            side = 1
+    return (low + high) / 2
+
+
+# --- fitting -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FamilyFit:
+    """One family's ceilings, the rows each came from, and rows whose solution fell outside the bracket."""
+
+    family: str
+    compute: float
+    memory: float
+    compute_rows: tuple[str, ...] = ()
+    memory_rows: tuple[str, ...] = ()
+    unsolved_rows: tuple[str, ...] = ()
+
+    @property
+    def efficiencies(self) -> Efficiencies:
+        return Efficiencies(self.compute, self.memory)
+
+    @property
+    def compute_is_default(self) -> bool:
+        return not self.compute_rows
+
+    @property
+    def memory_is_default(self) -> bool:
+        return not self.memory_rows
+
+
+Fit = dict[str, FamilyFit]
+
+
+def _median(solver: Solver, rows: list[Row], parameter: str, held: float, default: float) -> tuple[float, tuple[str, ...], tuple[str, ...]]:
+    solved = [(row.id, solver.solve(row, parameter, held)) for row in rows]
+    kept = [(i, v) for i, v in solved if v is not None]
+    unsolved = tuple(i for i, v in solved if v is None)
+    if not kept:
+        return default, (), unsolved
+    return round(statistics.median(v for _, v in kept), DECIMALS), tuple(i for i, _ in kept), unsolved
+
+
+def fit(rows: Iterable[Row], solver: Solver, rounds: int = ROUNDS) -> Fit:
+    """The ceilings of every family from ``rows`` (see the module docstring)."""
+    rows = list(rows)
+    fits: Fit = {}
+    for family in GPU_FAMILIES:
+        members = [row for row in rows if row.family == family]
+        compute_rows = [row for row in members if solver.role(row) == "compute"]
+        memory_rows = [row for row in members if solver.role(row) == "memory"]
+        compute, memory = DEFAULT_EFFICIENCIES.compute, DEFAULT_EFFICIENCIES.memory
+        used_c: tuple[str, ...] = ()
+        used_m: tuple[str, ...] = ()
+        bad_c: tuple[str, ...] = ()
+        bad_m: tuple[str, ...] = ()
+        for _ in range(rounds if compute_rows and memory_rows else 1):
+            compute, used_c, bad_c = _median(solver, compute_rows, "compute", memory, DEFAULT_EFFICIENCIES.compute)
+            memory, used_m, bad_m = _median(solver, memory_rows, "memory", compute, DEFAULT_EFFICIENCIES.memory)
+        fits[family] = FamilyFit(family, compute, memory, used_c, used_m, bad_c + bad_m)
+    return fits
+
+
+def efficiencies_for(fits: Fit, row: Row) -> Efficiencies:
+    family = row.family
+    return fits[family].efficiencies if family in fits else DEFAULT_EFFICIENCIES
+
+
+# --- scoring -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Scored:
+    """A row with its in-sample and out-of-sample predictions (values None when skipped)."""
+
+    row: Row
+    in_sample: Prediction
+    out_of_sample: Prediction
+    role: str | None = None
+
+    @staticmethod
+    def _error(prediction: Prediction, measured: float) -> float | None:
+        return None if prediction.value is None else (prediction.value - measured) / measured
+
+    @property
+    def error_in(self) -> float | None:
+        """Signed relative error (predicted - measured) / measured, in sample."""
+        return self._error(self.in_sample, self.row.measured)
+
+    @property
+    def error_out(self) -> float | None:
+        """Signed relative error out of sample (parameters fitted without this row's source)."""
+        return self._error(self.out_of_sample, self.row.measured)
+
+    @property
+    def skipped(self) -> str:
+        return self.out_of_sample.skipped or self.in_sample.skipped
+
+
+@dataclass(frozen=True)
+class Validation:
+    """The whole table scored: rows, the in-sample fit, and each source's fold fit."""
+
+    scored: tuple[Scored, ...]
+    in_sample_fit: Fit
+    fold_fits: dict[str, Fit] = field(default_factory=dict)
+    engine_runs: int = 0
+
+
+def cross_validate(rows: list[Row], replayer: Replayer, progress: Callable[[str], None] | None = None,
+                   out_of_sample: bool = True) -> Validation:
+    """In-sample and leave-one-source-out predictions of every row (see the module docstring)."""
+    solver = Solver(replayer)
+    full = fit(rows, solver)
+    in_sample = {row.id: replayer.predict(row, efficiencies_for(full, row)) for row in rows}
+    fold_fits: dict[str, Fit] = {}
+    outside: dict[str, Prediction] = {}
+    if out_of_sample:
+        sources = sorted({row.source_id for row in rows})
+        for number, source in enumerate(sources, start=1):
+            if progress is not None:
+                progress(f"fold {number}/{len(sources)}: holding out {source}")
+            training = [row for row in rows if row.source_id != source]
+            fold = fit(training, solver)
+            fold_fits[source] = fold
+            for row in rows:
+                if row.source_id == source:
+                    outside[row.id] = replayer.predict(row, efficiencies_for(fold, row))
+    scored = tuple(
+        Scored(row, in_sample[row.id], outside.get(row.id, Prediction(None, "out-of-sample not computed")), solver.role(row))
+        for row in rows
+    )
+    return Validation(scored, full, fold_fits, replayer.engine_runs)
+
+
+# --- summaries -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ErrorSummary:
+    """median, 90th percentile and max of |error| over ``rows`` rows (fractions; None when no row)."""
+
+    rows: int
+    median: float | None
+    p90: float | None
+    max: float | None
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return {"rows": self.rows, "median": self.median, "p90": self.p90, "max": self.max}
+
+
+def summarise(errors: Iterable[float | None]) -> ErrorSummary:
+    """|error| statistics; p90 is numpy's linear-interpolation percentile of the absolute errors."""
+    values = np.abs(np.array([e for e in errors if e is not None], dtype=float))
+    if len(values) == 0:
+        return ErrorSummary(0, None, None, None)
+    return ErrorSummary(len(values), float(np.median(values)), float(np.percentile(values, 90)), float(values.max()))
+
+
+def grouped(scored: Iterable[Scored], key: Callable[[Row], str | None], which: str) -> dict[str, ErrorSummary]:
+    """Summaries by ``key(row)`` of the ``which`` ('in'/'out') errors, keys sorted."""
+    groups: dict[str, list[float | None]] = {}
+    for s in scored:
+        name = key(s.row) or "unknown"
+        groups.setdefault(name, []).append(s.error_in if which == "in" else s.error_out)
+    return {name: summarise(groups[name]) for name in sorted(groups)}
+
+
+def report_block(scored: Iterable[Scored], which: str) -> dict[str, object]:
+    """The ``in_sample``/``out_of_sample`` object of ``simulate validate --json``."""
+    scored = list(scored)
+    overall = summarise(s.error_in if which == "in" else s.error_out for s in scored)
+    serving = summarise((s.error_in if which == "in" else s.error_out) for s in scored if s.row.mode == "serving")
+    return {
+        **overall.as_dict(),
+        "by_engine": {k: v.as_dict() for k, v in grouped(scored, lambda r: r.engine, which).items()},
+        "by_family": {k: v.as_dict() for k, v in grouped(scored, lambda r: r.family, which).items()},
+        "by_regime": {k: v.as_dict() for k, v in grouped(scored, lambda r: r.regime, which).items()},
+        "serving": serving.as_dict(),
+    }
+
+
+def residuals(scored: Iterable[Scored]) -> list[Residual]:
+    """The out-of-sample signed errors of the rows that ran, with their classes (for error bands)."""
+    out = []
+    for s in scored:
+        error = s.error_out
+        if error is not None and s.row.family is not None:
+            out.append(Residual(s.row.family, s.row.engine, s.row.regime, s.row.kind, error))
+    return out
