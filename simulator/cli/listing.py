@@ -5,9 +5,10 @@ from __future__ import annotations
 import click
 
 from simulator.cli.options import reports_input_errors
-from simulator.model import list_gpus, list_models
+from simulator.model import GPUSpec, list_gpus, list_models
 from simulator.model.layers import build_operators, parameter_count
 from simulator.model.precision import Precision
+from simulator.report.compare import text_table
 from simulator.tabular import to_json
 from simulator.units import fmt_bytes, fmt_count
 
@@ -26,14 +27,15 @@ def models_command(as_json: bool) -> None:
     if as_json:
         click.echo(to_json([{**m.model_dump(), "parameters": _model_params(m), "attention_kind": m.attention_kind} for m in models], indent=2))
         return
-    header = f"{'name':<12} {'params':>9} {'layers':>6} {'hidden':>6} {'heads':>5} {'kv':>4} {'attention':<9} {'FFN':>6} {'max ctx':>7}"
-    click.echo(header)
-    click.echo("-" * len(header))
-    for m in models:
-        click.echo(
-            f"{m.name:<12} {fmt_count(_model_params(m)):>9} {m.num_layers:>6} {m.hidden_size:>6} {m.num_heads:>5} "
-            f"{m.num_kv_heads:>4} {m.attention_kind:<9} {m.ffn_size:>6} {m.max_context:>7}"
-        )
+    # Column widths follow the longest cell, so a long name from $MEMWALL_CONFIG_DIR does not shift the columns.
+    headers = ["name", "params", "layers", "hidden", "heads", "kv", "attention", "FFN", "max ctx"]
+    rows = [
+        [m.name, fmt_count(_model_params(m)), str(m.num_layers), str(m.hidden_size), str(m.num_heads),
+         str(m.num_kv_heads), m.attention_kind, str(m.ffn_size), str(m.max_context)]
+        for m in models
+    ]
+    for line in text_table(headers, rows, align_right={1, 2, 3, 4, 5, 7, 8}):
+        click.echo(line)
 
 
 @click.command("gpus")
@@ -51,19 +53,21 @@ def gpus_command(as_json: bool) -> None:
                 "hbm_bandwidth_bytes_per_second": g.hbm_bandwidth_bytes_per_second,
                 "hbm_bytes": g.hbm_bytes,
                 "link_bandwidth_bytes_per_second": g.link_bandwidth_bytes_per_second,
-                "ridge_point_fp16": g.ridge_point("fp16"),
+                "ridge_point_fp16": g.ridge_point("fp16") if "fp16" in g.peak_flops else None,
                 "efficiency": g.efficiency.model_dump(),
             }
             for g in gpus
         ], indent=2))
         return
-    header = f"{'name':<16} {'aliases':<26} {'fp16':>12} {'fp8':>12} {'HBM':>10} {'bandwidth':>11} {'ridge':>6}"
-    click.echo(header)
-    click.echo("-" * len(header))
-    for g in gpus:
-        fp8 = fmt_count(g.peak_flops["fp8"], "FLOP/s") if "fp8" in g.peak_flops else "-"
-        click.echo(
-            f"{g.name:<16} {','.join(g.aliases[:2]):<26} {fmt_count(g.peak('fp16'), 'FLOP/s'):>12} {fp8:>12} "
-            f"{fmt_bytes(g.hbm_bytes):>10} {fmt_count(g.hbm_bandwidth_bytes_per_second, 'B/s'):>11} {g.ridge_point('fp16'):>6.0f}"
-        )
+    def peak(g: GPUSpec, dtype: str) -> str:
+        return fmt_count(g.peak_flops[dtype], "FLOP/s") if dtype in g.peak_flops else "-"
+
+    headers = ["name", "aliases", "fp16", "fp8", "HBM", "bandwidth", "ridge"]
+    rows = [
+        [g.name, ",".join(g.aliases[:2]), peak(g, "fp16"), peak(g, "fp8"), fmt_bytes(g.hbm_bytes),
+         fmt_count(g.hbm_bandwidth_bytes_per_second, "B/s"), f"{g.ridge_point('fp16'):.0f}" if "fp16" in g.peak_flops else "-"]
+        for g in gpus
+    ]
+    for line in text_table(headers, rows, align_right={2, 3, 4, 5, 6}):
+        click.echo(line)
     click.echo("\nridge = fp16 dense peak / HBM bandwidth (FLOP/byte)")

@@ -54,6 +54,8 @@ from simulator.model.registry import config_files
 # - l2_bytes: up to 4 GiB (the largest last-level caches are 256 MiB, MI300X Infinity Cache).
 # - sram_bytes_per_sm: 1 KiB to 16 MiB (shipped: 64-228 KiB).
 # - kernel_launch_seconds, allreduce_latency_seconds: up to 10 ms (measured: 2-20 us).
+# - compute, memory, link efficiencies: at least 0.001 (measured kernels reach 0.05-0.95 of a
+#   peak; below 0.001 a time is a unit slip, and 1e-320 makes every time overflow to inf).
 PLAUSIBLE: dict[str, tuple[float, float, str]] = {
     "peak_flops": (1e8, 1e17, "FLOP/s"),
     "hbm_bytes": (2.0**30, 2.0**45, "bytes"),
@@ -63,6 +65,9 @@ PLAUSIBLE: dict[str, tuple[float, float, str]] = {
     "sram_bytes_per_sm": (2.0**10, 2.0**24, "bytes"),
     "kernel_launch_seconds": (0.0, 1e-2, "seconds"),
     "allreduce_latency_seconds": (0.0, 1e-2, "seconds"),
+    "compute": (1e-3, 1.0, "of peak"),
+    "memory": (1e-3, 1.0, "of peak"),
+    "link": (1e-3, 1.0, "of peak"),
 }
 
 
@@ -87,7 +92,7 @@ class Efficiency(BaseModel):
     kernel_launch_seconds: float = Field(default=2e-6, ge=0.0)
     allreduce_latency_seconds: float = Field(default=8e-6, ge=0.0)
 
-    _plausible_seconds = field_validator("kernel_launch_seconds", "allreduce_latency_seconds")(_plausible)
+    _plausible_values = field_validator("compute", "memory", "link", "kernel_launch_seconds", "allreduce_latency_seconds")(_plausible)
 
 
 class OpEfficiency(BaseModel):
@@ -100,6 +105,11 @@ class OpEfficiency(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1)
     compute: float | None = Field(default=None, gt=0.0, le=1.0)
     memory: float | None = Field(default=None, gt=0.0, le=1.0)
+
+    @field_validator("compute", "memory")
+    @classmethod
+    def _plausible_fraction(cls, value: float | None, info: ValidationInfo) -> float | None:
+        return value if value is None else _plausible(value, info)
 
     @field_validator("max_tokens")
     @classmethod
