@@ -14,6 +14,7 @@ import click
 from simulator.cli.options import reports_input_errors
 from simulator.errors import InputError
 from simulator.files import check_output_path
+from simulator.plan.run import simulate_settings
 from simulator.plan.scenario import Scenario, load_scenario
 from simulator.plan.sweep import (
     COST_KEY,
@@ -25,6 +26,7 @@ from simulator.plan.sweep import (
     run_sweep,
 )
 from simulator.report.plots import check_plot_path
+from simulator.report.vllm_format import launch_command as engine_launch_command
 from simulator.units import fmt_seconds
 
 PLOT_LATENCY_KEY = "p99.e2e_seconds"
@@ -59,8 +61,11 @@ def default_workers() -> int:
 @click.option("--resume", is_flag=True, help="Keep the points already in the results file and run only the rest.")
 @click.option("--dask", "dask_address", metavar="ADDRESS", default=None, help="Run points on an existing Dask cluster (e.g. tcp://host:8786); needs the distributed extra: pip install -e '.[distributed]'.")
 @click.option("--plot", "plot_path", metavar="PATH", default=None, help="Also draw throughput vs latency (and vs batch) to PATH (needs matplotlib).")
+@click.option("--launch-command", type=click.Choice(["vllm", "sglang"]), default=None,
+              help="Also print the command that launches the best point of each objective on that engine.")
 @reports_input_errors
-def sweep_command(scenario_file: str, workers: int | None, out: str | None, resume: bool, dask_address: str | None, plot_path: str | None) -> None:
+def sweep_command(scenario_file: str, workers: int | None, out: str | None, resume: bool, dask_address: str | None,
+                  plot_path: str | None, launch_command: str | None) -> None:
     """Run every point of a scenario FILE, write one row per point, summarise the trade-offs.
 
     A scenario holds base options (any option of `simulate`), sweep axes (grid and zip), an
@@ -90,6 +95,8 @@ def sweep_command(scenario_file: str, workers: int | None, out: str | None, resu
                     f"interrupted; the points finished so far are in {scenario.output_path}: rerun with --resume to continue"
                 ) from None
     click.echo(summary_text(scenario, outcome, where))
+    if launch_command is not None:
+        click.echo(launch_text(scenario, outcome, launch_command))
     if plot is not None and plot_path is not None:
         drawn = [row for row in outcome.rows if row.get("fits") is True]
         if not drawn:
@@ -98,6 +105,17 @@ def sweep_command(scenario_file: str, workers: int | None, out: str | None, resu
         # latency of the summary's Pareto front.
         plot(drawn, plot_path, latency_key=PLOT_LATENCY_KEY)
         click.echo(f"plot     {plot_path}: output throughput vs p99 end-to-end latency (and vs batch)")
+
+
+def launch_text(scenario: Scenario, outcome: SweepOutcome, engine: str) -> str:
+    """The launch command of the best point of each objective (re-simulated from its settings: a single run)."""
+    points = scenario.points()
+    has_slo = scenario.slo is not None and bool(scenario.slo.limits())
+    lines = []
+    for objective, row in best_per_objective(outcome.rows, has_slo):
+        run = simulate_settings(points[int(row["point"])])
+        lines += ["", f"# best {objective.label} (point {row['point']}) on {engine}:", engine_launch_command(run, engine)]
+    return "\n".join(lines) if lines else "no point fits: nothing to launch"
 
 
 def plot_function() -> Callable[..., Any]:

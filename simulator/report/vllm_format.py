@@ -157,6 +157,8 @@ def launch_command(run: "EngineRun", engine: str) -> str:
     """The command that starts this deployment on ``engine`` (vllm or sglang), with the scheduler settings simulated."""
     system, config, s = run.deployment.system, run.config, run.settings
     model = system.model.name
+    # An --attention variant is a what-if with no checkpoint to serve: say so rather than print a model that does not exist.
+    note = f"# {model} is a what-if variant (--attention); serve a checkpoint with that attention\n" if s.attention else ""
     if engine == "vllm":
         parts = [f"vllm serve {model}", f"--tensor-parallel-size {system.tp}", f"--max-num-seqs {config.max_num_seqs}"]
         if config.max_batched_tokens is not None:
@@ -166,7 +168,7 @@ def launch_command(run: "EngineRun", engine: str) -> str:
         if s.weights == "fp8":
             parts.append("--quantization fp8")
         parts += [f"--block-size {config.block_size}", f"--gpu-memory-utilization {s.gpu_memory_utilization:g}"]
-        return " \\\n    ".join(parts)
+        return note + " \\\n    ".join(parts)
     if engine == "sglang":
         parts = [f"python -m sglang.launch_server --model-path {model}", f"--tp {system.tp}",
                  f"--max-running-requests {config.max_num_seqs}"]
@@ -177,5 +179,5 @@ def launch_command(run: "EngineRun", engine: str) -> str:
         if s.weights == "fp8":
             parts.append("--quantization fp8")
         parts.append(f"--mem-fraction-static {s.gpu_memory_utilization:g}")
-        return " \\\n    ".join(parts)
+        return note + " \\\n    ".join(parts)
     raise InputError(f"--launch-command: unknown engine {engine!r}; allowed: vllm, sglang")
