@@ -22,8 +22,13 @@ Examples:
   simulate calibrate --check --measurements M.json --overlay configs/gpus/measured/h200.yaml --json
   simulate calibrate --device cpu --base a100 --out /tmp/cpu.yaml --check
   simulate --model llama2-7b --gpu configs/gpus/measured/h200.yaml --batch 8 --ctx 2048
+  simulate calibrate --from-benchmark result.json --model llama3-8b --base h100 --out h100-mine.yaml
+  simulate calibrate --from-benchmark my-rows.csv --out a100-mine.yaml   # published.csv schema
 
 \b
+--from-benchmark fits the compute and memory ceilings on vLLM benchmark_serving /
+benchmark_throughput JSON results (or a CSV of rows) by replaying them through the
+engine, and prints in-sample and cross-validated error (docs/readme-validation.md).
 Measuring needs PyTorch: pip install -e '.[calibrate]'. Turning saved timings
 (--measurements) into an overlay or a check table does not.
 """
@@ -100,11 +105,21 @@ def _prepare_output(path: Path, what: str, suffixes: tuple[str, ...]) -> None:
 @click.option("--check", is_flag=True, help="Print predicted (shipped and measured efficiencies) vs measured end-to-end step times.")
 @click.option("--measurements", type=click.Path(dir_okay=False, path_type=Path), help="Use timings saved by an earlier run instead of measuring (no PyTorch needed).")
 @click.option("--overlay", type=click.Path(dir_okay=False, path_type=Path), help="With --check: the overlay for the measured column (default: derived from the timings).")
-@click.option("--json", "as_json", is_flag=True, help="With --check: print the table as one JSON object (SI units).")
+@click.option("--json", "as_json", is_flag=True, help="With --check or --from-benchmark: print one JSON object (SI units).")
+@click.option("--from-benchmark", "benchmarks", multiple=True, type=click.Path(dir_okay=False, path_type=Path), help="Fit the compute/memory ceilings on these benchmark results (vLLM serving/throughput JSON, or a published.csv-schema CSV); repeatable.")
+@click.option("--model", "bench_model", metavar="NAME", help="With --from-benchmark JSON: the model it ran.")
+@click.option("--tp", "bench_tp", type=click.IntRange(min=1), default=1, show_default=True, help="With --from-benchmark JSON: tensor-parallel degree.")
+@click.option("--weights", "bench_weights", default="fp16", show_default=True, help="With --from-benchmark JSON: weight dtype.")
+@click.option("--kv", "bench_kv", default="fp16", show_default=True, help="With --from-benchmark JSON: KV-cache dtype.")
+@click.option("--engine", "bench_engine", default="vllm", show_default=True, help="With --from-benchmark JSON: engine (profile) that ran it.")
+@click.option("--input-tokens", "bench_input", type=click.IntRange(min=1), help="With a benchmark_throughput JSON: prompt tokens per request.")
+@click.option("--output-tokens", "bench_output", type=click.IntRange(min=1), help="With a benchmark_throughput JSON: output tokens per request.")
 @reports_input_errors
 def calibrate_command(
     out: Path | None, quick: bool, device: str, base: str | None, dtype: str, budget_seconds: float,
     save_measurements: Path | None, check: bool, measurements: Path | None, overlay: Path | None, as_json: bool,
+    benchmarks: tuple[Path, ...] = (), bench_model: str | None = None, bench_tp: int = 1, bench_weights: str = "fp16",
+    bench_kv: str = "fp16", bench_engine: str = "vllm", bench_input: int | None = None, bench_output: int | None = None,
 ) -> None:
     """Measure a GPU with PyTorch and check the cost model against real timings.
 
@@ -123,6 +138,13 @@ def calibrate_command(
     )
     from simulator.calibrate.overlay import save_measurements as save
 
+    if benchmarks:
+        from simulator.cli.calibrate_benchmark import calibrate_from_benchmark
+        from simulator.plan.user_benchmark import BenchmarkSetup
+
+        setup = BenchmarkSetup(bench_model, base, bench_tp, bench_weights, bench_kv, bench_engine, bench_input, bench_output)
+        calibrate_from_benchmark(benchmarks, setup, out, as_json)
+        return
     if out is None and not check:
         raise InputError("simulate calibrate: give --out PATH (the overlay to write) and/or --check")
     if overlay is not None and not check:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ import click
 
 from simulator.cli.options import reports_input_errors
 from simulator.errors import InputError
+from simulator.files import check_output_path
 from simulator.plan.bands import bands_document, bands_file
 from simulator.plan.bands import write_bands as save_bands
 from simulator.plan.crossval import (
@@ -25,6 +25,7 @@ from simulator.plan.crossval import (
     summarise,
 )
 from simulator.plan.validate import GPU_FAMILIES, Replayer, default_table, load_table
+from simulator.tabular import to_json
 
 EPILOG = """\b
 Examples:
@@ -207,18 +208,13 @@ def validation_dict(v: Validation, table: Path) -> dict[str, Any]:
 
 
 def _check_outputs(plot_path: Path | None, bands_out: Path | None, write: bool) -> None:
+    """Output paths checked before minutes of replaying, so a bad path never loses a run."""
     if plot_path is not None:
-        from simulator.report.plots import check_plot_path
-
-        check_plot_path(plot_path)
+        check_output_path(plot_path, "--plot", (".png", ".svg", ".pdf"))
     if bands_out is not None and not write:
         raise InputError("--bands-out: only used with --write-bands")
     if write:
-        target = bands_out or bands_file()
-        if target.is_dir():
-            raise InputError(f"--bands-out: {target} is a folder")
-        if not target.parent.is_dir():
-            raise InputError(f"--bands-out: folder {target.parent} does not exist")
+        check_output_path(bands_out or bands_file(), "--bands-out" if bands_out else "--write-bands", (".json",))
 
 
 def run_validation(table: Path) -> tuple[Validation, float]:
@@ -280,7 +276,7 @@ def validate_command(table: Path | None, as_json: bool, no_rows: bool, plot_path
         plot_validation(v.scored, plot_path)
         click.echo(f"wrote {plot_path}", err=True)
     if as_json:
-        click.echo(json.dumps(validation_dict(v, table), indent=1, allow_nan=False))
+        click.echo(to_json(validation_dict(v, table), indent=1))
         return
     click.echo(_text(v, table, seconds, no_rows))
 

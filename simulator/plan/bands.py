@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from simulator.errors import InputError
+from simulator.files import atomic_write, read_text
 from simulator.plan.validate import validation_file
 
 MIN_ROWS = 5
@@ -140,17 +141,15 @@ def bands_document(residuals: list[Residual], provenance: dict[str, Any]) -> dic
 
 
 def write_bands(path: Path, document: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(document, indent=1, allow_nan=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    """Write the bands file whole or not at all."""
+    atomic_write(path, json.dumps(document, indent=1, allow_nan=False) + "\n", "--write-bands")
 
 
 @functools.lru_cache(maxsize=4)
 def _load(path: Path, stamp: float) -> dict[tuple, dict[str, Any]]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = json.loads(read_text(path, "error bands"))
+    except json.JSONDecodeError as exc:
         raise InputError(f"{path}: cannot read the error bands ({exc}); regenerate with `simulate validate --write-bands`") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("classes"), list):
         raise InputError(f"{path}: not an error-bands file (expected \"schema\": \"{SCHEMA}\")")

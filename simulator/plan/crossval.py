@@ -82,10 +82,19 @@ def _shares(cost) -> tuple[float, float]:
     return (compute / total, memory / total) if total > 0 else (0.0, 0.0)
 
 
-def calibration_role(row: Row) -> str | None:
-    """'compute', 'memory' or None for a row (rules 1-2 of the module docstring); None when it cannot be built."""
-    if not row.is_static_batch or row.replicas > 1:
+def calibration_role(row: Row, include_serving: bool = False) -> str | None:
+    """'compute', 'memory' or None for a row (rules 1-2 of the module docstring); None when it cannot be built.
+
+    ``include_serving`` (a user's calibration, which may have no static batch) also lets serving
+    rows calibrate: a TTFT mean/median whose batch-1 prefill is compute-bound, a TPOT/ITL
+    mean/median (or a throughput of a run generating at least its prompt) whose batch-1 decode
+    step at the final context is memory-bound. The running batch of a serving run is not known
+    before it is simulated, so these tests are approximate.
+    """
+    if row.replicas > 1:
         return None
+    if not row.is_static_batch:
+        return _serving_role(row) if include_serving else None
     try:
         if row.input_tokens + row.output_tokens > _model(row.model).max_context:
             return None  # the replay skips it
@@ -106,19 +115,38 @@ def calibration_role(row: Row) -> str | None:
     return "memory" if _shares(last)[1] > 0.5 else None
 
 
+def _serving_role(row: Row) -> str | None:
+    context = row.input_tokens + row.output_tokens
+    try:
+        system = _roofline_system(row.model, row.gpu, row.tp, row.weights, row.kv, context)
+        limit = _model(row.model).max_context
+    except InputError:
+        return None
+    if row.metric in ("ttft_mean_seconds", "ttft_p50_seconds"):
+        prefill = system.step_cost(Step.prefill(1, min(row.input_tokens, limit - 1)))
+        return "compute" if _shares(prefill)[0] > 0.5 else None
+    decode_metric = row.metric.startswith(("tpot_mean", "tpot_p50", "itl_mean", "itl_p50"))
+    throughput = row.kind == "throughput" and row.output_tokens >= row.input_tokens
+    if not (decode_metric or throughput):
+        return None
+    last = system.step_cost(Step.decode(1, min(context, limit) - 1))
+    return "memory" if _shares(last)[1] > 0.5 else None
+
+
 # --- solving one row -----------------------------------------------------------------------------
 
 class Solver:
     """Per-row solutions through a Replayer, remembered by (row, parameter, value held)."""
 
-    def __init__(self, replayer: Replayer) -> None:
+    def __init__(self, replayer: Replayer, include_serving: bool = False) -> None:
         self.replayer = replayer
+        self.include_serving = include_serving
         self._solved: dict[tuple, float | None] = {}
         self._roles: dict[Row, str | None] = {}
 
     def role(self, row: Row) -> str | None:
         if row not in self._roles:
-            self._roles[row] = calibration_role(row)
+            self._roles[row] = calibration_role(row, self.include_serving)
         return self._roles[row]
 
     def solve(self, row: Row, parameter: str, held: float) -> float | None:
@@ -201,7 +229,8 @@ class FamilyFit:
 Fit = dict[str, FamilyFit]
 
 
-def _median(solver: Solver, rows: list[Row], parameter: str, held: float, default: float) -> tuple[float, tuple[str, ...], tuple[str, ...]]:
+def _median(solver: Solver, rows: list[Row], parameter: str, held: float,
+            default: float) -> tuple[float, tuple[str, ...], tuple[str, ...]]:
     solved = [(row.id, solver.solve(row, parameter, held)) for row in rows]
     kept = [(i, v) for i, v in solved if v is not None]
     unsolved = tuple(i for i, v in solved if v is None)
@@ -210,29 +239,30 @@ def _median(solver: Solver, rows: list[Row], parameter: str, held: float, defaul
     return round(statistics.median(v for _, v in kept), DECIMALS), tuple(i for i, _ in kept), unsolved
 
 
-def fit(rows: Iterable[Row], solver: Solver, rounds: int = ROUNDS) -> Fit:
-    """The ceilings of every family from ``rows`` (see the module docstring)."""
+def fit(rows: Iterable[Row], solver: Solver, rounds: int = ROUNDS,
+        fallback: Efficiencies = DEFAULT_EFFICIENCIES) -> Fit:
+    """The ceilings of every family from ``rows`` (see the module docstring); ``fallback`` where a family has no row."""
     rows = list(rows)
     fits: Fit = {}
     for family in GPU_FAMILIES:
         members = [row for row in rows if row.family == family]
         compute_rows = [row for row in members if solver.role(row) == "compute"]
         memory_rows = [row for row in members if solver.role(row) == "memory"]
-        compute, memory = DEFAULT_EFFICIENCIES.compute, DEFAULT_EFFICIENCIES.memory
+        compute, memory = fallback.compute, fallback.memory
         used_c: tuple[str, ...] = ()
         used_m: tuple[str, ...] = ()
         bad_c: tuple[str, ...] = ()
         bad_m: tuple[str, ...] = ()
         for _ in range(rounds if compute_rows and memory_rows else 1):
-            compute, used_c, bad_c = _median(solver, compute_rows, "compute", memory, DEFAULT_EFFICIENCIES.compute)
-            memory, used_m, bad_m = _median(solver, memory_rows, "memory", compute, DEFAULT_EFFICIENCIES.memory)
+            compute, used_c, bad_c = _median(solver, compute_rows, "compute", memory, fallback.compute)
+            memory, used_m, bad_m = _median(solver, memory_rows, "memory", compute, fallback.memory)
         fits[family] = FamilyFit(family, compute, memory, used_c, used_m, bad_c + bad_m)
     return fits
 
 
-def efficiencies_for(fits: Fit, row: Row) -> Efficiencies:
+def efficiencies_for(fits: Fit, row: Row, fallback: Efficiencies = DEFAULT_EFFICIENCIES) -> Efficiencies:
     family = row.family
-    return fits[family].efficiencies if family in fits else DEFAULT_EFFICIENCIES
+    return fits[family].efficiencies if family in fits else fallback
 
 
 # --- scoring -------------------------------------------------------------------------------------
@@ -276,24 +306,28 @@ class Validation:
 
 
 def cross_validate(rows: list[Row], replayer: Replayer, progress: Callable[[str], None] | None = None,
-                   out_of_sample: bool = True) -> Validation:
-    """In-sample and leave-one-source-out predictions of every row (see the module docstring)."""
-    solver = Solver(replayer)
-    full = fit(rows, solver)
-    in_sample = {row.id: replayer.predict(row, efficiencies_for(full, row)) for row in rows}
+                   out_of_sample: bool = True, group: Callable[[Row], str] | None = None,
+                   include_serving: bool = False, fallback: Efficiencies = DEFAULT_EFFICIENCIES) -> Validation:
+    """In-sample and leave-one-group-out predictions of every row (groups: ``source_id`` unless ``group`` says).
+
+    ``include_serving`` and ``fallback`` are for a user's calibration (see :func:`calibration_role`, :func:`fit`).
+    """
+    group = group or (lambda row: row.source_id)
+    solver = Solver(replayer, include_serving)
+    full = fit(rows, solver, fallback=fallback)
+    in_sample = {row.id: replayer.predict(row, efficiencies_for(full, row, fallback)) for row in rows}
     fold_fits: dict[str, Fit] = {}
     outside: dict[str, Prediction] = {}
     if out_of_sample:
-        sources = sorted({row.source_id for row in rows})
-        for number, source in enumerate(sources, start=1):
+        groups = sorted({group(row) for row in rows})
+        for number, name in enumerate(groups, start=1):
             if progress is not None:
-                progress(f"fold {number}/{len(sources)}: holding out {source}")
-            training = [row for row in rows if row.source_id != source]
-            fold = fit(training, solver)
-            fold_fits[source] = fold
+                progress(f"fold {number}/{len(groups)}: holding out {name}")
+            fold = fit([row for row in rows if group(row) != name], solver, fallback=fallback)
+            fold_fits[name] = fold
             for row in rows:
-                if row.source_id == source:
-                    outside[row.id] = replayer.predict(row, efficiencies_for(fold, row))
+                if group(row) == name:
+                    outside[row.id] = replayer.predict(row, efficiencies_for(fold, row, fallback))
     scored = tuple(
         Scored(row, in_sample[row.id], outside.get(row.id, Prediction(None, "out-of-sample not computed")), solver.role(row))
         for row in rows

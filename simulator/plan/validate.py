@@ -46,6 +46,7 @@ import numpy as np
 
 from simulator.engine.metrics import Aggregates
 from simulator.errors import InputError
+from simulator.files import read_text
 from simulator.model import Efficiency, GPUSpec, ModelSpec, load_gpu, load_model
 
 try:  # the package-data registry (one place that knows where shipped data lives)
@@ -211,18 +212,7 @@ class Row:
 def load_table(path: Path | None = None) -> list[Row]:
     """Rows of a table in the published.csv schema; InputError names the file, line, column and what is allowed."""
     path = default_table() if path is None else Path(path)
-    if not str(path).strip() or str(path) == ".":
-        raise InputError("--csv: empty path; give a CSV file in the published.csv schema")
-    if path.is_dir():
-        raise InputError(f"--csv: {path} is a folder, not a CSV file")
-    try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except FileNotFoundError:
-        raise InputError(f"--csv: {path}: no such file") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"--csv: {path}: not UTF-8 (byte {exc.start})") from None
-    except OSError as exc:
-        raise InputError(f"--csv: {path}: cannot read ({exc.strerror})") from None
+    text = read_text(path, "--csv")
     reader = csv.DictReader(text.splitlines())
     header = [name.strip() for name in (reader.fieldnames or [])]
     reader.fieldnames = header
@@ -382,12 +372,7 @@ def _from_statistics(stats: dict[str, float], n: int, rng: np.random.Generator, 
 @functools.cache
 def load_lengths(path: Path) -> LengthData:
     """Read a lengths file by its header; InputError naming the file, line and what is allowed."""
-    try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 (byte {exc.start})") from None
+    text = read_text(path, "lengths file")
     lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     reader = csv.reader(lines)
     header = [h.strip().lower() for h in next(reader, [])]
