@@ -3,6 +3,14 @@
 All sizes in bytes. ``kv_bytes_per_token`` is the logical size for the whole model
 (2 * layers * kv_heads * head_dim * bytes per element); per GPU, KV heads are split across
 the tensor-parallel group (and replicated when there are fewer KV heads than GPUs).
+An MLA model (DeepSeek-V2/V3) caches one latent per token and layer, (kv_lora_rank +
+qk_rope_head_dim) * layers * bytes per element, which every GPU of the group holds whole
+(heads are split, the latent is not; vLLM and SGLang replicate it under tensor parallelism).
+
+A layer with a sliding window of W keeps at most W tokens of a sequence (the older ones are
+never read again, and paged engines free their blocks: vLLM's sliding-window and hybrid KV
+cache managers), so a sequence of T tokens holds min(T, W) tokens in such layers
+(:func:`kv_bytes_per_sequence`).
 """
 
 from __future__ import annotations
@@ -26,14 +34,36 @@ RUNTIME_RESERVED_BYTES_PER_GPU = 1 * GIB
 WORKSPACE_TOKENS = 8192
 
 
+def _kv_elements_per_token_per_layer(model: ModelSpec, kv_heads: int) -> int:
+    if model.is_mla:
+        return model.kv_lora_rank + model.qk_rope_head_dim
+    return 2 * kv_heads * model.head_dim
+
+
 def kv_bytes_per_token(model: ModelSpec, precision: Precision) -> float:
-    """KV-cache bytes one token adds, all layers, all GPUs (logical, no replication)."""
-    return 2.0 * model.num_layers * model.num_kv_heads * model.head_dim * precision.kv_bytes_per_element
+    """KV-cache bytes one token adds, all layers, all GPUs (logical, no replication; windows not applied)."""
+    return model.num_layers * _kv_elements_per_token_per_layer(model, model.num_kv_heads) * precision.kv_bytes_per_element
 
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, precision: Precision, tp: int) -> float:
-    """KV-cache bytes one token adds on each GPU of a tensor-parallel group."""
-    return 2.0 * model.num_layers * kv_heads_per_gpu(model, tp) * model.head_dim * precision.kv_bytes_per_element
+    """KV-cache bytes one token adds on each GPU of a tensor-parallel group (an MLA latent is held whole)."""
+    per_layer = _kv_elements_per_token_per_layer(model, kv_heads_per_gpu(model, tp))
+    return model.num_layers * per_layer * precision.kv_bytes_per_element
+
+
+def windowed_tokens(model: ModelSpec, tokens: float) -> float:
+    """Tokens of a ``tokens``-long sequence held, averaged over layers: sliding layers keep min(tokens, W)."""
+    sliding = model.sliding_layers
+    if not sliding or model.sliding_window is None:
+        return tokens
+    full = model.num_layers - sliding
+    return (full * tokens + sliding * min(tokens, model.sliding_window)) / model.num_layers
+
+
+def kv_bytes_per_sequence(model: ModelSpec, precision: Precision, tokens: float, tp: int | None = None) -> float:
+    """KV-cache bytes of one sequence of ``tokens`` tokens, windows applied (per GPU of ``tp``; None: logical)."""
+    rate = kv_bytes_per_token(model, precision) if tp is None else kv_bytes_per_token_per_gpu(model, precision, tp)
+    return rate * windowed_tokens(model, tokens)
 
 
 def weight_bytes(operators: tuple[Operator, ...]) -> float:
@@ -54,7 +84,12 @@ def workspace_bytes_per_gpu(model: ModelSpec, precision: Precision, tp: int, ste
     and fp32 logits for the sequences that emit a token.
     """
     tokens = min(step_tokens, WORKSPACE_TOKENS)
-    mlp = (3 if model.gated_mlp else 2) * model.ffn_size // tp
+    matrices = 3 if model.gated_mlp else 2
+    mlp = matrices * model.ffn_size // tp
+    if model.is_moe:
+        # Routed rows: k per token, split over the GPUs (by expert under EP, by columns without); plus shared experts.
+        routed = model.moe_top_k * model.expert_ffn_size + model.moe_shared_experts * model.shared_expert_ffn_size
+        mlp = max(mlp if model.moe_layers < model.num_layers else 0, matrices * routed // tp)
     activations = tokens * (4 * model.hidden_size + mlp) * precision.activation_bytes_per_element
     logits = min(sequences, tokens) * (model.vocab_size / tp) * 4.0
     return activations + logits
@@ -105,7 +140,10 @@ def plan_memory(
     operators: tuple[Operator, ...],
     prefill_tokens: int | None = None,
 ) -> MemoryPlan:
-    """Memory of ``batch`` sequences of ``context_tokens`` each on ``tp`` GPUs (``operators`` built for that tp)."""
+    """Memory of ``batch`` sequences of ``context_tokens`` each on ``tp`` GPUs (``operators`` built for that tp).
+
+    Sliding-window layers hold at most their window of each sequence (module docstring).
+    """
     per_token = kv_bytes_per_token(model, precision)
     step_tokens = batch * context_tokens if prefill_tokens is None else prefill_tokens
     return MemoryPlan(
@@ -114,19 +152,29 @@ def plan_memory(
         weights_bytes=model_weight_bytes(model, precision, gpu),
         weights_bytes_per_gpu=weight_bytes(operators),
         kv_bytes_per_token=per_token,
-        kv_bytes=per_token * batch * context_tokens,
-        kv_bytes_per_gpu=kv_bytes_per_token_per_gpu(model, precision, tp) * batch * context_tokens,
+        kv_bytes=batch * kv_bytes_per_sequence(model, precision, context_tokens),
+        kv_bytes_per_gpu=batch * kv_bytes_per_sequence(model, precision, context_tokens, tp),
         workspace_bytes_per_gpu=workspace_bytes_per_gpu(model, precision, tp, step_tokens, batch),
         reserved_bytes_per_gpu=RUNTIME_RESERVED_BYTES_PER_GPU,
     )
 
 
-def tensor_parallel_candidates(model: ModelSpec, gpu: GPUSpec) -> list[int]:
-    """Powers of two up to the GPUs in a node that divide both the heads and the KV heads."""
+def tensor_parallel_candidates(model: ModelSpec, gpu: GPUSpec, ep: int = 1) -> list[int]:
+    """Powers of two up to the GPUs in a node that divide the heads, the KV heads and the FFN widths.
+
+    With ``ep`` > 1 the experts are split over the tensor-parallel GPUs, so tp = ep is the only candidate.
+    """
     candidates = []
     tp = 1
     while tp <= gpu.max_gpus_per_node:
-        if model.num_heads % tp == 0 and model.num_kv_heads % tp == 0 and model.ffn_size % tp == 0:
+        widths = [model.ffn_size] if model.moe_layers < model.num_layers else []
+        if model.is_moe:
+            widths.append(model.moe_shared_experts * model.shared_expert_ffn_size)
+            if ep == 1:
+                widths.append(model.expert_ffn_size)
+        kv_ok = model.is_mla or model.num_kv_heads % tp == 0
+        fits_widths = all(width % tp == 0 for width in widths)
+        if model.num_heads % tp == 0 and kv_ok and fits_widths and (ep == 1 or tp == ep):
             candidates.append(tp)
         tp *= 2
     return candidates

@@ -18,6 +18,8 @@ from simulator.model.loader import (
     suggest,
     validate,
 )
+from simulator.model.hf_config import from_hf_config
+from simulator.model.precision import parse_precision
 from simulator.model.registry import config_files
 
 # Upper bounds on a model's sizes: far above any published model, low enough that a unit slip
@@ -52,19 +54,59 @@ class ModelSpec(BaseModel):
     max_context: int = Field(ge=1, le=MAX_CONTEXT)
     tied_embeddings: bool = False
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
-    norms_per_layer: int = Field(default=2, ge=1, le=2)
+    norms_per_layer: int = Field(default=2, ge=1, le=4, description="1 (Falcon), 2, or 4 (Gemma 2/3: pre- and post-norms)")
     linear_bias: bool = False
     position_embedding: Literal["rotary", "learned", "alibi"] = "rotary"
     learned_position_rows: int = Field(default=0, ge=0, le=MAX_CONTEXT + 2, description="0 means max_context")
     parallel_attention: bool = Field(default=False, description="attention and MLP read one norm (Falcon)")
     sliding_window: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
-    moe_experts: int = Field(default=1, ge=1, le=MAX_EXPERTS)
-    moe_top_k: int = Field(default=1, ge=1, le=MAX_EXPERTS)
+    layer_types: list[Literal["full", "sliding"]] = Field(
+        default_factory=list,
+        description="per layer; empty: every layer 'sliding' when sliding_window is set (Mistral v0.1), else 'full'",
+    )
+    sliding_window_pattern: int = Field(
+        default=0, ge=0, le=MAX_LAYERS,
+        description="instead of layer_types: layer i (from 0) is full when (i + 1) % pattern == 0, else sliding "
+        "(Gemma 2: 2, Gemma 3: 6)",
+    )
+    attention_sinks: bool = Field(default=False, description="a learned sink logit per head (gpt-oss)")
+    qk_norm: bool = Field(default=False, description="per-head RMSNorm on q and k (Qwen3, Gemma 3)")
+    query_pre_attn_scalar: float | None = Field(default=None, gt=0, description="score scale 1/sqrt(this) (Gemma); no cost")
+    moe_experts: int = Field(default=1, ge=1, le=MAX_EXPERTS, description="routed experts E; 1 means a dense model")
+    moe_top_k: int = Field(default=1, ge=1, le=MAX_EXPERTS, description="routed experts per token k")
+    moe_ffn_size: int = Field(default=0, ge=0, le=MAX_WIDTH, description="FFN width of one routed expert; 0 means ffn_size")
+    moe_shared_experts: int = Field(default=0, ge=0, le=MAX_EXPERTS, description="shared experts every token uses")
+    moe_shared_ffn_size: int = Field(
+        default=0, ge=0, le=MAX_WIDTH, description="FFN width of one shared expert; 0 means the routed expert's"
+    )
+    moe_first_dense_layers: int = Field(
+        default=0, ge=0, le=MAX_LAYERS, description="leading layers with a dense MLP of ffn_size (first_k_dense_replace)"
+    )
+    moe_layer_step: int = Field(
+        default=1, ge=1, le=MAX_LAYERS, description="after those, layer i (from 0) is MoE when (i + 1) % step == 0"
+    )
+    moe_dense_layer_indices: list[int] = Field(
+        default_factory=list, description="further layers with a dense MLP (Qwen's mlp_only_layers)"
+    )
+    kv_lora_rank: int = Field(default=0, ge=0, le=MAX_WIDTH, description="MLA latent KV width; 0: not MLA")
+    q_lora_rank: int = Field(default=0, ge=0, le=MAX_WIDTH, description="MLA query compression width; 0: none")
+    qk_rope_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="MLA rotary part of q/k per head")
+    qk_nope_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="MLA non-rotary part of q/k per head")
+    v_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="MLA value width per head")
+    default_weights: str | None = Field(
+        default=None, description="the checkpoint's weight formats as --weights text (from quantization_config)"
+    )
+    quantization: str = Field(default="", description="the checkpoint's quantization method, for the report")
+    warnings: list[str] = Field(
+        default_factory=list, description="architecture keys of the source config that are not modelled"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> "ModelSpec":
         if self.num_kv_heads == 0:
             object.__setattr__(self, "num_kv_heads", self.num_heads)
+        if self.kv_lora_rank and self.head_dim == 0:
+            object.__setattr__(self, "head_dim", self.qk_nope_head_dim + self.qk_rope_head_dim)
         if self.head_dim == 0:
             if self.hidden_size % self.num_heads:
                 raise ValueError(
@@ -77,11 +119,106 @@ class ModelSpec(BaseModel):
             raise ValueError(f"moe_top_k {self.moe_top_k} exceeds moe_experts {self.moe_experts}")
         if self.position_embedding == "learned" and self.learned_position_rows == 0:
             object.__setattr__(self, "learned_position_rows", self.max_context)
+        self._check_layouts()
         return self
+
+    def _check_layouts(self) -> None:
+        if self.norms_per_layer == 3:
+            raise ValueError("norms_per_layer must be 1, 2 or 4")
+        if self.kv_lora_rank:
+            if not (self.qk_rope_head_dim and self.qk_nope_head_dim and self.v_head_dim):
+                raise ValueError("an MLA model (kv_lora_rank > 0) needs qk_rope_head_dim, qk_nope_head_dim and v_head_dim")
+        elif self.q_lora_rank or self.qk_rope_head_dim or self.qk_nope_head_dim or self.v_head_dim:
+            raise ValueError("q_lora_rank / qk_*_head_dim / v_head_dim describe MLA: give kv_lora_rank too")
+        if self.layer_types and len(self.layer_types) != self.num_layers:
+            raise ValueError(f"layer_types has {len(self.layer_types)} entries for {self.num_layers} layers")
+        if self.layer_types and self.sliding_window_pattern:
+            raise ValueError("give layer_types or sliding_window_pattern, not both")
+        if (self.sliding_window_pattern or "sliding" in self.layer_types) and self.sliding_window is None:
+            raise ValueError("sliding layers need sliding_window")
+        if self.moe_experts == 1:
+            moe_keys = (self.moe_ffn_size, self.moe_shared_experts, self.moe_first_dense_layers,
+                        self.moe_dense_layer_indices, self.moe_layer_step != 1, self.moe_top_k != 1)
+            if any(moe_keys):
+                raise ValueError("moe_* fields describe a mixture of experts: give moe_experts > 1")
+        bad = [i for i in self.moe_dense_layer_indices if not 0 <= i < self.num_layers]
+        if bad:
+            raise ValueError(f"moe_dense_layer_indices {bad} outside layers 0..{self.num_layers - 1}")
+        if self.default_weights is not None:
+            try:
+                parse_precision(self.default_weights, "fp16")
+            except InputError as exc:
+                raise ValueError(f"default_weights: {exc}") from None
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe_experts > 1
+
+    @property
+    def is_mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2/V3): the KV cache holds one latent per token and layer."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def expert_ffn_size(self) -> int:
+        """FFN width of one routed expert."""
+        return self.moe_ffn_size or self.ffn_size
+
+    @property
+    def shared_expert_ffn_size(self) -> int:
+        """FFN width of one shared expert."""
+        return self.moe_shared_ffn_size or self.expert_ffn_size
+
+    def layer_is_moe(self, index: int) -> bool:
+        """Layer ``index`` (from 0) has routed experts (see the moe_* fields)."""
+        if not self.is_moe or index < self.moe_first_dense_layers or index in self.moe_dense_layer_indices:
+            return False
+        return (index + 1) % self.moe_layer_step == 0
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers with routed experts (the rest have a dense MLP of ``ffn_size``)."""
+        return sum(self.layer_is_moe(i) for i in range(self.num_layers))
+
+    def layer_window(self, index: int) -> int | None:
+        """Keys layer ``index`` attends at most: the sliding window, or None (the whole context)."""
+        if self.sliding_window is None:
+            return None
+        if self.layer_types:
+            return self.sliding_window if self.layer_types[index] == "sliding" else None
+        if self.sliding_window_pattern:
+            return None if (index + 1) % self.sliding_window_pattern == 0 else self.sliding_window
+        return self.sliding_window
+
+    @property
+    def sliding_layers(self) -> int:
+        """Layers with a sliding window."""
+        return sum(self.layer_window(i) is not None for i in range(self.num_layers))
+
+    def describe_architecture(self) -> str:
+        """One line: attention kind, windows, experts (for `simulate models` and the run report)."""
+        parts = [self.attention_kind]
+        if self.is_mla:
+            parts[0] = f"MLA (latent {self.kv_lora_rank} + rope {self.qk_rope_head_dim})"
+        if self.sliding_window is not None and self.sliding_layers:
+            share = "all layers" if self.sliding_layers == self.num_layers else \
+                f"{self.sliding_layers} of {self.num_layers} layers"
+            parts.append(f"sliding window {self.sliding_window} on {share}")
+        if self.attention_sinks:
+            parts.append("attention sinks")
+        if self.is_moe:
+            shared = f" + {self.moe_shared_experts} shared" if self.moe_shared_experts else ""
+            layers = "" if self.moe_layers == self.num_layers else f" on {self.moe_layers} of {self.num_layers} layers"
+            parts.append(f"MoE {self.moe_experts} experts top-{self.moe_top_k}{shared}{layers}")
+        if self.quantization:
+            parts.append(f"checkpoint {self.quantization}")
+        return ", ".join(parts)
 
     @property
     def attention_kind(self) -> str:
-        """'MHA', 'MQA' or 'GQA-g'."""
+        """'MLA', 'MHA', 'MQA' or 'GQA-g'."""
+        if self.is_mla:
+            return "MLA"
         if self.num_kv_heads == self.num_heads:
             return "MHA"
         if self.num_kv_heads == 1:
@@ -116,70 +253,6 @@ def with_attention(spec: ModelSpec, variant: str | None) -> ModelSpec:
     return spec.model_copy(update={"num_kv_heads": kv_heads, "name": f"{spec.name} ({text})"})
 
 
-def _first(config: dict[str, Any], *keys: str, default: Any = None) -> Any:
-    for key in keys:
-        if config.get(key) is not None:
-            return config[key]
-    return default
-
-
-def from_hf_config(config: dict[str, Any], name: str) -> dict[str, Any]:
-    """Map a HuggingFace ``config.json`` onto our ModelSpec fields (Llama, Mistral, Mixtral, Falcon, OPT, GPT-2 style)."""
-    model_type = str(config.get("model_type", "")).lower()
-    hidden = _first(config, "hidden_size", "n_embd", "d_model")
-    heads = _first(config, "num_attention_heads", "n_head")
-    layers = _first(config, "num_hidden_layers", "n_layer", "num_layers")
-    if hidden is None or heads is None or layers is None:
-        raise InputError(f"{name}: config.json lacks hidden_size / num_attention_heads / num_hidden_layers")
-    act = str(_first(config, "hidden_act", "activation_function", "activation", default="silu")).lower()
-    activation = "silu" if "silu" in act or "swish" in act else "relu" if "relu" in act else "gelu"
-    is_falcon = model_type in ("falcon", "refinedweb", "refinedwebmodel")
-    is_opt = model_type == "opt"
-    is_gpt2 = model_type in ("gpt2", "gpt3")
-    if is_falcon:
-        kv_heads = 1 if config.get("multi_query", False) and not config.get("new_decoder_architecture") else _first(
-            config, "num_kv_heads", "n_head_kv", default=heads
-        )
-    else:
-        kv_heads = _first(config, "num_key_value_heads", default=heads)
-    ffn = _first(config, "intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size")
-    if ffn is None:
-        ffn = 4 * hidden if isinstance(hidden, int) else hidden  # a malformed width is reported by validation
-    gated = not (is_falcon or is_opt or is_gpt2) and activation == "silu"
-    spec: dict[str, Any] = {
-        "name": name,
-        "num_layers": layers,
-        "hidden_size": hidden,
-        "num_heads": heads,
-        "num_kv_heads": kv_heads,
-        "ffn_size": ffn,
-        "gated_mlp": gated,
-        "activation": activation,
-        "vocab_size": config.get("vocab_size"),
-        "max_context": _first(config, "max_position_embeddings", "n_positions", "max_seq_len", default=2048),
-        "tied_embeddings": bool(config.get("tie_word_embeddings", is_falcon or is_opt or is_gpt2)),
-        "norm": "layernorm" if (is_falcon or is_opt or is_gpt2) else "rmsnorm",
-        "linear_bias": bool(config.get("bias", is_opt or is_gpt2 or config.get("attention_bias", False))),
-    }
-    if config.get("head_dim"):
-        spec["head_dim"] = config["head_dim"]
-    if is_falcon:
-        spec["parallel_attention"] = bool(config.get("parallel_attn", True))
-        spec["norms_per_layer"] = 1 if spec["parallel_attention"] and not config.get("new_decoder_architecture") else 2
-        spec["position_embedding"] = "alibi" if config.get("alibi") else "rotary"
-    if is_opt or is_gpt2:
-        spec["position_embedding"] = "learned"
-        # OPT's learned position table has 2 extra rows (its padding offset).
-        rows = spec["max_context"]
-        spec["learned_position_rows"] = rows + (2 if is_opt else 0) if isinstance(rows, int) else rows
-    if config.get("sliding_window"):
-        spec["sliding_window"] = config["sliding_window"]
-    if config.get("num_local_experts"):
-        spec["moe_experts"] = config["num_local_experts"]
-        spec["moe_top_k"] = config.get("num_experts_per_tok", 2)
-    return spec
-
-
 def _model_files() -> list[Path]:
     return config_files("models")
 
@@ -190,17 +263,24 @@ def list_models() -> list[ModelSpec]:
 
 
 def load_model_file(path: Path) -> ModelSpec:
-    """Our model YAML, or a HuggingFace config.json (recognised by its field names)."""
+    """Our model YAML, a HuggingFace config.json (recognised by its field names), or a model folder holding one."""
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise InputError(f"--model: folder {path} has no config.json (a model folder needs its HuggingFace config)")
+        path = path / "config.json"
     data = read_mapping(path)
-    if "num_layers" not in data and ("num_hidden_layers" in data or "n_layer" in data or "model_type" in data):
-        name = data.get("_name_or_path") or path.parent.name or path.stem
+    if "num_layers" not in data and ("num_hidden_layers" in data or "n_layer" in data or "model_type" in data
+                                     or "text_config" in data):
+        # A folder's config.json is named after its folder; a loose file after itself.
+        fallback = path.parent.name if path.name == "config.json" else path.stem
+        name = data.get("_name_or_path") or fallback or path.stem
         data = from_hf_config(data, str(name))
     return validate(ModelSpec, data, str(path), plausible=True)
 
 
 def load_model(name_or_path: str) -> ModelSpec:
-    """A shipped model by name or alias (case-insensitive), or a YAML / config.json by path."""
-    if looks_like_path(name_or_path):
+    """A shipped model by name or alias (case-insensitive), or a YAML / config.json / model folder by path."""
+    if looks_like_path(name_or_path) or Path(name_or_path).is_dir():
         return load_model_file(Path(name_or_path))
     wanted = name_or_path.lower()
     known: list[str] = []
@@ -211,5 +291,5 @@ def load_model(name_or_path: str) -> ModelSpec:
         known.extend(names)
     raise InputError(
         f"--model: unknown model '{name_or_path}'{suggest(name_or_path, known)}; "
-        f"known: {', '.join(m.name for m in list_models())} (or a path to a YAML or config.json file)"
+        f"known: {', '.join(m.name for m in list_models())} (or a path to a YAML, a config.json or a model folder)"
     )

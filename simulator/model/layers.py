@@ -58,10 +58,21 @@ import math
 from dataclasses import dataclass, replace
 from typing import ClassVar, Literal, NamedTuple
 
+import numpy as np
+
 from simulator.errors import InputError
 from simulator.model.architecture import ModelSpec
 from simulator.model.gpu import GPUSpec
-from simulator.model.precision import DTYPE_BYTES, Precision
+from simulator.model.precision import Precision
+from simulator.model.routing import (
+    busiest_share,
+    expected_touched,
+    expert_probabilities,
+    local_probabilities,
+    remote_gpus_per_token,
+    row_tile,
+    row_tiles,
+)
 from simulator.model.step import Number, Step
 
 AttentionKernel = Literal["flash", "naive"]
@@ -96,6 +107,8 @@ class Work(NamedTuple):
     launches: Number = 0.0
     dequant_ops: Number = 0.0
     """weight-only dequantisation operations (CUDA-core work, not model FLOPs)"""
+    padding_flops: Number = 0.0
+    """tensor-core FLOPs spent on the padding rows of grouped GEMMs (time, not model FLOPs)"""
 
 
 def _active(tokens: Number) -> Number:
@@ -112,8 +125,8 @@ class Gemm:
     """A weight matrix multiply: (tokens x in_features) @ (in_features x out_features), per GPU.
 
     ``token_source`` is 'all' (every new token) or 'logits' (LM head: one row per emitting sequence).
-    Mixture-of-experts GEMMs hold ``experts`` matrices; each token uses ``top_k`` of them and a
-    step reads the expected number of distinct experts its tokens route to.
+    Routed experts are :class:`ExpertGemm`. ``active_params``: parameters a token multiplies with
+    when they differ from ``params`` (a tied LM head reads the embedding's H x V; None: ``params``).
 
     Activation traffic per routed token: ``input_read_elements`` read (None: ``in_features``;
     0 when the input is on chip) and ``output_write_elements`` written (None: ``out_features``;
@@ -135,8 +148,7 @@ class Gemm:
     dequant_ops_per_weight: float = 0.0
     dequant_tile_tokens: int = 16
     token_source: Literal["all", "logits"] = "all"
-    experts: int = 1
-    top_k: int = 1
+    active_params: int | None = None
     input_read_elements: int | None = None
     output_write_elements: int | None = None
     launches_per_step: float = 1.0
@@ -151,26 +163,86 @@ class Gemm:
         tokens = self.tokens(step)
         active = _active(tokens)
         matrix = self.in_features * self.out_features
-        if self.experts > 1:
-            untouched = (1.0 - self.top_k / self.experts) ** tokens
-            matrices_read = self.experts * (1.0 - untouched)
-        else:
-            matrices_read = active
-        weights_read = matrix * matrices_read
+        weights_read = matrix * active
         dequant = 0.0
         if self.dequant_ops_per_weight:
             dequant = weights_read * _ceil_div(tokens, self.dequant_tile_tokens) * self.dequant_ops_per_weight
-        routed_tokens = tokens * self.top_k
         read = self.in_features if self.input_read_elements is None else self.input_read_elements
         write = self.out_features if self.output_write_elements is None else self.output_write_elements
         b_a = self.activation_bytes_per_element
         return Work(
-            flops=2.0 * routed_tokens * matrix,
+            flops=2.0 * tokens * matrix,
             weight_bytes=weights_read * (self.weight_bytes_per_element + self.scale_bytes_per_weight)
-            + self.bias_elements * b_a * matrices_read,
-            activation_bytes=routed_tokens * (read + write) * b_a,
+            + self.bias_elements * b_a * active,
+            activation_bytes=tokens * (read + write) * b_a,
             launches=self.launches_per_step * active,
             dequant_ops=dequant,
+        )
+
+
+@dataclass(frozen=True)
+class ExpertGemm:
+    """One GEMM of the routed experts of an MoE layer, on the GPU holding the hottest experts.
+
+    The GPU holds ``len(probabilities)`` experts (E / ep under expert parallelism), each an
+    ``in_features x out_features`` matrix (an expert's full width when ep = tp, its 1/tp column or
+    row slice when ep = 1). ``probabilities`` are the q_i of those experts (simulator.model.routing):
+    a step of t tokens sends t * sum(q_i) (token, expert) rows to this GPU, 2 * in * out FLOPs each,
+    and reads the weights of the expected distinct experts touched, sum_i 1 - (1 - q_i)^t.
+    Rows are padded per expert to the grouped-GEMM row tile (``padding_flops``). ``params`` counts
+    all ``experts`` of the model, ``active_params`` the ``top_k`` a token uses.
+    """
+
+    name: str
+    count: int
+    in_features: int
+    out_features: int
+    params: int
+    active_params: int
+    resident_bytes: float
+    weight_bytes_per_element: float
+    scale_bytes_per_weight: float
+    bias_elements: int
+    activation_bytes_per_element: float
+    compute_dtype: str
+    experts: int
+    top_k: int
+    probabilities: tuple[float, ...]
+    dequant_ops_per_weight: float = 0.0
+    dequant_tile_tokens: int = 16
+    output_write_elements: int | None = None
+    kind: str = "gemm"
+    works_from_tokens: ClassVar[bool] = True
+    """True: ``work(step)`` depends on the step only through ``tokens(step)`` (the cost model memoises on it)"""
+
+    def tokens(self, step: Step) -> Number:
+        return step.tokens
+
+    def experts_touched(self, tokens: Number) -> Number:
+        """Expected distinct experts of this GPU that ``tokens`` tokens route to."""
+        return expected_touched(np.asarray(self.probabilities), tokens)
+
+    def work(self, step: Step) -> Work:
+        tokens = self.tokens(step)
+        q = np.asarray(self.probabilities)
+        matrix = self.in_features * self.out_features
+        rows = tokens * float(q.sum())
+        touched = expected_touched(q, tokens)
+        tile = row_tile(tokens, self.experts)
+        padded_rows = tile * row_tiles(q, tokens, tile)
+        dequant = 0.0
+        if self.dequant_ops_per_weight:
+            dequant = matrix * row_tiles(q, tokens, self.dequant_tile_tokens) * self.dequant_ops_per_weight
+        write = self.out_features if self.output_write_elements is None else self.output_write_elements
+        b_a = self.activation_bytes_per_element
+        return Work(
+            flops=2.0 * rows * matrix,
+            weight_bytes=touched * (matrix * (self.weight_bytes_per_element + self.scale_bytes_per_weight)
+                                    + self.bias_elements * b_a),
+            activation_bytes=rows * (self.in_features + write) * b_a,
+            launches=_active(tokens),
+            dequant_ops=dequant,
+            padding_flops=2.0 * (padded_rows - rows) * matrix,
         )
 
 
@@ -192,6 +264,8 @@ class Attention:
     """q arrives on chip from the QKV projection and the output stays on chip for o_proj (fusion 'full')"""
     params: int = 0
     resident_bytes: float = 0.0
+    window: int | None = None
+    """sliding window: each query attends at most this many keys (None: the whole context)"""
     kind: str = "attention"
     works_from_tokens: ClassVar[bool] = False
     """False: ``work(step)`` reads other fields of the step than ``tokens(step)`` (the context, attention pairs)"""
@@ -200,6 +274,8 @@ class Attention:
         return step.tokens
 
     def work(self, step: Step) -> Work:
+        if self.window is not None:
+            step = windowed_step(step, self.window)
         n, g, d = self.q_heads, self.kv_heads, self.head_dim
         b_a, b_kv = self.activation_bytes_per_element, self.kv_bytes_per_element
         kv_token_bytes = 2.0 * g * d * b_kv
@@ -224,6 +300,102 @@ class Attention:
         )
 
 
+def windowed_step(step: Step, window: int) -> Step:
+    """``step`` as a layer with a sliding window of ``window`` keys sees it.
+
+    Each query attends at most ``window`` keys, so pairs <= tokens * window; a sequence reads at most
+    ``window`` cached keys plus its new tokens, so keys <= sequences * window + prefill tokens.
+    Exact when every sequence is past (or within) the window by the same amount, as in a decode
+    batch of equal contexts; otherwise an upper bound (a step keeps only sums over its sequences,
+    and sum(min(c_i, W)) <= min(sum(c_i), n W)). The naive kernel's score block shrinks with the
+    keys (tokens x keys per sequence).
+    """
+    pairs = np.minimum(step.attention_pairs, step.tokens * window)
+    prefill_pairs = np.minimum(step.prefill_attention_pairs, step.prefill_tokens * window)
+    keys = np.minimum(step.context_tokens, step.sequences * window + step.prefill_tokens)
+    per_sequence = keys / np.maximum(step.sequences, 1.0)
+    scores = np.minimum(step.score_elements, step.tokens * per_sequence)
+    return replace(step, attention_pairs=pairs, prefill_attention_pairs=prefill_pairs, context_tokens=keys,
+                   score_elements=scores)
+
+
+@dataclass(frozen=True)
+class LatentAttention:
+    """DeepSeek's multi-head latent attention (MLA) over the latent KV cache, for the heads on one GPU.
+
+    The cache holds, per token and layer, the compressed KV latent c (``kv_lora_rank`` r values)
+    and the shared rotary key (``qk_rope_head_dim`` d_r values): (r + d_r) * b_kv bytes, whatever
+    the head count (DeepSeek-V2 paper, section 2.1). ``kv_b_proj`` (r -> n (d_nope + d_v)) lives
+    inside this operator (``params``, ``resident_bytes``) because the two phases use it differently:
+
+    - Decode tokens, absorbed (DeepSeek-V2 section 2.1.3; FlashMLA and vLLM/SGLang's MLA decode):
+      W_UK is folded into the query (2 n d_nope r FLOPs per token) and W_UV into the output
+      (2 n r d_v), so attention runs over the latent itself: per (query, key) pair and head,
+      scores over r + d_r values and the weighted sum over r: 2 n (2 r + d_r) FLOPs; each key's
+      latent is read once for all heads ((r + d_r) b_kv bytes).
+    - Prefill tokens, decompressed (vLLM's and SGLang's MLA prefill): kv_b_proj expands every
+      key of a prefilling sequence into per-head keys and values (2 r n (d_nope + d_v) FLOPs per key,
+      written to HBM as n (d_nope + d_r + d_v) activations), then FlashAttention runs with q/k head
+      dimension d_nope + d_r and v head dimension d_v: 2 n (d_nope + d_r + d_v) FLOPs per pair, the
+      expanded K/V streamed once per row tile of ``query_tile_rows`` queries.
+
+    A decode token's pairs equal its keys, so decode keys = attention pairs - prefill pairs and
+    prefill keys = context tokens - decode keys. Under tensor parallelism heads are split but the
+    latent is not: every GPU reads (and stores) the whole latent.
+    """
+
+    name: str
+    count: int
+    q_heads: int
+    kv_lora_rank: int
+    rope_dim: int
+    nope_dim: int
+    v_dim: int
+    kv_bytes_per_element: float
+    activation_bytes_per_element: float
+    weight_bytes_per_element: float
+    scale_bytes_per_weight: float
+    compute_dtype: str
+    query_tile_rows: int
+    io_fused: bool
+    params: int
+    resident_bytes: float
+    kind: str = "attention"
+    works_from_tokens: ClassVar[bool] = False
+    """False: ``work(step)`` reads the context and attention pairs of the step"""
+
+    def tokens(self, step: Step) -> Number:
+        return step.tokens
+
+    def work(self, step: Step) -> Work:
+        n, r, d_r, d_n, d_v = self.q_heads, self.kv_lora_rank, self.rope_dim, self.nope_dim, self.v_dim
+        b_a, b_kv = self.activation_bytes_per_element, self.kv_bytes_per_element
+        decode_tokens = step.tokens - step.prefill_tokens
+        decode_pairs = step.attention_pairs - step.prefill_attention_pairs
+        prefill_keys = step.context_tokens - decode_pairs
+        latent_bytes = (r + d_r) * b_kv
+        expanded = n * (d_n + d_r + d_v)
+        flops = (
+            decode_pairs * 2.0 * n * (2 * r + d_r)
+            + decode_tokens * 2.0 * n * r * (d_n + d_v)
+            + prefill_keys * 2.0 * r * n * (d_n + d_v)
+            + step.prefill_attention_pairs * 2.0 * n * (d_n + d_r + d_v)
+            + SOFTMAX_FLOPS_PER_SCORE * n * step.attention_pairs
+        )
+        expanded_traffic = (2.0 * prefill_keys + step.prefill_attention_pairs / self.query_tile_rows) * expanded * b_a
+        io = 0.0 if self.io_fused else step.tokens * n * (d_n + d_r + d_v) * b_a
+        kv_b = r * n * (d_n + d_v) * (self.weight_bytes_per_element + self.scale_bytes_per_weight)
+        return Work(
+            flops=flops,
+            weight_bytes=kv_b * _active(step.tokens),
+            kv_read_bytes=latent_bytes * step.context_tokens,
+            kv_write_bytes=latent_bytes * step.tokens,
+            activation_bytes=io + expanded_traffic,
+            # decode: the W_UK bmm, the latent attention kernel, the W_UV bmm; prefill: kv_b GEMM, attention
+            launches=3.0 * _active(decode_tokens) + 2.0 * _active(step.prefill_tokens),
+        )
+
+
 @dataclass(frozen=True)
 class Elementwise:
     """A norm, rotary embedding, activation or residual add: reads and writes activations.
@@ -235,8 +407,8 @@ class Elementwise:
 
     name: str
     count: int
-    read_elements_per_token: int
-    write_elements_per_token: int
+    read_elements_per_token: float
+    write_elements_per_token: float
     flops_per_token: float
     weight_elements: int
     params: int
@@ -321,7 +493,44 @@ class AllReduce:
         )
 
 
-Operator = Gemm | Attention | Elementwise | Embedding | AllReduce
+@dataclass(frozen=True)
+class AllToAll:
+    """Expert-parallel dispatch (or combine) of one MoE layer across ``ep`` GPUs.
+
+    Attention is tensor-parallel, so after it every GPU holds all t tokens; each dispatches its
+    t / tp share to the GPUs holding the tokens' experts, and the combine returns the expert
+    outputs the same way (the DeepEP pattern SGLang uses with --tp N --ep N). ``remote_share``
+    is the expected number of other GPUs one token travels to, for the busiest GPU
+    (simulator.model.routing.busiest_share); ``link_bytes`` is what that GPU sends or receives:
+    t / tp * remote_share * width * bytes per element.
+    """
+
+    name: str
+    count: int
+    width: int
+    tp: int
+    ep: int
+    remote_share: float
+    activation_bytes_per_element: float
+    params: int = 0
+    resident_bytes: float = 0.0
+    compute_dtype: str = "fp16"
+    kind: str = "alltoall"
+    works_from_tokens: ClassVar[bool] = True
+    """True: ``work(step)`` depends on the step only through ``tokens(step)`` (the cost model memoises on it)"""
+
+    def tokens(self, step: Step) -> Number:
+        return step.tokens
+
+    def work(self, step: Step) -> Work:
+        return Work(
+            flops=0.0 * step.tokens,
+            link_bytes=step.tokens / self.tp * self.remote_share * self.width * self.activation_bytes_per_element,
+            launches=_active(step.tokens),
+        )
+
+
+Operator = Gemm | ExpertGemm | Attention | LatentAttention | Elementwise | Embedding | AllReduce | AllToAll
 
 
 def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
@@ -353,6 +562,23 @@ def flash_query_tile_rows(gpu: GPUSpec, head_dim: int, activation_bytes: float) 
     return max(1, min(column_tile, head_dim))
 
 
+def check_expert_parallel(model: ModelSpec, tp: int, ep: int) -> None:
+    """EP splits the routed experts over the ``tp`` GPUs that run attention tensor-parallel: ep is 1 or tp."""
+    if ep < 1:
+        raise InputError(f"--ep: must be >= 1 (got {ep})")
+    if ep == 1:
+        return
+    if not model.is_moe:
+        raise InputError(f"--ep: {model.name} has no routed experts; expert parallelism needs a mixture-of-experts model")
+    if ep != tp:
+        raise InputError(
+            f"--ep: {ep} must be 1 or equal --tp {tp} (attention tensor-parallel and the experts split over the "
+            "same GPUs, as SGLang's --tp N --ep N and vLLM's --enable-expert-parallel deploy them)"
+        )
+    if model.moe_experts % ep:
+        raise InputError(f"--ep: {ep} does not divide the {model.moe_experts} routed experts of {model.name}")
+
+
 def build_operators(
     model: ModelSpec,
     precision: Precision,
@@ -360,9 +586,18 @@ def build_operators(
     tp: int = 1,
     attention_kernel: AttentionKernel = "flash",
     fusion: Fusion = "elementwise",
+    ep: int = 1,
+    routing_skew: float = 0.0,
 ) -> tuple[Operator, ...]:
-    """Every operator of one forward pass, per GPU, in execution order (decoder ops repeat ``num_layers`` times)."""
+    """Every operator of one forward pass, per GPU, in execution order (decoder ops repeat over their layers).
+
+    ``ep``: expert-parallel degree (1 or ``tp``, see :func:`check_expert_parallel`);
+    ``routing_skew``: Zipf-like exponent of expert popularity (0: uniform; simulator.model.routing).
+    Layers differ only in their window (full or sliding attention) and MLP (dense or MoE); each
+    kind is one operator whose ``count`` is the number of such layers.
+    """
     check_tensor_parallel(model, tp)
+    check_expert_parallel(model, tp, ep)
     if attention_kernel not in ATTENTION_KERNELS:
         raise InputError(f"--attention-kernel: '{attention_kernel}' is not one of {', '.join(ATTENTION_KERNELS)}")
     if fusion not in FUSIONS:
@@ -372,169 +607,377 @@ def build_operators(
             "--fusion full: fuses the attention block into one kernel, which needs --attention-kernel flash "
             "(a naive kernel writes the score matrix to HBM); use --fusion elementwise with naive attention"
         )
-    H, d, L = model.hidden_size, model.head_dim, model.num_layers
-    n, g = model.num_heads, model.num_kv_heads
-    n_gpu, g_gpu = n // tp, kv_heads_per_gpu(model, tp)
-    F = model.ffn_size
-    if F % tp:
-        raise InputError(f"--tp: {tp} does not divide the FFN size {F} of {model.name}")
-    F_gpu = F // tp
-    b_w, b_a = precision.weight_bytes_per_element, precision.activation_bytes_per_element
-    scale = precision.scale_bytes_per_weight
-    act_dtype, gemm_dtype = precision.activation_dtype, precision.compute_dtype
-    embed_b = DTYPE_BYTES[act_dtype] if b_w < 2 else b_w
-    fused_elementwise = fusion != "none"
-    fused_block = fusion == "full"
-    bias = model.linear_bias
-    norm_params = H * (2 if model.norm == "layernorm" else 1)
+    if not (math.isfinite(routing_skew) and routing_skew >= 0.0):
+        raise InputError(f"--routing-skew: must be a finite exponent >= 0 (got {routing_skew})")
+    return _Builder(model, precision, gpu, tp, attention_kernel, fusion, ep, routing_skew).build()
+
+
+@dataclass(frozen=True)
+class _Builder:
+    """The operator list of :func:`build_operators`, one block (attention, MLP, MoE, ...) per method."""
+
+    model: ModelSpec
+    precision: Precision
+    gpu: GPUSpec
+    tp: int
+    attention_kernel: AttentionKernel
+    fusion: Fusion
+    ep: int
+    routing_skew: float
+
+    @property
+    def b_a(self) -> float:
+        return self.precision.activation_bytes_per_element
+
+    @property
+    def fused_block(self) -> bool:
+        return self.fusion == "full"
 
     def gemm(
+        self,
         name: str,
         in_f: int,
         out_f: int,
         weight_params: int,
         bias_params: int,
         bias_gpu: int,
-        count: int = L,
-        experts: int = 1,
-        quantised: bool = True,
+        count: int | None = None,
+        module: str = "attention",
         token_source: Literal["all", "logits"] = "all",
         read: int | None = None,
         write: int | None = None,
         launches: float = 1.0,
+        active_params: int | None = None,
     ) -> Gemm:
         """``bias_params``: logical bias elements; ``bias_gpu``: bias elements each GPU holds."""
-        w_bytes, w_scale = (b_w, scale) if quantised else (embed_b, 0.0)
+        p = self.precision.for_module(module)
+        w_bytes, w_scale = p.weight_bytes_per_element, p.scale_bytes_per_weight
+        bias = self.model.linear_bias
         bias_gpu = bias_gpu if bias else 0
         return Gemm(
             name=name,
-            count=count,
+            count=self.model.num_layers if count is None else count,
             in_features=in_f,
             out_features=out_f,
-            params=experts * (weight_params + (bias_params if bias else 0)),
-            resident_bytes=experts * (in_f * out_f * (w_bytes + w_scale) + bias_gpu * b_a),
+            params=weight_params + (bias_params if bias else 0),
+            resident_bytes=in_f * out_f * (w_bytes + w_scale) + bias_gpu * self.b_a,
             weight_bytes_per_element=w_bytes,
             scale_bytes_per_weight=w_scale,
             bias_elements=bias_gpu,
-            activation_bytes_per_element=b_a,
-            compute_dtype=gemm_dtype if quantised else act_dtype,
-            dequant_ops_per_weight=precision.dequant_ops_per_weight if quantised else 0.0,
-            dequant_tile_tokens=precision.dequant_tile_tokens,
+            activation_bytes_per_element=self.b_a,
+            compute_dtype=p.compute_dtype,
+            dequant_ops_per_weight=p.dequant_ops_per_weight,
+            dequant_tile_tokens=p.dequant_tile_tokens,
             token_source=token_source,
-            experts=experts,
-            top_k=model.moe_top_k if experts > 1 else 1,
+            active_params=active_params,
             input_read_elements=read,
             output_write_elements=write,
             launches_per_step=launches,
         )
 
     def elementwise(
-        name: str, read: int, write: int, flops: float, weights: int = 0, count: int = L, fused_read: int = 0
+        self, name: str, read: float, write: float, flops: float, weights: int = 0, count: int | None = None,
+        fused_read: int = 0,
     ) -> Elementwise:
         return Elementwise(
             name=name,
-            count=count,
+            count=self.model.num_layers if count is None else count,
             read_elements_per_token=read,
             write_elements_per_token=write,
             flops_per_token=flops,
             weight_elements=weights,
             params=weights,
-            resident_bytes=weights * b_a,
-            activation_bytes_per_element=b_a,
-            compute_dtype=act_dtype,
-            fused=fused_elementwise,
+            resident_bytes=weights * self.b_a,
+            activation_bytes_per_element=self.b_a,
+            compute_dtype=self.precision.activation_dtype,
+            fused=self.fusion != "none",
             fused_read_elements_per_token=fused_read,
         )
 
-    def norm(name: str, count: int = L) -> Elementwise:
-        return elementwise(name, H, H, NORM_FLOPS_PER_ELEMENT * H, weights=norm_params, count=count)
+    def norm(self, name: str, count: int | None = None, width: int | None = None) -> Elementwise:
+        width = self.model.hidden_size if width is None else width
+        params = width * (2 if self.model.norm == "layernorm" else 1)
+        return self.elementwise(name, width, width, NORM_FLOPS_PER_ELEMENT * width, weights=params, count=count)
 
-    def allreduce(name: str) -> AllReduce:
-        return AllReduce(name=name, count=L, width=H, tp=tp, activation_bytes_per_element=b_a, compute_dtype=act_dtype)
+    def allreduce(self, name: str) -> AllReduce:
+        return AllReduce(name=name, count=self.model.num_layers, width=self.model.hidden_size, tp=self.tp,
+                         activation_bytes_per_element=self.b_a, compute_dtype=self.precision.activation_dtype)
 
-    position_tables = 2 if model.position_embedding == "learned" else 1
-    ops: list[Operator] = [
-        Embedding(
-            name="embedding",
-            count=1,
-            width=H,
-            tables=position_tables,
-            params=H * (model.vocab_size + (model.learned_position_rows if position_tables == 2 else 0)),
-            resident_bytes=H * (model.vocab_size + model.learned_position_rows * (position_tables - 1)) * embed_b / tp,
-            activation_bytes_per_element=embed_b,
-            compute_dtype=act_dtype,
-        ),
-        norm("attn_norm"),
-        # Under full fusion q stays on chip and k, v go straight into the KV cache (charged by attention).
-        gemm("qkv_proj", H, (n_gpu + 2 * g_gpu) * d, H * (n + 2 * g) * d, (n + 2 * g) * d, (n_gpu + 2 * g_gpu) * d,
-             write=0 if fused_block else None),
-    ]
-    if model.position_embedding == "rotary":
-        rotary_width = (n_gpu + g_gpu) * d
-        ops.append(elementwise("rotary", rotary_width, rotary_width, ROTARY_FLOPS_PER_ELEMENT * rotary_width))
-    ops.append(
-        Attention(
-            name="attention",
-            count=L,
-            q_heads=n_gpu,
-            kv_heads=g_gpu,
-            head_dim=d,
-            kv_bytes_per_element=precision.kv_bytes_per_element,
-            activation_bytes_per_element=b_a,
-            compute_dtype=act_dtype,
-            kernel=attention_kernel,
-            query_tile_rows=flash_query_tile_rows(gpu, d, b_a),
-            io_fused=fusion == "full",
-        )
-    )
-    # Row-parallel projections: every GPU holds the whole bias, added after the all-reduce.
-    ops.append(gemm("o_proj", n_gpu * d, H, n * d * H, H, H,
-                    read=0 if fused_block else None, launches=0.0 if fused_block else 1.0))
-    if not model.parallel_attention:
+    def build(self) -> tuple[Operator, ...]:
+        model, tp, H = self.model, self.tp, self.model.hidden_size
+        position_tables = 2 if model.position_embedding == "learned" else 1
+        embed_b = self.precision.for_module("embedding").weight_bytes_per_element
+        ops: list[Operator] = [
+            Embedding(
+                name="embedding",
+                count=1,
+                width=H,
+                tables=position_tables,
+                params=H * (model.vocab_size + (model.learned_position_rows if position_tables == 2 else 0)),
+                resident_bytes=H * (model.vocab_size + model.learned_position_rows * (position_tables - 1))
+                * embed_b / tp,
+                activation_bytes_per_element=embed_b,
+                compute_dtype=self.precision.activation_dtype,
+            ),
+            self.norm("attn_norm"),
+        ]
+        ops += self.latent_attention() if model.is_mla else self.attention()
+        if not model.parallel_attention:
+            if tp > 1:
+                ops.append(self.allreduce("attn_allreduce"))
+            if model.norms_per_layer == 4:
+                ops.append(self.norm("post_attn_norm"))
+            ops.append(self.elementwise("attn_residual", 2 * H, H, ADD_FLOPS_PER_ELEMENT * H, fused_read=H))
+            if model.norms_per_layer >= 2:
+                ops.append(self.norm("mlp_norm"))
+        dense_layers = model.num_layers - model.moe_layers
+        if dense_layers:
+            F = model.ffn_size
+            if F % tp:
+                raise InputError(f"--tp: {tp} does not divide the FFN size {F} of {model.name}")
+            ops += self.mlp("", F, F // tp, dense_layers, "mlp")
+        if model.moe_layers:
+            ops += self.moe()
         if tp > 1:
-            ops.append(allreduce("attn_allreduce"))
-        ops.append(elementwise("attn_residual", 2 * H, H, ADD_FLOPS_PER_ELEMENT * H, fused_read=H))
-        if model.norms_per_layer == 2:
-            ops.append(norm("mlp_norm"))
-    experts = model.moe_experts
-    if model.gated_mlp:
-        # Fused SiLU(gate) * up in the epilogue: the GEMM writes F wide, not 2F.
-        ops.append(gemm("gate_up_proj", H, 2 * F_gpu, 2 * H * F, 2 * F, 2 * F_gpu, experts=experts,
-                        write=F_gpu if fused_elementwise else None))
-        ops.append(elementwise("activation", 2 * F_gpu * model.moe_top_k, F_gpu * model.moe_top_k,
-                               ACTIVATION_FLOPS_PER_ELEMENT * F_gpu * model.moe_top_k))
-    else:
-        ops.append(gemm("up_proj", H, F_gpu, H * F, F, F_gpu, experts=experts))
-        ops.append(elementwise("activation", F_gpu * model.moe_top_k, F_gpu * model.moe_top_k,
-                               ACTIVATION_FLOPS_PER_ELEMENT * F_gpu * model.moe_top_k))
-    ops.append(gemm("down_proj", F_gpu, H, F * H, H, H, experts=experts))
-    if tp > 1:
-        ops.append(allreduce("mlp_allreduce"))
-    if model.parallel_attention:
-        # x + attention(x) + mlp(x): one add reading three vectors.
-        ops.append(elementwise("residual", 3 * H, H, 2 * ADD_FLOPS_PER_ELEMENT * H, fused_read=2 * H))
-    else:
-        ops.append(elementwise("mlp_residual", 2 * H, H, ADD_FLOPS_PER_ELEMENT * H, fused_read=H))
-    ops.append(norm("final_norm", count=1))
-    vocab_gpu = -(-model.vocab_size // tp)
-    lm_head = gemm(
-        "lm_head",
-        H,
-        vocab_gpu,
-        0 if model.tied_embeddings else H * model.vocab_size,
-        0,
-        0,
-        count=1,
-        quantised=False,
-        token_source="logits",
-    )
-    if model.tied_embeddings:
-        # The LM head reads the embedding table, which is stored once.
-        lm_head = replace(lm_head, resident_bytes=0.0)
-    ops.append(lm_head)
-    return tuple(ops)
+            ops.append(self.allreduce("mlp_allreduce"))
+        if model.parallel_attention:
+            # x + attention(x) + mlp(x): one add reading three vectors.
+            ops.append(self.elementwise("residual", 3 * H, H, 2 * ADD_FLOPS_PER_ELEMENT * H, fused_read=2 * H))
+        else:
+            if model.norms_per_layer == 4:
+                ops.append(self.norm("post_mlp_norm"))
+            ops.append(self.elementwise("mlp_residual", 2 * H, H, ADD_FLOPS_PER_ELEMENT * H, fused_read=H))
+        ops.append(self.norm("final_norm", count=1))
+        vocab_gpu = -(-model.vocab_size // tp)
+        tied = model.tied_embeddings
+        lm_head = self.gemm("lm_head", H, vocab_gpu, 0 if tied else H * model.vocab_size, 0, 0, count=1,
+                            module="lm_head", token_source="logits", active_params=H * model.vocab_size if tied else None)
+        if tied:
+            # The LM head reads the embedding table, which is stored once.
+            lm_head = replace(lm_head, resident_bytes=0.0)
+        ops.append(lm_head)
+        return tuple(ops)
+
+    def attention(self) -> list[Operator]:
+        """QKV projection, q/k norms, rotary, attention (full and sliding-window layers apart), output projection."""
+        model, tp = self.model, self.tp
+        H, d, L = model.hidden_size, model.head_dim, model.num_layers
+        n, g = model.num_heads, model.num_kv_heads
+        n_gpu, g_gpu = n // tp, kv_heads_per_gpu(model, tp)
+        # Under full fusion q stays on chip and k, v go straight into the KV cache (charged by attention).
+        ops: list[Operator] = [self.gemm("qkv_proj", H, (n_gpu + 2 * g_gpu) * d, H * (n + 2 * g) * d,
+                                         (n + 2 * g) * d, (n_gpu + 2 * g_gpu) * d,
+                                         write=0 if self.fused_block else None)]
+        width = (n_gpu + g_gpu) * d
+        if model.qk_norm:
+            # Per-head RMSNorm of q and k (one weight vector of d each), in the QKV epilogue when fused.
+            ops.append(self.elementwise("qk_norm", width, width, NORM_FLOPS_PER_ELEMENT * width, weights=2 * d))
+        if model.position_embedding == "rotary":
+            ops.append(self.elementwise("rotary", width, width, ROTARY_FLOPS_PER_ELEMENT * width))
+        sliding = model.sliding_layers
+        if sliding in (0, L):
+            ops.append(self.attention_op("attention", L, model.sliding_window if sliding else None))
+        else:
+            ops.append(self.attention_op("attention", L - sliding, None))
+            ops.append(self.attention_op("attention_local", sliding, model.sliding_window))
+        # Row-parallel projections: every GPU holds the whole bias, added after the all-reduce.
+        ops.append(self.gemm("o_proj", n_gpu * d, H, n * d * H, H, H, read=0 if self.fused_block else None,
+                             launches=0.0 if self.fused_block else 1.0))
+        return ops
+
+    def attention_op(self, name: str, count: int, window: int | None) -> Attention:
+        model, d = self.model, self.model.head_dim
+        # gpt-oss's attention sinks: one learned logit per head, added to each softmax denominator.
+        sinks = model.num_heads if model.attention_sinks else 0
+        return Attention(
+            name=name,
+            count=count,
+            q_heads=model.num_heads // self.tp,
+            kv_heads=kv_heads_per_gpu(model, self.tp),
+            head_dim=d,
+            kv_bytes_per_element=self.precision.kv_bytes_per_element,
+            activation_bytes_per_element=self.b_a,
+            compute_dtype=self.precision.activation_dtype,
+            kernel=self.attention_kernel,
+            query_tile_rows=flash_query_tile_rows(self.gpu, d, self.b_a),
+            io_fused=self.fusion == "full",
+            params=sinks,
+            resident_bytes=sinks // self.tp * self.b_a,
+            window=window,
+        )
+
+    def latent_attention(self) -> list[Operator]:
+        """MLA's projections and attention (DeepSeek-V2/V3), split over ``tp`` GPUs as vLLM does.
+
+        q_a_proj and kv_a_proj (down-projections to the query and KV latents) are replicated on every
+        GPU (vLLM's ReplicatedLinear); q_b_proj (or q_proj) and kv_b_proj are split by heads, o_proj by rows.
+        """
+        model, tp = self.model, self.tp
+        H, L, n = model.hidden_size, model.num_layers, model.num_heads
+        n_gpu = n // tp
+        r, r_q = model.kv_lora_rank, model.q_lora_rank
+        d_r, d_n, d_v = model.qk_rope_head_dim, model.qk_nope_head_dim, model.v_head_dim
+        qk = d_n + d_r
+        ops: list[Operator] = []
+        if r_q:
+            ops.append(self.gemm("q_a_proj", H, r_q, H * r_q, r_q, r_q))
+            ops.append(self.norm("q_a_norm", width=r_q))
+            ops.append(self.gemm("q_b_proj", r_q, n_gpu * qk, r_q * n * qk, n * qk, n_gpu * qk))
+        else:
+            ops.append(self.gemm("q_proj", H, n_gpu * qk, H * n * qk, n * qk, n_gpu * qk))
+        ops.append(self.gemm("kv_a_proj", H, r + d_r, H * (r + d_r), r + d_r, r + d_r))
+        ops.append(self.norm("kv_a_norm", width=r))
+        rotary_width = (n_gpu + 1) * d_r
+        ops.append(self.elementwise("rotary", rotary_width, rotary_width, ROTARY_FLOPS_PER_ELEMENT * rotary_width))
+        p = self.precision.for_module("attention")
+        ops.append(
+            LatentAttention(
+                name="attention",
+                count=L,
+                q_heads=n_gpu,
+                kv_lora_rank=r,
+                rope_dim=d_r,
+                nope_dim=d_n,
+                v_dim=d_v,
+                kv_bytes_per_element=self.precision.kv_bytes_per_element,
+                activation_bytes_per_element=self.b_a,
+                weight_bytes_per_element=p.weight_bytes_per_element,
+                scale_bytes_per_weight=p.scale_bytes_per_weight,
+                compute_dtype=self.precision.activation_dtype,
+                query_tile_rows=flash_query_tile_rows(self.gpu, qk, self.b_a),
+                io_fused=self.fusion == "full",
+                params=r * n * (d_n + d_v),
+                resident_bytes=r * n_gpu * (d_n + d_v) * (p.weight_bytes_per_element + p.scale_bytes_per_weight),
+            )
+        )
+        ops.append(self.gemm("o_proj", n_gpu * d_v, H, n * d_v * H, H, H, read=0 if self.fused_block else None,
+                             launches=0.0 if self.fused_block else 1.0))
+        return ops
+
+    def mlp(self, prefix: str, F: int, F_gpu: int, count: int, module: str) -> list[Operator]:
+        """A dense MLP (or the shared experts, ``prefix`` 'shared_') of width F, F_gpu per GPU, on ``count`` layers."""
+        H = self.model.hidden_size
+        fused = self.fusion != "none"
+        act = ACTIVATION_FLOPS_PER_ELEMENT * F_gpu
+        if self.model.gated_mlp:
+            # Fused SiLU(gate) * up in the epilogue: the GEMM writes F wide, not 2F.
+            return [
+                self.gemm(f"{prefix}gate_up_proj", H, 2 * F_gpu, 2 * H * F, 2 * F, 2 * F_gpu, count=count,
+                          module=module, write=F_gpu if fused else None),
+                self.elementwise(f"{prefix}activation", 2 * F_gpu, F_gpu, act, count=count),
+                self.gemm(f"{prefix}down_proj", F_gpu, H, F * H, H, H, count=count, module=module),
+            ]
+        return [
+            self.gemm(f"{prefix}up_proj", H, F_gpu, H * F, F, F_gpu, count=count, module=module),
+            self.elementwise(f"{prefix}activation", F_gpu, F_gpu, act, count=count),
+            self.gemm(f"{prefix}down_proj", F_gpu, H, F * H, H, H, count=count, module=module),
+        ]
+
+    def moe(self) -> list[Operator]:
+        """Router, (dispatch), routed experts, (combine), shared experts of the MoE layers (simulator.model.routing)."""
+        model, tp, ep = self.model, self.tp, self.ep
+        H, E, k = model.hidden_size, model.moe_experts, model.moe_top_k
+        count = model.moe_layers
+        expert_tp = tp // ep  # ep is 1 (experts split by columns/rows over tp) or tp (whole experts per GPU)
+        F_e = model.expert_ffn_size
+        if F_e % expert_tp:
+            raise InputError(f"--tp: {tp} does not divide the expert FFN size {F_e} of {model.name} (or use --ep {tp})")
+        F_gpu = F_e // expert_tp
+        q_all = expert_probabilities(E, k, self.routing_skew)
+        q = local_probabilities(q_all, ep)
+        rows = float(q.sum())  # (token, expert) rows per step token on this GPU: k / ep when uniform
+        p = self.precision.for_module("experts")
+        bias = 1 if model.linear_bias else 0
+        fused = self.fusion != "none"
+
+        def experts(name: str, in_f: int, out_f: int, weights: int, biases: int, write: int | None = None) -> ExpertGemm:
+            per_expert = weights + bias * biases
+            return ExpertGemm(
+                name=name,
+                count=count,
+                in_features=in_f,
+                out_features=out_f,
+                params=E * per_expert,
+                active_params=k * per_expert,
+                resident_bytes=len(q) * (in_f * out_f * (p.weight_bytes_per_element + p.scale_bytes_per_weight)
+                                         + bias * out_f * self.b_a),
+                weight_bytes_per_element=p.weight_bytes_per_element,
+                scale_bytes_per_weight=p.scale_bytes_per_weight,
+                bias_elements=bias * out_f,
+                activation_bytes_per_element=self.b_a,
+                compute_dtype=p.compute_dtype,
+                experts=E,
+                top_k=k,
+                probabilities=tuple(float(x) for x in q),
+                dequant_ops_per_weight=p.dequant_ops_per_weight,
+                dequant_tile_tokens=p.dequant_tile_tokens,
+                output_write_elements=write,
+            )
+
+        ops: list[Operator] = [self.gemm("router", H, E, H * E, E, E, count=count, module="router")]
+        if ep > 1:
+            share = remote_gpus_per_token(E, k, ep) if self.routing_skew == 0 else busiest_share(q_all, ep)
+            ops.append(AllToAll(name="moe_dispatch", count=count, width=H, tp=tp, ep=ep, remote_share=share,
+                                activation_bytes_per_element=self.b_a, compute_dtype=self.precision.activation_dtype))
+        act = ACTIVATION_FLOPS_PER_ELEMENT * F_gpu * rows
+        if model.gated_mlp:
+            ops.append(experts("experts_gate_up", H, 2 * F_gpu, 2 * H * F_e, 2 * F_e, write=F_gpu if fused else None))
+            ops.append(self.elementwise("experts_activation", 2 * F_gpu * rows, F_gpu * rows, act, count=count))
+        else:
+            ops.append(experts("experts_up", H, F_gpu, H * F_e, F_e))
+            ops.append(self.elementwise("experts_activation", F_gpu * rows, F_gpu * rows, act, count=count))
+        ops.append(experts("experts_down", F_gpu, H, F_e * H, H))
+        if ep > 1:
+            ops.append(replace(ops[1], name="moe_combine"))  # the same bytes back to the tokens' GPUs
+        if model.moe_shared_experts:
+            F_s = model.moe_shared_experts * model.shared_expert_ffn_size
+            if F_s % tp:
+                raise InputError(f"--tp: {tp} does not divide the shared-expert FFN size {F_s} of {model.name}")
+            ops += self.mlp("shared_", F_s, F_s // tp, count, "experts")
+        return ops
+
+
+class ParameterCounts(NamedTuple):
+    """A model's parameters (element counts, whole model).
+
+    ``active``: weights one token multiplies with: the top-k routed experts (not the others), the
+    LM head, every dense weight, but not the input embedding table (a lookup of one row), as
+    DeepSeek and OpenAI count active parameters. ``active_with_embedding`` adds the table, as
+    Mistral (Mixtral 12.9B) and Qwen (Qwen3-30B-A3B 3.3B) count them.
+    """
+
+    total: int
+    active: int
+    embedding: int
+    active_with_embedding: int
 
 
 def parameter_count(operators: tuple[Operator, ...]) -> int:
     """Parameters of the whole model (all GPUs): sum of count x params over operators."""
     return int(sum(op.count * op.params for op in operators))
+
+
+def parameter_counts(operators: tuple[Operator, ...]) -> ParameterCounts:
+    """Total, active and embedding parameters of the model the operators belong to (see ParameterCounts)."""
+    total = parameter_count(operators)
+    embedding = int(sum(op.count * op.params for op in operators if isinstance(op, Embedding)))
+    active = 0
+    tied = False
+    for op in operators:
+        if isinstance(op, Embedding):
+            continue
+        own = getattr(op, "active_params", None)
+        if isinstance(op, Gemm) and own is not None and op.params == 0:
+            tied = True  # a tied LM head: its matrix is the embedding table
+        active += op.count * (op.params if own is None else own)
+    return ParameterCounts(total, int(active), embedding, int(active + (0 if tied else embedding)))
+
+
+# Any GPU builds the operator list for counting (only the FlashAttention tile reads it).
+_COUNTING_GPU = GPUSpec(name="parameter counting", peak_flops={"fp16": 1.0}, hbm_bytes=1.0,
+                        hbm_bandwidth_bytes_per_second=1.0, sram_bytes_per_sm=1.0, link_bandwidth_bytes_per_second=1.0)
+
+
+def model_parameters(model: ModelSpec) -> ParameterCounts:
+    """Total and active parameters of ``model`` (tp = 1, default precision)."""
+    return parameter_counts(build_operators(model, Precision(), _COUNTING_GPU))

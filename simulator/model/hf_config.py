@@ -1,0 +1,369 @@
+"""HuggingFace ``config.json`` -> ModelSpec fields (read from a local file only; nothing is fetched).
+
+Families read: Llama (1-3.x), Mistral, Mixtral, Qwen2/2.5, Qwen2-MoE, Qwen3, Qwen3-MoE,
+DeepSeek-V2/V3 (MLA + MoE), Gemma 1-3, gpt-oss, Llama 4 (its ``text_config``), Falcon,
+OPT, GPT-2. Each key is read the way the family's ``transformers`` modelling code reads it
+(cited per rule below). A key that changes the architecture but is not modelled becomes a
+line in ``ModelSpec.warnings`` (shown by the report), never silence; a layout the simulator
+cannot cost at all (state-space or linear-attention layers) is an InputError.
+
+Keys that change nothing the cost model sees (``rope_theta``/``rope_scaling``, dropout,
+``rms_norm_eps``, softcapping of scores/logits, which runs inside the attention kernel and
+the LM head epilogue, router scoring functions) are read silently.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.errors import InputError
+from simulator.model.precision import MODULES
+
+# Families whose MLP is ungated (up, activation, down: 2 matrices); every other family is
+# gated (SwiGLU / GeGLU: gate, up, down: 3 matrices). Gemma's gelu_pytorch_tanh MLP is gated.
+UNGATED_TYPES = frozenset({
+    "falcon", "refinedweb", "refinedwebmodel", "opt", "gpt2", "gpt3", "gptj", "gpt_neox", "bloom", "phi",
+    "starcoder2", "gpt_bigcode",
+})
+LAYERNORM_TYPES = frozenset({"falcon", "refinedweb", "refinedwebmodel", "opt", "gpt2", "gpt3", "gptj", "gpt_neox",
+                             "bloom", "phi", "starcoder2", "gpt_bigcode"})
+
+# tie_word_embeddings when the config omits it: the default of each family's transformers
+# config class (PretrainedConfig's own default is True; LlamaConfig, MistralConfig, Qwen2Config,
+# DeepseekV3Config, GptOssConfig, ... pass False; GemmaConfig/Gemma2Config/Gemma3TextConfig True).
+TIED_BY_DEFAULT = frozenset({
+    "gemma", "gemma2", "gemma3", "gemma3_text", "falcon", "refinedweb", "refinedwebmodel", "opt", "gpt2", "gpt3",
+    "gptj", "bloom", "starcoder2", "gpt_bigcode",
+})
+UNTIED_BY_DEFAULT = frozenset({
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
+    "gpt_oss", "llama4", "llama4_text", "phi3", "gpt_neox", "phi",
+})
+KNOWN_TYPES = TIED_BY_DEFAULT | UNTIED_BY_DEFAULT
+
+# Families with per-head RMSNorm on q and k (Qwen3, Gemma 3).
+QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe", "gemma3", "gemma3_text"})
+
+# Layouts the cost model cannot represent: refuse rather than answer wrongly.
+UNSUPPORTED_KEYS = {
+    "linear_num_value_heads": "linear-attention (Gated DeltaNet) layers",
+    "full_attention_interval": "linear-attention (Gated DeltaNet) layers",
+    "mamba_d_state": "state-space (Mamba) layers",
+    "ssm_cfg": "state-space (Mamba) layers",
+    "attn_layer_period": "state-space (Mamba) layers",
+    "cross_attention_layers": "cross-attention (vision) layers",
+}
+
+# Keys that add something outside the decoder this simulator costs: warn, model the decoder.
+NOT_MODELLED_KEYS = {
+    "vision_config": "the vision encoder (vision_config) is not modelled: text decoder only",
+    "audio_config": "the audio encoder (audio_config) is not modelled: text decoder only",
+}
+
+_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def _first(config: dict[str, Any], *keys: str, default: Any = None) -> Any:
+    for key in keys:
+        if config.get(key) is not None:
+            return config[key]
+    return default
+
+
+def _text_config(config: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
+    """The decoder's keys: a multimodal config's ``text_config`` with the top level's quantisation and tying."""
+    text = config.get("text_config")
+    if not isinstance(text, dict):
+        return config
+    merged = dict(text)
+    for key in ("quantization_config", "tie_word_embeddings", "torch_dtype"):
+        if key not in merged and key in config:
+            merged[key] = config[key]
+    if "model_type" not in text and config.get("model_type"):
+        merged["model_type"] = str(config["model_type"])
+    if "vision_config" in config:
+        warnings.append(NOT_MODELLED_KEYS["vision_config"])
+    return merged
+
+
+def _activation(config: dict[str, Any]) -> str:
+    act = str(_first(config, "hidden_activation", "hidden_act", "activation_function", "activation",
+                     default="silu")).lower()
+    return "silu" if "silu" in act or "swish" in act else "relu" if "relu" in act else "gelu"
+
+
+def _moe_fields(config: dict[str, Any], model_type: str, layers: Any, ffn: Any, warnings: list[str]) -> dict[str, Any]:
+    """Mixture-of-experts keys of Mixtral, Qwen-MoE, DeepSeek, gpt-oss and Llama 4."""
+    experts = _first(config, "num_local_experts", "n_routed_experts", "num_experts")
+    if not experts or experts <= 1:
+        return {}
+    spec: dict[str, Any] = {
+        "moe_experts": experts,
+        "moe_top_k": _first(config, "num_experts_per_tok", "experts_per_token", "moe_topk", default=2),
+    }
+    if config.get("moe_intermediate_size"):
+        # Qwen-MoE / DeepSeek: intermediate_size is the dense layers' MLP, moe_intermediate_size one expert's.
+        spec["moe_ffn_size"] = config["moe_intermediate_size"]
+    elif config.get("intermediate_size_mlp"):
+        # Llama 4: intermediate_size is one expert's (and the shared expert's); intermediate_size_mlp the dense MLP.
+        spec["moe_ffn_size"] = ffn
+        spec["ffn_size"] = config["intermediate_size_mlp"]
+    shared = config.get("n_shared_experts")
+    if shared:
+        spec["moe_shared_experts"] = shared  # DeepSeek: each of moe_intermediate_size
+    elif config.get("shared_expert_intermediate_size"):
+        spec["moe_shared_experts"] = 1  # Qwen2-MoE: one shared expert of its own width
+        spec["moe_shared_ffn_size"] = config["shared_expert_intermediate_size"]
+    elif model_type in ("llama4", "llama4_text"):
+        spec["moe_shared_experts"] = 1  # Llama4TextMoe.shared_expert: one MLP of intermediate_size
+    # Which layers are MoE, as each family's decoder layer decides it:
+    # DeepSeek: i >= first_k_dense_replace and i % moe_layer_freq == 0;
+    # Qwen-MoE: i not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0;
+    # Llama 4: (i + 1) % interleave_moe_layer_step == 0 (or an explicit moe_layers list).
+    first_dense = int(config.get("first_k_dense_replace") or 0)
+    if first_dense:
+        spec["moe_first_dense_layers"] = first_dense
+    step = _first(config, "decoder_sparse_step", "interleave_moe_layer_step", default=1)
+    if step and step > 1:
+        spec["moe_layer_step"] = step
+    dense = [int(i) for i in config.get("mlp_only_layers") or []]
+    freq = config.get("moe_layer_freq")
+    if isinstance(freq, int) and freq > 1 and isinstance(layers, int):
+        dense += [i for i in range(first_dense, layers) if i % freq]
+    moe_layers = config.get("moe_layers")
+    if isinstance(moe_layers, list) and isinstance(layers, int):
+        chosen = {int(i) for i in moe_layers}
+        dense = [i for i in range(layers) if i not in chosen]
+        spec.pop("moe_layer_step", None)
+    if dense:
+        spec["moe_dense_layer_indices"] = sorted(set(dense))
+    if config.get("num_nextn_predict_layers"):
+        warnings.append(
+            f"num_nextn_predict_layers={config['num_nextn_predict_layers']}: the multi-token-prediction module "
+            "(a speculative-decoding draft) is not modelled; its parameters are not counted"
+        )
+    return spec
+
+
+def _mla_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """DeepSeek's multi-head latent attention (kv_lora_rank etc.; q_lora_rank null = no query compression)."""
+    if not config.get("kv_lora_rank"):
+        return {}
+    rope, nope = config.get("qk_rope_head_dim") or 0, config.get("qk_nope_head_dim") or 0
+    return {
+        "kv_lora_rank": config["kv_lora_rank"],
+        "q_lora_rank": config.get("q_lora_rank") or 0,
+        "qk_rope_head_dim": rope,
+        "qk_nope_head_dim": nope,
+        "v_head_dim": config.get("v_head_dim") or nope,
+        "head_dim": rope + nope,
+    }
+
+
+def _window_fields(config: dict[str, Any], model_type: str, layers: Any, warnings: list[str]) -> dict[str, Any]:
+    """Sliding-window layers: one window for all layers, per-layer ``layer_types``, or the family's pattern."""
+    window = config.get("sliding_window")
+    types = config.get("layer_types")
+    if model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe") and not config.get("use_sliding_window"):
+        window = None  # Qwen: sliding_window is inert unless use_sliding_window (Qwen2Attention)
+    chunk = config.get("attention_chunk_size")
+    if model_type in ("llama4", "llama4_text") and chunk:
+        # Llama 4: layers with RoPE (no_rope_layers[i] == 1) attend within chunks of attention_chunk_size;
+        # the rest (every 4th) are global. A chunk reads at most chunk tokens: costed as a window (an upper bound).
+        flags = config.get("no_rope_layers")
+        if isinstance(flags, list) and isinstance(layers, int) and len(flags) == layers:
+            types = ["sliding" if flag else "full" for flag in flags]
+        elif isinstance(layers, int):
+            types = ["full" if (i + 1) % 4 == 0 else "sliding" for i in range(layers)]
+        warnings.append(f"chunked attention (attention_chunk_size {chunk}) is costed as a sliding window of {chunk} "
+                        "tokens: an upper bound on the keys each chunked layer reads")
+        return {"sliding_window": chunk, "layer_types": types}
+    if not window:
+        return {}
+    spec: dict[str, Any] = {"sliding_window": window}
+    if isinstance(types, list):
+        mapped = []
+        for kind in types:
+            text = str(kind)
+            if text in ("sliding_attention", "chunked_attention"):
+                mapped.append("sliding")
+            elif text == "full_attention":
+                mapped.append("full")
+            else:
+                raise InputError(f"layer_types: '{text}' layers are not modelled (allowed: full_attention, "
+                                 "sliding_attention)")
+        spec["layer_types"] = mapped
+    elif model_type == "gemma2":
+        spec["sliding_window_pattern"] = 2  # Gemma2DecoderLayer: is_sliding = not bool(layer_idx % 2)
+    elif model_type in ("gemma3", "gemma3_text"):
+        spec["sliding_window_pattern"] = config.get("sliding_window_pattern") or 6  # (i + 1) % pattern != 0 slides
+    elif model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe") and isinstance(layers, int):
+        first = int(config.get("max_window_layers") or 0)  # Qwen2: layers >= max_window_layers slide
+        spec["layer_types"] = ["sliding" if i >= first else "full" for i in range(layers)]
+    return spec
+
+
+def _module_of(pattern: str) -> str | None:
+    """Which of our weight modules a ``modules_to_not_convert`` / ``ignore`` entry names."""
+    text = pattern.lower()
+    if "lm_head" in text:
+        return "lm_head"
+    if "embed" in text:
+        return "embedding"
+    if "attn" in text or "attention" in text:
+        return "attention"
+    if "router" in text or text.endswith("mlp.gate") or text.endswith(".gate") or "gate.weight" in text:
+        return "router"
+    if "expert" in text:
+        return "experts"
+    if "mlp" in text or "feed_forward" in text:
+        return "mlp"
+    return None
+
+
+def _quantised_format(method: str, qc: dict[str, Any]) -> str | None:
+    """The weight format a ``quantization_config`` stores linears in, or None when not modelled."""
+    if method in ("fp8", "fbgemm_fp8"):
+        return "fp8"
+    if method == "mxfp4":
+        return "mxfp4"
+    if method in ("modelopt",) and "fp4" in str(qc.get("quant_algo", "")).lower():
+        return "fp4"
+    if method in ("modelopt",) and "fp8" in str(qc.get("quant_algo", "")).lower():
+        return "fp8"
+    if method in ("awq", "gptq"):
+        bits = qc.get("bits") or qc.get("w_bit")
+        return {4: "int4", 8: "int8"}.get(bits)
+    if method == "compressed-tensors":
+        for group in (qc.get("config_groups") or {}).values():
+            weights = group.get("weights") or {}
+            bits, kind = weights.get("num_bits"), str(weights.get("type", "int"))
+            if kind == "float" and bits == 8:
+                return "fp8"
+            if kind == "float" and bits == 4:
+                return "fp4"
+            if kind == "int" and bits in (4, 8):
+                return {4: "int4", 8: "int8"}[bits]
+        return None
+    return None
+
+
+def _quantization(config: dict[str, Any], layers: Any, warnings: list[str]) -> dict[str, Any]:
+    """``quantization_config`` -> the model's default ``--weights`` text, per module."""
+    qc = config.get("quantization_config")
+    if not isinstance(qc, dict):
+        return {}
+    method = str(qc.get("quant_method", "")).lower()
+    fmt = _quantised_format(method, qc)
+    if fmt is None:
+        warnings.append(f"quantization_config quant_method '{method}' is not modelled: weights taken as "
+                        f"{config.get('torch_dtype', 'fp16')} unless --weights says otherwise")
+        return {}
+    default = _TORCH_DTYPES.get(str(config.get("torch_dtype", "")), "bf16")
+    skipped = [str(p) for p in (qc.get("modules_to_not_convert") or qc.get("ignore") or [])]
+    if method == "fbgemm_fp8" and not skipped:
+        skipped = ["self_attn", "lm_head"]
+    excluded: dict[str, set[str]] = {}
+    for pattern in skipped:
+        module = _module_of(pattern.removeprefix("re:"))
+        if module is None:
+            warnings.append(f"quantization_config: unquantised module '{pattern}' is not one the simulator "
+                            "distinguishes; taken as quantised")
+            continue
+        excluded.setdefault(module, set()).add(pattern)
+    for module, patterns in excluded.items():
+        # Meta's Llama-3.1-405B-FP8 lists each layer's self_attn: all layers excluded is "the module is excluded".
+        per_layer = [p for p in patterns if "*" not in p and any(ch.isdigit() for ch in p)]
+        if per_layer and isinstance(layers, int):
+            indices = {int(part) for p in per_layer for part in p.split(".") if part.isdigit()}
+            if len(indices) < layers:
+                warnings.append(f"quantization_config leaves '{module}' unquantised in {len(indices)} of {layers} "
+                                "layers; costed as unquantised in all")
+    modules = [m for m in MODULES if m not in ("router", "embedding", "lm_head") and m not in excluded]
+    if "experts" in modules and "mlp" in modules:
+        modules.remove("experts")  # experts fall back to mlp's format
+    parts = [default, *(f"{m}={fmt}" for m in modules)]
+    if fmt == "fp8" and isinstance(qc.get("weight_block_size"), list) and qc["weight_block_size"]:
+        parts.append(f"fp8_block={int(qc['weight_block_size'][0])}")
+    if fmt in ("int4", "int8") and qc.get("group_size") and int(qc["group_size"]) > 0:
+        parts.append(f"group_size={int(qc['group_size'])}")
+    label = fmt if method == fmt else f"{method} ({fmt})"
+    return {"default_weights": ",".join(parts), "quantization": label}
+
+
+def from_hf_config(raw: dict[str, Any], name: str) -> dict[str, Any]:
+    """Map a HuggingFace ``config.json`` onto our ModelSpec fields (see module docstring)."""
+    warnings: list[str] = []
+    config = _text_config(raw, warnings)
+    model_type = str(config.get("model_type", "")).lower()
+    for key, what in UNSUPPORTED_KEYS.items():
+        if key in config:
+            raise InputError(f"{name}: config.json has {key}: {what} are not modelled by this simulator")
+    for key, what in NOT_MODELLED_KEYS.items():
+        if key in raw and "text_config" not in raw:
+            warnings.append(what)
+    hidden = _first(config, "hidden_size", "n_embd", "d_model")
+    heads = _first(config, "num_attention_heads", "n_head")
+    layers = _first(config, "num_hidden_layers", "n_layer", "num_layers")
+    if hidden is None or heads is None or layers is None:
+        raise InputError(f"{name}: config.json lacks hidden_size / num_attention_heads / num_hidden_layers")
+    if model_type not in KNOWN_TYPES:
+        warnings.append(f"model_type '{model_type}' is not a family the loader knows: read as a Llama-style decoder "
+                        "(check gating, tying and norms)")
+    activation = _activation(config)
+    is_falcon = model_type in ("falcon", "refinedweb", "refinedwebmodel")
+    is_opt = model_type == "opt"
+    is_gpt2 = model_type in ("gpt2", "gpt3")
+    if is_falcon:
+        kv_heads = 1 if config.get("multi_query", False) and not config.get("new_decoder_architecture") else _first(
+            config, "num_kv_heads", "n_head_kv", default=heads
+        )
+    else:
+        kv_heads = _first(config, "num_key_value_heads", default=heads)
+    ffn = _first(config, "intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size")
+    if ffn is None:
+        ffn = 4 * hidden if isinstance(hidden, int) else hidden  # a malformed width is reported by validation
+    tied_default = model_type in TIED_BY_DEFAULT or model_type not in KNOWN_TYPES
+    if "tie_word_embeddings" not in config and model_type not in KNOWN_TYPES:
+        warnings.append("tie_word_embeddings absent: taken as true (transformers' PretrainedConfig default)")
+    spec: dict[str, Any] = {
+        "name": name,
+        "num_layers": layers,
+        "hidden_size": hidden,
+        "num_heads": heads,
+        "num_kv_heads": kv_heads,
+        "ffn_size": ffn,
+        "gated_mlp": model_type not in UNGATED_TYPES,
+        "activation": activation,
+        "vocab_size": config.get("vocab_size"),
+        "max_context": _first(config, "max_position_embeddings", "n_positions", "max_seq_len", default=2048),
+        "tied_embeddings": bool(config.get("tie_word_embeddings", tied_default)),
+        "norm": "layernorm" if model_type in LAYERNORM_TYPES else "rmsnorm",
+        "linear_bias": bool(config.get("bias", is_opt or is_gpt2 or config.get("attention_bias", False))),
+    }
+    if config.get("head_dim"):
+        spec["head_dim"] = config["head_dim"]
+    if model_type in ("gemma2", "gemma3", "gemma3_text"):
+        spec["norms_per_layer"] = 4  # pre- and post-norms around attention and MLP
+    if model_type in QK_NORM_TYPES:
+        spec["qk_norm"] = True
+    if model_type == "gpt_oss":
+        spec["attention_sinks"] = True  # GptOssAttention.sinks: one learned logit per head
+    if config.get("query_pre_attn_scalar"):
+        spec["query_pre_attn_scalar"] = config["query_pre_attn_scalar"]
+    if is_falcon:
+        spec["parallel_attention"] = bool(config.get("parallel_attn", True))
+        spec["norms_per_layer"] = 1 if spec["parallel_attention"] and not config.get("new_decoder_architecture") else 2
+        spec["position_embedding"] = "alibi" if config.get("alibi") else "rotary"
+    if is_opt or is_gpt2:
+        spec["position_embedding"] = "learned"
+        # OPT's learned position table has 2 extra rows (its padding offset).
+        rows = spec["max_context"]
+        spec["learned_position_rows"] = rows + (2 if is_opt else 0) if isinstance(rows, int) else rows
+    spec.update(_window_fields(config, model_type, layers, warnings))
+    spec.update(_moe_fields(config, model_type, layers, ffn, warnings))
+    spec.update(_mla_fields(config))
+    spec.update(_quantization(config, layers, warnings))
+    if warnings:
+        spec["warnings"] = warnings
+    return spec
