@@ -98,6 +98,8 @@ class EngineResult:
     last_decode_step: Step | None = None
     wall_seconds: float = 0.0
     extra: dict = field(default_factory=dict)
+    waited_for_kv: np.ndarray | None = None
+    """bool per request: it was queued while the queue head was refused for lack of free KV blocks"""
 
     @property
     def total_preemptions(self) -> int:
@@ -115,6 +117,16 @@ class Stretch:
     context: np.ndarray
     needs: np.ndarray | None
     freed_by: np.ndarray
+    leave_at: np.ndarray
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """A decode stretch under way: tick end times, blocks in use during each tick, and the tick
+    index at which each finishing decoder is gone (see :class:`Stretch`)."""
+
+    ends: np.ndarray
+    used: np.ndarray
     leave_at: np.ndarray
 
 
@@ -162,6 +174,20 @@ def iteration_step(chunks: list[Chunk], decoders: int, decode_cached: int) -> St
     )
 
 
+def reject_reasons(prompt: np.ndarray, output: np.ndarray, config: SchedulerConfig, max_context: int,
+                   kv_blocks: int) -> np.ndarray:
+    """Reason code per request of ``prompt``/``output`` tokens (0: admissible), see metrics.REJECT_REASONS."""
+    reasons = np.zeros(len(prompt), dtype=np.int8)
+    budget = config.max_batched_tokens
+    if config.scheduler == "continuous" and budget is not None:
+        reasons[prompt > budget] = 4
+    largest = np.maximum(prompt + output - 1, prompt)
+    reasons[-(-largest // config.block_size) > kv_blocks] = 2
+    reasons[prompt + output > max_context] = 1
+    reasons[(prompt < 1) | (output < 1)] = 3
+    return reasons
+
+
 def _step_key(step: Step) -> tuple:
     return (step.tokens, step.prefill_tokens, step.sequences, step.logit_tokens, step.attention_pairs,
             step.prefill_attention_pairs, step.score_elements, step.context_tokens)
@@ -196,6 +222,11 @@ class Engine:
         self.first_scheduled, self.first_token, self.finish = nan.copy(), nan.copy(), nan.copy()
         self.last_token, self.join_time = nan.copy(), nan.copy()
         self.preemptions = np.zeros(n, dtype=np.int32)
+        # A request waited for KV if the queue head was refused for lack of free blocks while it was queued:
+        # kv_refusals counts refusals, queued_mark holds its value when the request (re)joined the queue.
+        self.kv_refusals = 0
+        self.queued_mark = np.zeros(n, dtype=np.int64)
+        self.waited_for_kv = np.zeros(n, dtype=bool)
         zeros = np.zeros(n, dtype=np.int64)
         self.emitted, self.target, self.prefilled, self.held = zeros.copy(), zeros.copy(), zeros.copy(), zeros.copy()
         self.base_cached, self.base_clock, self.finish_clock, self.admit_serial = (
@@ -217,6 +248,7 @@ class Engine:
         self.pending_joins: dict[float, int] = {}  # decoders that have not ticked yet, by the time of their last token
         self.done = 0
         self.last_decode_seconds = 0.0  # duration of the latest decode tick (sizes the next stretch)
+        self.in_flight: InFlight | None = None  # the decode stretch under way, if any
 
         self.log = iteration_log()
         self.itl = itl_samples()
@@ -231,16 +263,7 @@ class Engine:
 
     def _reject_reasons(self, kv_blocks: int) -> np.ndarray:
         """Reason code per request (0: admissible), see metrics.REJECT_REASONS."""
-        prompt, output = self.prompt, self.output
-        reasons = np.zeros(self.n, dtype=np.int8)
-        budget = self.config.max_batched_tokens
-        if self.config.scheduler == "continuous" and budget is not None:
-            reasons[prompt > budget] = 4
-        largest = np.maximum(prompt + output - 1, prompt)
-        reasons[-(-largest // self.bs) > kv_blocks] = 2
-        reasons[prompt + output > self.system.model.max_context] = 1
-        reasons[(prompt < 1) | (output < 1)] = 3
-        return reasons
+        return reject_reasons(self.prompt, self.output, self.config, self.system.model.max_context, kv_blocks)
 
     def _arrive(self, now: float) -> None:
         n, arrival = self.n, self.arrival
@@ -253,6 +276,7 @@ class Engine:
                 continue
             self.status[rid] = WAITING
             self.target[rid] = self.prompt[rid]
+            self.queued_mark[rid] = self.kv_refusals
             self.waiting.append(rid)
 
     def admission_blocks(self, rid: int) -> int:
@@ -261,8 +285,11 @@ class Engine:
         return blocks_for(int(self.prompt[rid] + self.output[rid] - 1), self.bs)
 
     def admissible(self, rid: int) -> bool:
-        """Would ``rid``'s blocks fit now?"""
-        return self.admission_blocks(rid) <= self.alloc.free
+        """Would ``rid``'s blocks fit now? (A refusal is counted: see ``waited_for_kv``.)"""
+        if self.admission_blocks(rid) <= self.alloc.free:
+            return True
+        self.kv_refusals += 1
+        return False
 
     def _head_admissible(self) -> bool:
         return bool(self.waiting) and self.running < self.config.max_num_seqs and self.admissible(self.waiting[0])
@@ -274,6 +301,8 @@ class Engine:
         blocks = self.admission_blocks(rid)
         self.alloc.allocate(blocks)
         self.held[rid] = blocks
+        if self.kv_refusals > self.queued_mark[rid]:
+            self.waited_for_kv[rid] = True
         self.status[rid] = PREFILLING
         self.prefilled[rid] = 0
         self.running += 1
@@ -410,6 +439,7 @@ class Engine:
         self.preemptions[rid] += 1
         self.target[rid] = self.prompt[rid] + self.emitted[rid]
         self.prefilled[rid] = 0
+        self.queued_mark[rid] = self.kv_refusals
         self.waiting.appendleft(rid)
 
     def _make_room_for_decode(self) -> int:
@@ -614,9 +644,10 @@ class Engine:
     def _stretch(self, env: simpy.Environment, cut_at_arrival: bool, across_completions: bool) -> Generator:
         """Decode ticks costed in one vectorised call (see module docstring); falls back to one tick with preemption."""
         limit = STRETCH_MAX
-        if cut_at_arrival and self.next_arrival < self.n and self.last_decode_seconds > 0:
+        next_arrival = self._next_arrival_seconds() if cut_at_arrival else None
+        if next_arrival is not None and self.last_decode_seconds > 0:
             # Costing ticks past the next arrival is wasted work: plan a little beyond where it lands.
-            gap = float(self.arrival[self.next_arrival]) - env.now
+            gap = next_arrival - env.now
             limit = max(1, min(STRETCH_MAX, int(1.25 * gap / self.last_decode_seconds) + 4))
         plan = self._plan_stretch(across_completions, limit)
         steps = plan.steps
@@ -627,13 +658,13 @@ class Engine:
             return
         now = env.now
         batch, contexts = plan.batch[:steps].astype(float), plan.context[:steps]
-        arrival_due = cut_at_arrival and self.next_arrival < self.n
-        budget = float(self.arrival[self.next_arrival]) - now if arrival_due else np.inf
+        arrival_due = next_arrival is not None
+        budget = next_arrival - now if next_arrival is not None else np.inf
         seconds, flops, moved, compute_bound, memory_bound, communication = self._stretch_costs(batch, contexts, budget)
         steps = min(steps, len(seconds))
         ends = now + np.cumsum(seconds)
         if arrival_due:
-            first_after = int(np.searchsorted(ends, self.arrival[self.next_arrival], side="left"))
+            first_after = int(np.searchsorted(ends, next_arrival, side="left"))
             steps = min(steps, first_after + 1)
         ends, seconds = ends[:steps], seconds[:steps]
         self.last_decode_seconds = float(seconds[-1])
@@ -646,7 +677,9 @@ class Engine:
         if plan.needs is not None:
             used = used + np.cumsum(plan.needs[:steps])
         running = self.running - (self.decoding - plan.batch[:steps])
+        self.in_flight = InFlight(ends, used, plan.leave_at)
         yield env.timeout(float(ends[-1]) - now)
+        self.in_flight = None
         self._now = env.now
         self.log.append(end=ends, seconds=seconds, prefill_tokens=0, decode_seqs=plan.batch[:steps],
                         blocks_used=used, running=running)
@@ -706,9 +739,20 @@ class Engine:
                     continue
             if self.running or self.waiting:
                 raise RuntimeError("engine stalled with work left")  # a bug, not bad input
-            if self.next_arrival >= self.n:
+            wake = self._idle_event(env, now)
+            if wake is None:
                 return
-            yield env.timeout(float(self.arrival[self.next_arrival]) - now)
+            yield wake
+
+    def _next_arrival_seconds(self) -> float | None:
+        """When the next request not yet seen arrives (None: no more are known)."""
+        return float(self.arrival[self.next_arrival]) if self.next_arrival < self.n else None
+
+    def _idle_event(self, env: simpy.Environment, now: float) -> simpy.Event | None:
+        """What an idle engine waits for (the next arrival), or None when the run is over."""
+        if self.next_arrival >= self.n:
+            return None
+        return env.timeout(float(self.arrival[self.next_arrival]) - now)
 
     def run(self) -> EngineResult:
         env = simpy.Environment()
@@ -718,6 +762,10 @@ class Engine:
         env.run()
         if self.progress is not None:
             self.progress(self.done, self.n)
+        return self.result(time.perf_counter() - started)
+
+    def result(self, wall_seconds: float = 0.0) -> EngineResult:
+        """What the run produced so far (the whole run once its simpy process has returned)."""
         return EngineResult(
             workload=self.workload,
             config=self.config,
@@ -736,7 +784,8 @@ class Engine:
             first_prefill_step=self.first_prefill_step,
             first_decode_step=self.first_decode[0] or self.first_decode[1],
             last_decode_step=self.last_decode[0] or self.last_decode[1],
-            wall_seconds=time.perf_counter() - started,
+            wall_seconds=wall_seconds,
+            waited_for_kv=self.waited_for_kv,
         )
 
 
