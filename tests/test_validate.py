@@ -1,215 +1,262 @@
-"""`simulate validate`: reading the table, what each metric means, the summary, calibration, the CLI."""
+"""`simulate validate`: reading the table, how a row is replayed through the engine, lengths, the command."""
 
 import csv
 import json
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
 
-import simulator.plan.validate as validate
 from simulator.cli import main
 from simulator.errors import InputError
 from simulator.plan.validate import (
-    DEFAULT_TABLE,
-    Comparison,
-    Measurement,
-    compare,
-    compare_all,
+    COLUMNS,
+    Efficiencies,
+    Replayer,
     family_of,
-    fit_family_efficiencies,
-    load_measurements,
-    predict,
-    summarise,
+    load_lengths,
+    load_table,
+    metric_kind,
+    sample_lengths,
 )
 
-COLUMNS = ["id", "engine", "model", "gpu", "tp", "weights", "kv", "batch", "input_tokens", "output_tokens",
-           "metric", "measured", "unit", "source", "link", "notes", "explanation"]
-
-# The calibrated values of docs/readme-validation.md, pinned here so this test does not
-# depend on what configs/gpus/*.yaml ship (link and overheads at the simulator defaults).
-CALIBRATED = {"ampere": (0.69, 0.65), "hopper": (0.51, 0.49), "ada": (0.52, 0.73)}
+DATA = Path(__file__).parent / "data"
+SMALL = DATA / "published_small.csv"
+EXACT = Efficiencies(1.0, 1.0)
 
 
 def row(**fields) -> dict:
-    base = dict(id="1", engine="test", model="llama2-7b", gpu="a100", tp="1", weights="fp16", kv="fp16", batch="1",
-                input_tokens="128", output_tokens="128", metric="tpot_seconds", measured="0.01", unit="seconds",
-                source="test", link="-", notes="", explanation="")
+    base = {"id": "1", "source_id": "s", "engine": "vllm", "engine_version": "", "model": "llama2-7b", "gpu": "a100", "tp": "1",
+                "replicas": "1", "weights": "fp16", "kv": "fp16", "mode": "static", "regime": "decode_b1", "batch": "1",
+                "input_tokens": "128", "output_tokens": "128", "input_dist": "fixed", "output_dist": "fixed", "request_rate": "",
+                "num_prompts": "", "max_num_seqs": "", "max_batched_tokens": "", "chunked_prefill": "", "metric": "tpot_seconds",
+                "measured": "0.01", "unit": "seconds", "quote": "", "source": "test", "link": "-", "notes": "", "explanation": ""}
     base.update({k: str(v) for k, v in fields.items()})
     return base
 
 
 def write_table(path: Path, rows: list[dict]) -> Path:
     with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer = csv.DictWriter(handle, fieldnames=list(COLUMNS))
         writer.writeheader()
         writer.writerows(rows)
     return path
 
 
-def measurement(**fields) -> Measurement:
-    return validate._measurement(row(**fields), "test")
+def table(tmp_path: Path, *rows: dict) -> list:
+    return load_table(write_table(tmp_path / "t.csv", list(rows)))
 
 
-def exact_a100(tmp_path: Path, compute: float = 1.0, memory: float = 1.0) -> str:
-    """A GPU YAML overlay on the shipped A100 with chosen efficiencies and no overheads."""
-    path = tmp_path / f"a100-{compute}-{memory}.yaml"
-    efficiency = dict(compute=compute, memory=memory, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
+def exact_a100(tmp_path: Path) -> str:
+    """The shipped A100 with every efficiency 1 and no fixed costs: the bare roofline."""
+    path = tmp_path / "a100-exact.yaml"
+    efficiency = {"compute": 1.0, "memory": 1.0, "link": 1.0, "kernel_launch_seconds": 0.0, "allreduce_latency_seconds": 0.0}
     path.write_text(yaml.safe_dump({"base": "a100", "efficiency": efficiency}), encoding="utf-8")
     return str(path)
 
 
 # --- reading the table -------------------------------------------------------------------------
 
-def test_the_shipped_table_has_at_least_15_rows_with_a_source_each():
-    rows = load_measurements(DEFAULT_TABLE)
-    assert len(rows) >= 15
-    assert all(m.source and m.link for m in rows)
+def test_the_small_fixture_reads_with_its_types():
+    rows = load_table(SMALL)
+    assert [r.id for r in rows] == [str(i) for i in range(1, 13)]
+    serving = rows[5]
+    assert (serving.mode, serving.request_rate, serving.num_prompts, serving.batch) == ("serving", 4.0, 40, None)
+    assert rows[7].request_rate == math.inf and rows[7].chunked_prefill is True
+    assert rows[10].replicas == 2 and rows[10].input_dist == "uniform:128:384"
+    assert rows[0].family == "ampere" and rows[5].family == "hopper"
 
 
 def test_a_missing_column_is_named(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("id,model\n1,llama2-7b\n", encoding="utf-8")
-    with pytest.raises(InputError, match="missing column.*engine"):
-        load_measurements(path)
+    with pytest.raises(InputError, match="missing column.*source_id"):
+        load_table(path)
 
 
 def test_a_bad_value_names_the_file_line_and_column(tmp_path):
-    path = write_table(tmp_path / "t.csv", [row(), row(id="2", batch="many")])
     with pytest.raises(InputError, match=r"t\.csv:3: column 'batch': expected an integer \(got 'many'\)"):
-        load_measurements(path)
+        table(tmp_path, row(), row(id="2", batch="many"))
 
 
-def test_an_unknown_metric_lists_the_allowed_ones(tmp_path):
-    path = write_table(tmp_path / "t.csv", [row(metric="joules")])
-    with pytest.raises(InputError, match="unknown metric 'joules'; allowed: ttft_seconds"):
-        load_measurements(path)
+def test_a_serving_metric_in_a_static_row_lists_the_allowed_ones(tmp_path):
+    with pytest.raises(InputError, match="'ttft_p99_seconds' is not a static metric; allowed: ttft_seconds"):
+        table(tmp_path, row(metric="ttft_p99_seconds"))
 
 
-# --- what each metric means -----------------------------------------------------------------------
+def test_repeated_ids_and_bad_distributions_are_refused(tmp_path):
+    with pytest.raises(InputError, match="'1' repeats line 2"):
+        table(tmp_path, row(), row())
+    with pytest.raises(InputError, match="column 'input_dist': cannot read 'uniform:9:3'"):
+        table(tmp_path, row(input_dist="uniform:9:3"))
+    with pytest.raises(InputError, match="column 'measured': must be finite and > 0"):
+        table(tmp_path, row(measured="nan"))
 
-def test_throughput_is_batch_times_output_over_prefill_plus_decode_steps(tmp_path):
-    """out tok/s = B O / (TTFT + (O - 1) TPOT): prefill emits token 1, then O - 1 decode steps."""
-    gpu = exact_a100(tmp_path)
+
+def test_metric_kinds():
+    assert [metric_kind(m) for m in ("ttft_seconds", "ttft_p99_seconds", "itl_mean_seconds", "tpot_seconds",
+                                     "e2e_p50_seconds", "request_throughput", "decode_tokens_per_second_per_sequence")] == [
+        "ttft", "ttft", "tpot", "tpot", "e2e", "throughput", "throughput"]
+
+
+def test_families():
+    assert [family_of(g) for g in ("a100", "A10G", "h200", "l4", "mi300x", "b200")] == [
+        "ampere", "ampere", "hopper", "ada", "cdna3", "blackwell"]
+    assert family_of("no-such-gpu") is None
+
+
+# --- replay: what each static metric means --------------------------------------------------------
+
+def test_static_batch_metrics_hang_together(tmp_path):
+    """A static batch: out tok/s = B O / (TTFT + (O - 1) TPOT) (the prefill emits token 1, then O - 1 decode
+    steps), per-sequence rate = out tok/s / B, batch latency = TTFT + (O - 1) TPOT, request throughput = B / that."""
     B, I, O = 8, 300, 50
-    ttft, _ = predict(measurement(gpu=gpu, batch=B, input_tokens=I, output_tokens=O, metric="ttft_seconds"))
-    tpot, _ = predict(measurement(gpu=gpu, batch=B, input_tokens=I, output_tokens=O, metric="tpot_seconds"))
-    tps, _ = predict(measurement(gpu=gpu, batch=B, input_tokens=I, output_tokens=O, metric="output_tokens_per_second"))
-    per_seq, _ = predict(measurement(gpu=gpu, batch=B, input_tokens=I, output_tokens=O,
-                                     metric="decode_tokens_per_second_per_sequence"))
-    assert tps == pytest.approx(B * O / (ttft + (O - 1) * tpot), rel=1e-12)
+    metrics = ["ttft_seconds", "tpot_seconds", "output_tokens_per_second", "decode_tokens_per_second_per_sequence",
+               "e2e_seconds", "request_throughput"]
+    rows = table(tmp_path, *(row(id=str(i), batch=B, input_tokens=I, output_tokens=O, metric=m) for i, m in enumerate(metrics)))
+    with Replayer() as replayer:
+        ttft, tpot, tps, per_seq, e2e, rps = (replayer.predict(r, EXACT).value for r in rows)
+        assert replayer.engine_runs == 1  # six rows, one run
+    assert tps == pytest.approx(B * O / (ttft + (O - 1) * tpot), rel=1e-9)
     assert per_seq == pytest.approx(tps / B, rel=1e-12)
+    assert e2e == pytest.approx(ttft + (O - 1) * tpot, rel=1e-9)
+    assert rps == pytest.approx(B / e2e, rel=1e-9)
 
 
-def test_batch_1_decode_of_llama2_7b_on_an_ideal_a100_is_bandwidth_over_weight_bytes(tmp_path):
+def test_batch_1_decode_of_llama2_7b_on_a_bare_a100_is_bandwidth_over_weight_bytes(tmp_path):
     """6,738,415,616 parameters, of which the 32000 x 4096 embedding is not streamed per token:
-    2 bytes x (6,738,415,616 - 131,072,000) = 13.2147 GB per token; 2.039e12 / that = 154.3 tok/s.
-    KV (<= 129 tokens), activations and the 1-token prefill add well under 2%.
+    2 bytes x (6,738,415,616 - 131,072,000) = 13,214,687,232 bytes per token; 2.039e12 B/s / that = 154.3 tok/s.
+    The 1-token prefill, KV reads (<= 129 tokens) and activations only slow it (by well under 5%).
     """
     streamed = 2 * (6_738_415_616 - 32_000 * 4096)
     assert streamed == 13_214_687_232
-    value, fits = predict(measurement(gpu=exact_a100(tmp_path), input_tokens=1, output_tokens=128,
-                                      metric="decode_tokens_per_second_per_sequence"))
-    assert fits
-    assert value == pytest.approx(2.039e12 / streamed, rel=0.02)
-    assert value <= 2.039e12 / streamed
+    rows = table(tmp_path, row(gpu=exact_a100(tmp_path), engine="ideal", input_tokens=1, output_tokens=128,
+                               metric="decode_tokens_per_second_per_sequence"))
+    with Replayer() as replayer:
+        prediction = replayer.predict(rows[0], EXACT)
+    assert prediction.fits and prediction.value is not None
+    assert 0.95 * 2.039e12 / streamed <= prediction.value <= 2.039e12 / streamed
 
 
-def test_an_unknown_model_is_skipped_with_the_reason():
-    result = compare(measurement(model="gpt-neox-20b"))
-    assert result.predicted is None and result.error is None
-    assert "unknown model 'gpt-neox-20b'" in result.skipped
+def test_engines_without_a_profile_use_the_closest_and_say_so(tmp_path):
+    rows = table(tmp_path, row(engine="lmdeploy"), row(id="2", engine="trtllm"))
+    with Replayer() as replayer:
+        lmdeploy, trtllm = (replayer.predict(r, EXACT) for r in rows)
+    assert "engine lmdeploy simulated with the trtllm profile" in lmdeploy.notes
+    assert lmdeploy.value == pytest.approx(trtllm.value, rel=1e-12)
+    assert not any("profile" in n for n in trtllm.notes)
 
 
-# --- the summary ----------------------------------------------------------------------------------
-
-def test_summary_median_and_max_of_absolute_errors_by_hand():
-    measured = measurement(measured=100)
-    explained = measurement(id="3", measured=100, explanation="known cause")
-    comparisons = [
-        Comparison(measurement(id="1", measured=100), 110.0),  # +10%
-        Comparison(measurement(id="2", measured=100), 80.0),  # -20%
-        Comparison(explained, 160.0),  # +60%, explained
-        Comparison(measurement(id="4", measured=100), 30.0),  # -70%, not explained
-        Comparison(measured, None, skipped="unknown model"),
-    ]
-    summary = summarise(comparisons)
-    assert (summary.rows, summary.compared, summary.skipped) == (5, 4, 1)
-    assert summary.median_abs_error == pytest.approx((0.20 + 0.60) / 2)
-    assert summary.max_abs_error == pytest.approx(0.70)
-    assert summary.worst_id == "4"
-    assert summary.over_limit == 2
-    assert summary.unexplained == ("4",)
+def test_unknown_models_and_over_long_static_rows_are_skipped_with_the_reason(tmp_path):
+    rows = table(tmp_path, row(model="gpt-neox-20b"), row(id="2", model="gptj-6b", input_tokens=2048, output_tokens=128))
+    with Replayer() as replayer:
+        unknown, too_long = (replayer.predict(r, EXACT) for r in rows)
+    assert unknown.value is None and "unknown model 'gpt-neox-20b'" in unknown.skipped
+    # 2048 + 128 = 2176 > GPT-J's 2048 positions
+    assert too_long.value is None and "2176 tokens exceed" in too_long.skipped
 
 
-# --- calibration ----------------------------------------------------------------------------------
+# --- replay: serving rows ---------------------------------------------------------------------------
 
-def test_calibration_recovers_the_efficiencies_that_made_the_measurements(tmp_path):
-    """Measurements made at compute 0.6 / memory 0.7; the table's GPU says 0.9 / 0.9; the fit must find 0.6 / 0.7."""
-    truth = validate._gpu(exact_a100(tmp_path, compute=0.6, memory=0.7))
-    gpu_file = exact_a100(tmp_path, compute=0.9, memory=0.9)
-    shapes = [
-        dict(id="c1", batch=1, input_tokens=2048, output_tokens=1, metric="ttft_seconds"),
-        dict(id="c2", batch=2, input_tokens=3000, output_tokens=1, metric="ttft_seconds", model="llama2-13b"),
-        dict(id="m1", batch=1, input_tokens=1, output_tokens=128, metric="decode_tokens_per_second_per_sequence"),
-        dict(id="m2", batch=1, input_tokens=128, output_tokens=128, metric="tpot_seconds", model="llama2-13b"),
-        dict(id="x", batch=64, input_tokens=128, output_tokens=128, metric="output_tokens_per_second"),
-    ]
-    rows = []
-    for shape in shapes:
-        value, _ = predict(measurement(gpu=gpu_file, **shape), gpu=truth)
-        rows.append(measurement(gpu=gpu_file, measured=value, **shape))
-    fits = {f.family: f for f in fit_family_efficiencies(rows)}
-    assert family_of(truth.name) == "ampere"
-    assert fits["ampere"].compute == pytest.approx(0.6, abs=2e-3)
-    assert fits["ampere"].memory == pytest.approx(0.7, abs=2e-3)
-    assert fits["ampere"].compute_rows == ("c1", "c2")
-    assert fits["ampere"].memory_rows == ("m1", "m2")  # row x generates only 128 tokens from 128: not decode-dominated
-    assert fits["hopper"].compute is None and fits["hopper"].memory is None
+def test_replicas_split_the_load_and_multiply_throughput(tmp_path):
+    """R replicas at rate R q: one replica at q (random routing thins a Poisson stream), throughput x R."""
+    serving = {"mode": "serving", "regime": "serving", "batch": "", "input_tokens": 256, "output_tokens": 32, "num_prompts": 60}
+    rows = table(
+        tmp_path,
+        row(id="1", replicas=1, request_rate=2, metric="output_tokens_per_second", **serving),
+        row(id="2", replicas=3, request_rate=6, num_prompts=180, metric="output_tokens_per_second",
+            **{k: v for k, v in serving.items() if k != "num_prompts"}),
+        row(id="3", replicas=1, request_rate=2, metric="ttft_p99_seconds", **serving),
+        row(id="4", replicas=3, request_rate=6, num_prompts=180, metric="ttft_p99_seconds",
+            **{k: v for k, v in serving.items() if k != "num_prompts"}),
+    )
+    with Replayer() as replayer:
+        one, three, ttft_one, ttft_three = (replayer.predict(r, EXACT) for r in rows)
+    assert three.value == pytest.approx(3 * one.value, rel=1e-12)
+    assert ttft_three.value == pytest.approx(ttft_one.value, rel=1e-12)
+    assert any("one of 3 replicas" in n for n in three.notes)
 
 
-def test_the_shipped_table_meets_the_target_at_the_documented_calibration(monkeypatch):
-    """Median |error| <= 25% and every row over 50% explained, with the per-family values pinned here."""
-    loader = validate._gpu
-
-    def calibrated(name: str):
-        gpu = loader(name)
-        family = family_of(gpu.name)
-        if family is None:
-            return gpu
-        compute, memory = CALIBRATED[family]
-        return gpu.with_efficiency(compute=compute, memory=memory, link=0.75, kernel_launch_seconds=2e-6,
-                                   allreduce_latency_seconds=8e-6)
-
-    monkeypatch.setattr(validate, "_gpu", calibrated)
-    comparisons = compare_all(load_measurements(DEFAULT_TABLE))
-    summary = summarise(comparisons)
-    assert summary.skipped == 0, [c.skipped for c in comparisons if c.skipped]
-    assert summary.median_abs_error <= 0.25
-    assert summary.unexplained == ()
+def test_prompts_are_capped_with_a_note(tmp_path):
+    rows = table(tmp_path, row(mode="serving", regime="serving", batch="", request_rate="inf", num_prompts=5000,
+                               metric="request_throughput", input_tokens=64, output_tokens=8))
+    with Replayer(max_prompts=20) as replayer:
+        prediction = replayer.predict(rows[0], EXACT)
+    assert "20 of the source's 5000 requests simulated" in prediction.notes
 
 
-# --- the command --------------------------------------------------------------------------------
+# --- lengths ----------------------------------------------------------------------------------------
 
-def test_validate_json_parses_and_reports_every_row(tmp_path):
-    table = write_table(tmp_path / "t.csv", [row(), row(id="2", model="gpt-neox-20b")])
-    result = CliRunner().invoke(main, ["validate", "--csv", str(table), "--json"])
+def test_a_sample_file_beside_the_table_is_drawn_in_pairs(tmp_path):
+    (tmp_path / "lengths").mkdir()
+    (tmp_path / "lengths" / "tiny.csv").write_bytes((DATA / "lengths" / "tiny.csv").read_bytes())
+    rows = table(tmp_path, row(mode="serving", regime="serving", batch="", request_rate=1, num_prompts=10,
+                               input_dist="dataset:tiny", output_dist="dataset:tiny", metric="ttft_mean_seconds"))
+    prompts, outputs, _ = sample_lengths(rows[0], 200, np.random.default_rng(0), 4096)
+    # tiny.csv holds (100, 50), (300, 150), (500, 250): every draw is one of those pairs
+    assert set(zip(prompts.tolist(), outputs.tolist())) <= {(100, 50), (300, 150), (500, 250)}
+    assert len(set(prompts.tolist())) == 3
+
+
+def test_random_ratio_is_uniform_around_the_length_and_long_prompts_are_shortened(tmp_path):
+    rows = table(tmp_path, row(mode="serving", regime="serving", batch="", request_rate=1, input_tokens=1000,
+                               output_tokens=100, input_dist="random_ratio:0.5", metric="ttft_mean_seconds"))
+    prompts, outputs, notes = sample_lengths(rows[0], 500, np.random.default_rng(0), 1300)
+    # uniform in [1000 x 0.5, 1000 x 1.5] = [500, 1500]; the model holds 1300 tokens, so prompts <= 1300 - 100
+    assert prompts.min() >= 500 and prompts.max() == 1200 and set(outputs.tolist()) == {100}
+    assert "prompts shortened" in notes[0]
+
+
+def test_histograms_and_summary_statistics(tmp_path):
+    hist = tmp_path / "h.csv"
+    hist.write_text("bucket_low,bucket_high,count\n10,19,3\n100,100,1\n", encoding="utf-8")
+    data = load_lengths(hist)
+    draws = data.sample("input_tokens", 4000, np.random.default_rng(0), None)
+    assert set(draws.tolist()) <= set(range(10, 20)) | {100}
+    # bucket 100 holds 1 of 4 counts: its share of 4000 draws is 1000 +- 4 sigma (sigma = sqrt(4000 x 1/4 x 3/4) = 27)
+    assert abs(int((draws == 100).sum()) - 1000) < 4 * 27.4
+    stats = tmp_path / "s.csv"
+    stats.write_text("statistic,input_tokens,output_tokens\nmean,200,\nmedian,100,\n", encoding="utf-8")
+    # log-normal with median e^mu = 100 and mean e^(mu + s^2/2) = 200: s^2 = 2 ln 2
+    draws = load_lengths(stats).sample("input_tokens", 20000, np.random.default_rng(0), None)
+    assert np.median(draws) == pytest.approx(100, rel=0.05)
+    assert draws.mean() == pytest.approx(200, rel=0.1)
+    bad = tmp_path / "b.csv"
+    bad.write_text("a,b\n1,2\n", encoding="utf-8")
+    with pytest.raises(InputError, match="unknown lengths file"):
+        load_lengths(bad)
+
+
+# --- the command ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small_json() -> dict:
+    result = CliRunner().invoke(main, ["validate", "--csv", str(SMALL), "--json"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
-    assert [r["id"] for r in data["rows"]] == ["1", "2"]
-    assert data["rows"][1]["skipped"].startswith("--model: unknown model")
-    assert data["summary"]["compared"] == 1 and data["summary"]["skipped"] == 1
-    first = data["rows"][0]
-    assert first["error"] == pytest.approx((first["predicted"] - 0.01) / 0.01)
+    return json.loads(result.output)
 
 
-def test_validate_text_shows_the_summary_lines(tmp_path):
-    table = write_table(tmp_path / "t.csv", [row()])
-    result = CliRunner().invoke(main, ["validate", "--csv", str(table)])
+def test_validate_json_has_both_blocks_with_their_fields(small_json):
+    for block in ("in_sample", "out_of_sample"):
+        data = small_json[block]
+        assert {"median", "p90", "max", "rows", "by_engine", "by_family", "by_regime"} <= set(data)
+        assert set(data["by_family"]) == {"ampere", "hopper"}
+        assert {"median", "p90", "max", "rows"} <= set(data["by_engine"]["vllm"])
+    assert [r["id"] for r in small_json["rows"]] == [str(i) for i in range(1, 13)]
+    first = small_json["rows"][0]
+    assert first["error_out_of_sample"] == pytest.approx((first["predicted_out_of_sample"] - 0.16) / 0.16)
+    assert set(small_json["fit"]["folds"]) == {"src-a", "src-b", "src-c", "src-d", "src-e"}
+
+
+def test_validate_text_shows_in_and_out_of_sample_side_by_side():
+    result = CliRunner().invoke(main, ["validate", "--csv", str(SMALL), "--no-rows"])
     assert result.exit_code == 0, result.output
-    assert "1 rows, 1 compared, 0 skipped" in result.output
-    assert "median |error|" in result.output and "max |error|" in result.output
+    assert "in-sample" in result.output and "out-of-sample" in result.output
+    assert "family hopper" in result.output and "regime serving" in result.output
+    assert "Worst 5 rows out of sample" in result.output
 
 
 def test_a_missing_table_is_one_line_and_exit_2(tmp_path):
@@ -217,3 +264,8 @@ def test_a_missing_table_is_one_line_and_exit_2(tmp_path):
     assert result.exit_code == 2
     assert "nope.csv: no such file" in result.output
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_a_bad_plot_path_fails_before_any_replay(tmp_path):
+    result = CliRunner().invoke(main, ["validate", "--csv", str(SMALL), "--plot", str(tmp_path / "x.txt")])
+    assert result.exit_code == 2 and "--plot" in result.output

@@ -1,0 +1,249 @@
+"""Leave-one-source-out cross-validation, the fit rule, error summaries, error bands, user calibration."""
+
+import csv
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from simulator.cli import main
+from simulator.errors import InputError
+from simulator.plan.bands import (
+    MIN_ROWS,
+    Residual,
+    band_of,
+    bands_document,
+    compute_bands,
+    error_band,
+    lookup_band,
+    regime_of_run,
+    write_bands,
+)
+from simulator.plan.crossval import (
+    Solver,
+    cross_validate,
+    fit,
+    solve_increasing,
+    summarise,
+)
+from simulator.plan.user_benchmark import BenchmarkSetup, rows_from_serving
+from simulator.plan.validate import (
+    COLUMNS,
+    DEFAULT_EFFICIENCIES,
+    Efficiencies,
+    Replayer,
+    default_table,
+    load_table,
+)
+
+DATA = Path(__file__).parent / "data"
+SMALL = DATA / "published_small.csv"
+
+
+@pytest.fixture(scope="module")
+def small():
+    rows = load_table(SMALL)
+    with Replayer() as replayer:
+        yield rows, cross_validate(rows, replayer)
+
+
+# --- the split ----------------------------------------------------------------------------------
+
+def test_no_fold_fits_on_the_source_it_predicts(small):
+    rows, v = small
+    source_of = {r.id: r.source_id for r in rows}
+    for source, fits in v.fold_fits.items():
+        used = {i for f in fits.values() for i in f.compute_rows + f.memory_rows}
+        assert used and all(source_of[i] != source for i in used)
+
+
+def test_a_sources_own_numbers_never_move_its_out_of_sample_predictions(small):
+    """Make every figure of src-a absurd (x100): its in-sample predictions move (it takes part in the fit),
+    its out-of-sample predictions do not (src-a is left out of the fold that predicts it)."""
+    rows, v = small
+    absurd = [dataclasses.replace(r, measured=r.measured * 100) if r.source_id == "src-a" else r for r in rows]
+    with Replayer() as replayer:
+        w = cross_validate(absurd, replayer)
+    before = {s.row.id: s for s in v.scored}
+    after = {s.row.id: s for s in w.scored}
+    for i in ("1", "2", "3"):  # src-a
+        assert after[i].out_of_sample.value == before[i].out_of_sample.value
+    assert after["1"].in_sample.value != before["1"].in_sample.value
+    # ...and the rows of other A100 sources, whose folds include src-a, are predicted differently
+    assert after["4"].out_of_sample.value != before["4"].out_of_sample.value
+
+
+def test_a_family_without_rows_keeps_the_defaults(small):
+    _, v = small
+    ada = v.in_sample_fit["ada"]
+    assert (ada.compute, ada.memory) == (0.70, 0.80) and ada.compute_is_default and ada.memory_is_default
+
+
+# --- the fit rule -------------------------------------------------------------------------------
+
+def test_solve_increasing_finds_the_root_and_refuses_an_unbracketed_one():
+    assert solve_increasing(lambda x: math.log(x / 0.3), 0.05, 1.0) == pytest.approx(0.3, abs=1e-4)
+    assert solve_increasing(lambda x: x - 2.0, 0.05, 1.0) is None  # every x in [0.05, 1] is below 2
+    assert solve_increasing(lambda x: None, 0.05, 1.0) is None
+
+
+def test_the_fit_recovers_the_efficiencies_that_made_the_measurements(tmp_path):
+    """Figures simulated at compute 0.6 / memory 0.7; the rule must find 0.6 / 0.7 from them."""
+    shapes = [
+        {"id": "c1", "batch": 1, "input_tokens": 2048, "output_tokens": 1, "metric": "ttft_seconds", "regime": "prefill"},
+        {"id": "c2", "batch": 2, "input_tokens": 3000, "output_tokens": 1, "metric": "ttft_seconds", "model": "llama2-13b", "regime": "prefill"},
+        {"id": "m1", "batch": 1, "input_tokens": 1, "output_tokens": 128, "metric": "decode_tokens_per_second_per_sequence"},
+        {"id": "m2", "batch": 1, "input_tokens": 128, "output_tokens": 128, "metric": "tpot_seconds", "model": "llama2-13b"},
+    ]
+    base = {"source_id": "s", "engine": "vllm", "model": "llama2-7b", "gpu": "a100", "tp": 1, "weights": "fp16", "kv": "fp16",
+                "mode": "static", "regime": "decode_b1", "measured": 1.0}
+    path = tmp_path / "t.csv"
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(COLUMNS))
+        writer.writeheader()
+        writer.writerows({**base, **shape} for shape in shapes)
+    truth = Efficiencies(0.6, 0.7)
+    with Replayer() as replayer:
+        rows = [dataclasses.replace(r, measured=replayer.predict(r, truth).value) for r in load_table(path)]
+        fits = fit(rows, Solver(replayer))
+    ampere = fits["ampere"]
+    assert ampere.compute == pytest.approx(0.6, abs=2e-3) and ampere.memory == pytest.approx(0.7, abs=2e-3)
+    assert ampere.compute_rows == ("c1", "c2") and ampere.memory_rows == ("m1", "m2")
+    assert fits["hopper"].compute_is_default
+
+
+# --- summaries ----------------------------------------------------------------------------------
+
+def test_summary_numbers_on_hand_errors():
+    # |errors| sorted: 0.1, 0.2, 0.6, 0.7 (None = skipped row, not counted)
+    # median = (0.2 + 0.6) / 2 = 0.4; p90 at rank 0.9 x 3 = 2.7: 0.6 + 0.7 x (0.7 - 0.6) = 0.67; max 0.7
+    s = summarise([0.1, -0.2, 0.6, -0.7, None])
+    assert (s.rows, s.median, s.p90, s.max) == (4, pytest.approx(0.4), pytest.approx(0.67), pytest.approx(0.7))
+    assert summarise([None]).median is None
+
+
+# --- error bands --------------------------------------------------------------------------------
+
+def test_band_arithmetic_by_hand():
+    errors = [0.6, -0.3, 0.1, 0.4, -0.1, 0.0, 0.3, -0.2, 0.5, 0.2]
+    # sorted: -0.3 -0.2 -0.1 0.0 0.1 0.2 0.3 0.4 0.5 0.6; 10th percentile at rank 0.1 x 9 = 0.9:
+    # -0.3 + 0.9 x 0.1 = -0.21; 90th at rank 8.1: 0.5 + 0.1 x 0.1 = 0.51
+    low, high = band_of(errors)
+    assert low == pytest.approx(-0.21) and high == pytest.approx(0.51)
+
+
+def _residuals() -> list[Residual]:
+    out = [Residual("hopper", "vllm", "serving", "ttft", e) for e in (0.1, 0.2)]  # full class: 2 rows
+    out += [Residual("hopper", "sglang", "serving", "ttft", e) for e in (-0.1, 0.0, 0.3, 0.4)]  # with vllm: 6
+    out += [Residual("ampere", "vllm", "prefill", "ttft", e) for e in (0.0, 0.1)]
+    return out
+
+
+def test_the_fallback_goes_to_coarser_classes_and_says_so(tmp_path):
+    path = tmp_path / "bands.json"
+    write_bands(path, bands_document(_residuals(), {"test": True}))
+    lookup = lookup_band("hopper", "vllm", "serving", "ttft", path)
+    band = lookup.band
+    assert band is not None and band.level == "family_regime" and band.rows == 6
+    # hopper / serving / ttft: -0.1 0.0 0.1 0.2 0.3 0.4; rank 0.5 -> -0.05, rank 4.5 -> 0.35
+    assert (band.low, band.high) == (pytest.approx(-0.05), pytest.approx(0.35))
+    assert "hopper / vllm / serving / ttft: 2" in band.note
+    assert "-5%..+35%, from 6 validation rows" in band.text()
+
+
+def test_a_class_with_too_few_rows_everywhere_gives_no_band(tmp_path):
+    path = tmp_path / "bands.json"
+    write_bands(path, bands_document(_residuals(), {}))
+    lookup = lookup_band("ampere", "vllm", "prefill", "ttft", path)
+    assert lookup.band is None and f"fewer than {MIN_ROWS} validation rows" in lookup.reason
+    assert error_band("ampere", "vllm", "prefill", "ttft", path) is None
+    assert lookup_band("hopper", "vllm", "serving", "ttft", tmp_path / "none.json").reason.startswith("no error bands")
+
+
+def test_bands_count_each_residual_once_per_level():
+    classes = {(c["level"], c["family"], c["engine"], c["regime"], c["metric_kind"]): c for c in compute_bands(_residuals())}
+    assert classes[("regime", None, None, "serving", "ttft")]["rows"] == 6
+    assert classes[("full", "hopper", "vllm", "serving", "ttft")]["low"] is None  # 2 rows: no band
+
+
+def test_regime_of_a_run():
+    assert regime_of_run("ttft", 8, 2048, serving=True) == "serving"
+    assert regime_of_run("ttft", 8, 40_000, serving=False) == "long_context"
+    assert regime_of_run("ttft", 8, 2048, serving=False) == "prefill"
+    assert [regime_of_run("tpot", b, 2048, serving=False) for b in (1, 8)] == ["decode_b1", "decode_batch"]
+
+
+def test_write_bands_from_the_command(tmp_path):
+    out = tmp_path / "bands.json"
+    result = CliRunner().invoke(main, ["validate", "--csv", str(SMALL), "--write-bands", "--bands-out", str(out), "--no-rows"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert data["schema"] == "memwall-error-bands/1" and data["min_rows"] == MIN_ROWS
+    regime_rows = sum(c["rows"] for c in data["classes"] if c["level"] == "regime")
+    assert regime_rows == 12  # every row of the small table was replayed out of sample
+
+
+# --- the real table, a fast subset ---------------------------------------------------------------
+
+def test_a_subset_of_the_shipped_table_is_replayed_and_split_by_source():
+    rows = load_table(default_table())
+    sizes: dict[str, int] = {}
+    for r in rows:
+        sizes[r.source_id] = sizes.get(r.source_id, 0) + 1
+    # the two smallest sources of at least 4 rows: a few seconds however the table grows
+    keep = {sorted((n, s) for s, n in sizes.items() if n >= 4)[i][1] for i in range(2)}
+    subset = [r for r in rows if r.source_id in keep]
+    with Replayer() as replayer:
+        v = cross_validate(subset, replayer)
+    for s in v.scored:
+        assert s.error_out is not None or s.skipped  # scored, or skipped with its reason
+    assert set(v.fold_fits) == keep
+    source_of = {r.id: r.source_id for r in subset}
+    for source, fits in v.fold_fits.items():
+        assert all(source_of[i] != source for f in fits.values() for i in f.compute_rows + f.memory_rows)
+
+
+# --- calibrating on a user's benchmark ----------------------------------------------------------
+
+def _serving_json() -> dict:
+    return {"completed": 3, "request_rate": "inf", "total_input_tokens": 600, "total_output_tokens": 60,
+            "input_lens": [100, 200, 300], "output_lens": [10, 20, 30], "mean_ttft_ms": 25.0, "median_ttft_ms": 20.0,
+            "p99_ttft_ms": 40.0, "mean_tpot_ms": 8.0, "output_throughput": 150.0, "request_throughput": 2.5}
+
+
+def test_a_vllm_serving_result_becomes_rows_in_si_units(tmp_path):
+    path = tmp_path / "run.json"
+    rows = rows_from_serving(_serving_json(), path, BenchmarkSetup("llama2-7b", "a100"), tmp_path)
+    got = {r.metric: r.measured for r in rows}
+    assert got == {"ttft_mean_seconds": 0.025, "ttft_p50_seconds": 0.020, "ttft_p99_seconds": 0.040,
+                   "tpot_mean_seconds": 0.008, "output_tokens_per_second": 150.0, "request_throughput": 2.5}
+    first = rows[0]
+    # mean lengths (100 + 200 + 300) / 3 = 200 and (10 + 20 + 30) / 3 = 20; the lengths file is written beside
+    assert (first.input_tokens, first.output_tokens, first.num_prompts, first.request_rate) == (200, 20, 3, math.inf)
+    assert (tmp_path / "bench-run.csv").read_text(encoding="utf-8").splitlines()[1:] == ["100,10", "200,20", "300,30"]
+    with pytest.raises(InputError, match="give --model and --base"):
+        rows_from_serving(_serving_json(), path, BenchmarkSetup(), tmp_path)
+
+
+def test_calibrate_from_benchmark_writes_an_overlay_that_loads(tmp_path):
+    bench = tmp_path / "run.json"
+    bench.write_text(json.dumps(_serving_json()), encoding="utf-8")
+    out = tmp_path / "mine.yaml"
+    result = CliRunner().invoke(main, ["calibrate", "--from-benchmark", str(bench), "--model", "llama2-7b",
+                                       "--base", "a100", "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["cross_validation"] == "leave one row out (6 rows)"
+    assert {"median", "p90", "max", "rows"} <= set(data["in_sample"])
+    from simulator.model import load_gpu
+
+    gpu = load_gpu(str(out))
+    assert gpu.name.endswith("(calibrated on benchmarks)")
+    assert (gpu.efficiency.compute, gpu.efficiency.memory) == (data["fitted"]["compute"], data["fitted"]["memory"])
+
+
+def test_defaults_are_the_gpu_module_defaults():
+    assert DEFAULT_EFFICIENCIES == Efficiencies(0.70, 0.80)
