@@ -51,7 +51,8 @@ DEFAULT_USD_PER_GPU_HOUR: dict[str, float] = {
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    # No NaN or infinity anywhere in a scenario's blocks (SLO limits, search bounds, ranges).
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
 
 class SweepBlock(_Strict):
@@ -334,20 +335,22 @@ def _value_path(spec: Any, path: str, index: int, value: Any) -> str:
 def _check_configs(base: dict[str, Any], axes: tuple[Axis, ...], zipped_names: set[str]) -> None:
     """Load every model and GPU named, so a typo fails before any point runs."""
     for option, loader in (("model", load_model), ("gpu", load_gpu)):
-        if option in base:
+        if base.get(option) is not None:  # null is the option left unset
             _load_or_problem(loader, base[option], f"base.{option}")
         for axis in axes:
             if axis.name == option:
                 block = "zip" if axis.name in zipped_names else "grid"
                 for i, value in enumerate(axis.values):
                     _load_or_problem(loader, value, f"sweep.{block}.{option}[{i}]")
-    named = set(base) | {axis.name for axis in axes}
+    named = {name for name, value in base.items() if value is not None} | {axis.name for axis in axes}
     for required in ("model", "gpu"):
         if required not in named:
             raise FieldError("base", f"no {required} given: set base.{required} or sweep it")
 
 
 def _load_or_problem(loader: Any, value: str, path: str) -> Any:
+    if not isinstance(value, str) or not value.strip():
+        raise FieldError(path, f"expected a config name or a path to a config file, got {value!r}")
     try:
         return loader(value)
     except InputError as exc:

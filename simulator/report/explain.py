@@ -18,6 +18,7 @@ of both kernels and the kernels and activation bytes of each fusion level.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -107,10 +108,24 @@ def _step(system: System, batch: int, context_tokens: int) -> float:
 
 
 def _lever(name: str, change: str, system: System, batch: int, ctx: int, base_step: float, base_rate: float,
-           caveat: str = "") -> Lever:
+           caveat: str = "") -> Lever | None:
+    """The lever measured, or None when its step time is not a positive finite number (nothing to compare)."""
     step = _step(system, batch, ctx)
+    if not (math.isfinite(step) and step > 0):
+        return None
     rate = batch / step
     return Lever(name, change, batch, system.tp, step, rate, (rate / system.tp) / base_rate, base_step / step, caveat)
+
+
+def _usable_step(seconds: float, system: System) -> float:
+    """``seconds`` if it is a positive finite time; else InputError (only absurd efficiencies get here)."""
+    if math.isfinite(seconds) and seconds > 0:
+        return seconds
+    eff = system.gpu.efficiency
+    raise InputError(
+        f"explain: the decode step time is {seconds:g} s with efficiencies compute {eff.compute:g}, memory {eff.memory:g}, "
+        f"link {eff.link:g}; nothing can be explained (give efficiencies of 0.001 or more)"
+    )
 
 
 def _rebuild(system: System, **changes: Any) -> System | None:
@@ -127,9 +142,9 @@ def _rebuild(system: System, **changes: Any) -> System | None:
 def measure_levers(deployment: Deployment, batch: int, ctx: int, largest_batch: int, ridge: int | None) -> list[Lever]:
     system = deployment.system
     model, gpu, precision = system.model, system.gpu, system.precision
-    base_step = _step(system, batch, ctx)
+    base_step = _usable_step(_step(system, batch, ctx), system)
     base_rate = batch / base_step / system.tp  # decode tokens/s per GPU
-    levers = []
+    levers: list[Lever | None] = []
     target = min(largest_batch, max(2 * batch, ridge or 0))
     if target > batch:
         levers.append(_lever("bigger batch", f"batch {target}", system, target, ctx, base_step, base_rate,
@@ -157,8 +172,13 @@ def measure_levers(deployment: Deployment, batch: int, ctx: int, largest_batch: 
     wider = _rebuild(system, tp=2 * system.tp) if 2 * system.tp <= gpu.max_gpus_per_node else None
     if wider is not None:
         lever = _lever("more GPUs", f"tensor parallel {2 * system.tp}", wider, batch, ctx, base_step, base_rate)
-        levers.append(replace(lever, caveat=f"{2 * lever.throughput_gain:.2f}x the deployment's tokens/s on 2x the GPUs"))
-    return levers
+        if lever is not None:
+            levers.append(replace(lever, caveat=f"{2 * lever.throughput_gain:.2f}x the deployment's tokens/s on 2x the GPUs"))
+    return [lever for lever in levers if lever is not None]
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 def _names(ops: list) -> str:
@@ -176,7 +196,7 @@ def explain_run(deployment: Deployment, batch: int, ctx: int, gen: int) -> Expla
     achievable_ridge = ridge * gpu.efficiency.compute / gpu.efficiency.memory
     decode = system.step_cost(Step.decode(batch, ctx))
     prefill = system.step_cost(Step.prefill(batch, ctx - gen))
-    step = float(decode.seconds)
+    step = _usable_step(float(decode.seconds), system)
     kernels = [op for op in decode.operators if op.kind != "allreduce" and op.bound not in ("fused", "idle")]
     memory_bound = [op for op in kernels if op.bound == "memory"]
     memory_share = sum(float(op.seconds) for op in memory_bound) / step
@@ -209,8 +229,8 @@ def explain_run(deployment: Deployment, batch: int, ctx: int, gen: int) -> Expla
     if reach is None:
         text.append("No batch up to 65536 makes them compute-bound.")
     elif reach > batch:
-        fits = (f"which fits in memory (up to {largest} sequences of {ctx} tokens)" if reach <= largest
-                else f"more than the {largest} sequences of {ctx} tokens that fit in memory")
+        fits = (f"which fits in memory (up to {_count(largest, 'sequence')} of {_count(ctx, 'token')})" if reach <= largest
+                else f"more than the {_count(largest, 'sequence')} of {_count(ctx, 'token')} that fit in memory")
         limit = " (dequantising the weights on the CUDA cores becomes the limit)" if precision.weight_only_quant else ""
         text.append(f"They would turn compute-bound near batch {reach}{limit}, {fits}.")
     text.append(
@@ -219,7 +239,7 @@ def explain_run(deployment: Deployment, batch: int, ctx: int, gen: int) -> Expla
         f"(GQA/MQA) or a smaller KV dtype can."
     )
     text.append(
-        f"Prefill of {batch} x {ctx - gen} tokens takes {fmt_seconds(float(prefill.seconds))} and is {prefill_bound} "
+        f"Prefill of {batch} x {_count(ctx - gen, 'token')} takes {fmt_seconds(float(prefill.seconds))} and is {prefill_bound} "
         f"(GEMMs at {prefill_intensity:.0f} FLOP/byte)."
     )
     if levers:
@@ -297,7 +317,7 @@ def kernel_choices_text(choices: dict[str, Any], batch: int, ctx: int, gen: int)
     from simulator.report.compare import text_table
 
     mark = choices["current"]
-    lines = [f"Attention kernel (per layer, per GPU; prefill {batch} x {ctx - gen} tokens, decode at context {ctx})"]
+    lines = [f"Attention kernel (per layer, per GPU; prefill {batch} x {_count(ctx - gen, 'token')}, decode at context {ctx})"]
     rows = []
     for kernel, phases in choices["attention_kernel"].items():
         rows.append([kernel + (" *" if kernel == mark["attention_kernel"] else ""),
