@@ -1,14 +1,23 @@
-"""The roofline cost model: pure functions, no simpy.
+"""The GPU time model: roofline plus the time a roofline misses. Pure functions, no simpy.
 
-For each operator and step:
+For each operator and step (docs/time-model.md describes every term, its default and source):
 
-    tensor_seconds  = flops / (peak_flops[dtype] * efficiency.compute)
+    tensor_seconds  = (flops + padding_flops) / (peak_flops[dtype] * eta_c)
     dequant_seconds = dequant_ops / (peak_flops["fp32"] * efficiency.compute)
     compute_seconds = max(tensor_seconds, dequant_seconds)
-    memory_seconds  = bytes / (hbm_bandwidth * efficiency.memory)
-    seconds         = max(compute_seconds, memory_seconds) + launches * efficiency.kernel_launch_seconds
+    memory_seconds  = (bytes + b_half) / (hbm_bandwidth * efficiency.memory)      (b_half: 0 if bytes = 0)
+    kernel_seconds  = max(compute_seconds, memory_seconds) + launches * efficiency.kernel_launch_seconds
+    seconds         = kernel_seconds                                   in a step replayed from a CUDA graph
+                      max(kernel_seconds, launches * eager_launch)     otherwise (the host launches each kernel)
 
-where bytes = weight reads + KV-cache reads + KV-cache writes + activation reads/writes.
+where bytes = weight reads + KV-cache reads + KV-cache writes + activation reads/writes, and with
+the shape-aware kernel model (``TimeModel.shape``, :mod:`simulator.cost.kernels`):
+eta_c = efficiency.compute * shape(M, N) for dense GEMMs (tile and wave quantisation),
+efficiency.attention_compute for FlashAttention, efficiency.compute otherwise, and
+b_half = bandwidth * efficiency.memory_latency_seconds (a transfer pays one DRAM latency). With the
+flat model (the default of a bare :class:`TimeModel`) eta_c = efficiency.compute and b_half = 0:
+the plain roofline of earlier versions. A measured overlay (``efficiency_by_op``) replaces
+compute and memory efficiency for its op class, shape included.
 
 Dequantisation of int8/int4 weights (``dequant_ops``, see :mod:`simulator.model.layers`) runs on
 the CUDA cores, not the tensor cores: it is charged at the GPU's fp32 vector rate
@@ -22,15 +31,18 @@ overlap it with the tensor-core MMAs, hence the max. Consequence: at a compute-b
 times its fp16 time. A100, int4 (4 ops, t = 16): 4 / 16 * 312 / (2 * 19.5) = 2.0 (int4 is
 twice as slow as fp16 at large batch); int8 (2 ops): 1.0 (no penalty). At batch 1 the
 dequantisation hides under the (3.9x smaller) weight read.
-A tensor-parallel all-reduce of ``m`` bytes per GPU over a ring of ``n`` GPUs costs
 
-    2 (n - 1) / n * m / (link_bandwidth * efficiency.link) + efficiency.allreduce_latency_seconds.
+Communication operators (tensor-parallel all-reduce, expert-parallel all-to-all) cost what
+:mod:`simulator.cost.collectives` says for their bytes, group, interconnect and algorithm
+(``TimeModel.collectives``; ``off`` makes them free).
 
-Operators run one after another, so a step's time is the sum over operators. This module
-is the one place that turns work into seconds (:func:`roofline`, :func:`allreduce_seconds`);
-everything else calls :func:`operator_cost` / :func:`step_cost` (a record per operator) or
-:func:`step_totals` (only the step's totals, the engine's hot path). Inputs may be numpy
-arrays (one entry per step): all arithmetic is elementwise, so many steps are costed in one call.
+A step's time is the sum over its operators (they run one after another) plus the engine's
+exposed host time per iteration (:mod:`simulator.cost.engine_overhead`; zero for the ``ideal``
+engine). This module is the one place that turns work into seconds (:func:`roofline`,
+:func:`communication_seconds`); everything else calls :func:`operator_cost` / :func:`step_cost`
+(a record per operator) or :func:`step_totals` (only the step's totals, the engine's hot path).
+Inputs may be numpy arrays (one entry per step): all arithmetic is elementwise, so many steps are
+costed in one call.
 """
 
 from __future__ import annotations
@@ -40,10 +52,41 @@ from typing import NamedTuple
 
 import numpy as np
 
+from simulator.cost.collectives import (
+    CollectiveNetwork,
+    allreduce_seconds,
+    check_algorithm,
+    collective_network,
+    point_to_point_seconds,
+)
+from simulator.cost.engine_overhead import graph_captured, has_overhead, iteration_overhead_seconds
+from simulator.cost.kernels import gemm_shape_efficiency, memory_half_bytes
 from simulator.errors import InputError
+from simulator.model.engine_profile import IDEAL, EngineProfile
 from simulator.model.gpu import GPUSpec
-from simulator.model.layers import Operator, Work
+from simulator.model.interconnect import load_interconnect
+from simulator.model.layers import Gemm, Operator, Work
 from simulator.model.step import Number, Step
+
+COMMUNICATION_KINDS: tuple[str, ...] = ("allreduce", "alltoall")
+"""Operator kinds that move bytes between GPUs rather than through HBM."""
+
+KERNEL_MODELS: tuple[str, ...] = ("shape", "flat")
+"""Values of the ``kernel_efficiency`` setting: efficiency by kernel shape and size, or one flat factor."""
+
+
+class TimeModel(NamedTuple):
+    """How a System turns work into time beyond the GPU's peaks: engine, collectives, kernel model.
+
+    The defaults are the plain roofline of earlier versions (no engine overhead, NCCL ring
+    all-reduce, flat efficiencies); ``simulator.plan.deployment`` picks the realistic ones.
+    """
+
+    engine: EngineProfile = IDEAL
+    collectives: str = "ring"
+    """all-reduce algorithm (simulator.cost.collectives.COLLECTIVE_ALGORITHMS); ``off``: free"""
+    shape: bool = False
+    """True: GEMM efficiency by tile/wave quantisation, memory efficiency by bytes, FlashAttention ceiling"""
 
 
 class OperatorCost(NamedTuple):
@@ -69,6 +112,8 @@ class OperatorCost(NamedTuple):
     seconds: Number
     dequant_ops: Number = 0.0
     """weight-only dequantisation operations (not in ``flops``; charged at the vector rate)"""
+    launch_seconds: Number = 0.0
+    """the part of ``seconds`` spent launching kernels (graph node cost, or waiting for the host)"""
 
     @property
     def bytes(self) -> Number:
@@ -85,16 +130,19 @@ class OperatorCost(NamedTuple):
 
     @property
     def bound(self) -> str:
-        """'communication', 'compute', 'memory', 'fused' or 'idle' (a scalar step only).
+        """'communication', 'compute', 'memory', 'launch', 'fused' or 'idle' (a scalar step only).
 
         'fused': an operator that runs inside a neighbouring kernel (no launch, no HBM traffic).
+        'launch': kernels shorter than their launch (more than half the time is launch cost).
         """
-        if self.kind == "allreduce":
+        if self.kind in COMMUNICATION_KINDS:
             return "communication"
         if not self.compute_seconds and not self.memory_seconds:
             return "idle"
         if self.kind == "elementwise" and not self.launches:
             return "fused"
+        if self.launch_seconds > 0.5 * self.seconds:
+            return "launch"
         return "compute" if self.compute_seconds >= self.memory_seconds else "memory"
 
 
@@ -139,89 +187,160 @@ def vector_flops(gpu: GPUSpec) -> float:
 
 
 class OperatorRates(NamedTuple):
-    """The achievable rates one operator runs at on one GPU: the denominators of the roofline.
+    """The achievable rates one operator runs at on one GPU: the denominators of the time model.
 
-    They depend on the step only through a measured per-op efficiency overlay, so a
+    They depend on the step only through a measured per-op efficiency overlay (and, for GEMMs under
+    the shape model, through the row count, which :func:`roofline` applies), so a
     :class:`~simulator.cost.system.System` computes them once per operator (see :func:`operator_rates`).
     """
 
     flops_per_second: Number
-    """tensor-core rate: peak_flops[compute dtype] * efficiency.compute (FLOP/s)"""
+    """tensor-core rate: peak_flops[compute dtype] * ceiling (efficiency.compute, or attention_compute)"""
     dequant_ops_per_second: Number | None
     """CUDA-core rate for weight-only dequantisation: peak_flops.fp32 * efficiency.compute (None: no dequantisation)"""
     bytes_per_second: Number
     """HBM rate: hbm_bandwidth * efficiency.memory (bytes/s)"""
     launch_seconds: float
-    """efficiency.kernel_launch_seconds, per launch"""
-    ring_factor: float = 0.0
-    """all-reduce: 2 (tp - 1) / tp, the share of the message each GPU sends"""
-    link_bytes_per_second: float = 0.0
-    """all-reduce: link_bandwidth * efficiency.link (bytes/s)"""
-    allreduce_latency_seconds: float = 0.0
-    """all-reduce: fixed latency per launch"""
+    """efficiency.kernel_launch_seconds, per launch (GPU side, inside a CUDA graph)"""
+    memory_half_bytes: float = 0.0
+    """b_half of the memory efficiency curve (bytes; 0: flat)"""
+    gemm_columns: int = 0
+    """> 0: a dense GEMM of this many output columns; its tensor rate scales by gemm_shape_efficiency"""
+    gemm_depth: int = 0
+    """the GEMM's reduction depth K (input features), for split-K"""
+    sm_count: int = 0
+    """SMs for the wave quantisation of a GEMM"""
+    eager_launch_seconds: float = 0.0
+    """host seconds per kernel launch outside a CUDA graph (the engine profile's)"""
+    network: CollectiveNetwork | None = None
+    """communication operators: the group, its links and the algorithm"""
 
 
 def rates_vary_with_tokens(op: Operator, gpu: GPUSpec) -> bool:
     """Does a measured overlay make ``op``'s efficiency depend on the step's token count?"""
-    return op.kind != "allreduce" and any(entry.op_class == op.kind for entry in gpu.efficiency_by_op)
+    return op.kind not in COMMUNICATION_KINDS and any(entry.op_class == op.kind for entry in gpu.efficiency_by_op)
 
 
-def operator_rates(op: Operator, gpu: GPUSpec, tokens: Number = 0.0) -> OperatorRates:
-    """Rates of ``op`` on ``gpu`` at a step of ``tokens`` tokens (the tokens matter only under an overlay)."""
-    eff = gpu.efficiency
-    if op.kind == "allreduce":
-        return OperatorRates(
-            0.0, None, 0.0, 0.0, ring_factor=2.0 * (op.tp - 1) / op.tp,
-            link_bytes_per_second=gpu.link_bandwidth_bytes_per_second * eff.link,
-            allreduce_latency_seconds=eff.allreduce_latency_seconds,
-        )
-    compute_eff, memory_eff = efficiency_factors(gpu, op.kind, tokens)
-    peak = gpu.peak_flops.get(op.compute_dtype) or gpu.peak(op.compute_dtype)
-    dequantises = op.kind == "gemm" and op.dequant_ops_per_weight
-    return OperatorRates(
-        flops_per_second=peak * compute_eff,
-        dequant_ops_per_second=vector_flops(gpu) * compute_eff if dequantises else None,
-        bytes_per_second=gpu.hbm_bandwidth_bytes_per_second * memory_eff,
-        launch_seconds=eff.kernel_launch_seconds,
+def operator_network(op: Operator, gpu: GPUSpec, model: TimeModel) -> CollectiveNetwork:
+    """The collective network of a communication operator's group (tp GPUs for an all-reduce, ep for an all-to-all)."""
+    gpus = int(getattr(op, "ep", 0) or getattr(op, "tp", 1)) if op.kind == "alltoall" else int(getattr(op, "tp", 1))
+    return collective_network(
+        gpus=gpus,
+        link_bytes_per_second=gpu.link_bandwidth_bytes_per_second,
+        link_efficiency=gpu.efficiency.link,
+        gpus_per_node=gpu.max_gpus_per_node,
+        interconnect=load_interconnect(gpu.interconnect),
+        engine=model.engine,
+        algorithm=model.collectives,
+        latency_override_seconds=gpu.efficiency.allreduce_latency_seconds,
     )
 
 
-def system_rates(operators: tuple[Operator, ...], gpu: GPUSpec) -> tuple[OperatorRates | None, ...]:
+def operator_rates(op: Operator, gpu: GPUSpec, tokens: Number = 0.0, model: TimeModel | None = None) -> OperatorRates:
+    """Rates of ``op`` on ``gpu`` at a step of ``tokens`` tokens (the tokens matter only under an overlay)."""
+    model = model or TimeModel()
+    eff = gpu.efficiency
+    eager = model.engine.graphs.eager_launch_seconds
+    if op.kind in COMMUNICATION_KINDS:
+        return OperatorRates(0.0, None, 0.0, 0.0, eager_launch_seconds=eager, network=operator_network(op, gpu, model))
+    measured = rates_vary_with_tokens(op, gpu)
+    compute_eff, memory_eff = efficiency_factors(gpu, op.kind, tokens)
+    shape = model.shape and not measured
+    if shape and op.kind == "attention" and getattr(op, "kernel", "flash") == "flash":
+        compute_eff = eff.attention_compute
+    peak = gpu.peak_flops.get(op.compute_dtype) or gpu.peak(op.compute_dtype)
+    dequantises = op.kind == "gemm" and getattr(op, "dequant_ops_per_weight", 0.0)
+    bandwidth = gpu.hbm_bandwidth_bytes_per_second
+    return OperatorRates(
+        flops_per_second=peak * compute_eff,
+        dequant_ops_per_second=vector_flops(gpu) * compute_eff if dequantises else None,
+        bytes_per_second=bandwidth * memory_eff,
+        launch_seconds=eff.kernel_launch_seconds,
+        memory_half_bytes=memory_half_bytes(bandwidth, eff.memory_latency_seconds) if shape else 0.0,
+        gemm_columns=op.out_features if shape and isinstance(op, Gemm) else 0,
+        gemm_depth=op.in_features if shape and isinstance(op, Gemm) else 0,
+        sm_count=gpu.sm_count,
+        eager_launch_seconds=eager,
+    )
+
+
+def system_rates(operators: tuple[Operator, ...], gpu: GPUSpec,
+                 model: TimeModel | None = None) -> tuple[OperatorRates | None, ...]:
     """Each operator's rates, or None where an overlay makes them depend on the step."""
-    return tuple(None if rates_vary_with_tokens(op, gpu) else operator_rates(op, gpu) for op in operators)
+    model = model or TimeModel()
+    check_algorithm(model.collectives)
+    return tuple(None if rates_vary_with_tokens(op, gpu) else operator_rates(op, gpu, model=model) for op in operators)
 
 
-def roofline(work: Work, rates: OperatorRates, count: int) -> tuple[Number, Number, Number]:
-    """(compute, memory, total) seconds of ``count`` instances of a non-communication operator.
+def _eager(seconds: Number, launches: Number, rates: OperatorRates, captured: Number) -> Number:
+    """Outside a CUDA graph a kernel cannot finish before the host has launched it."""
+    if not rates.eager_launch_seconds or captured is True:
+        return seconds
+    host = launches * rates.eager_launch_seconds
+    if isinstance(captured, np.ndarray):
+        return np.where(captured, seconds, np.maximum(seconds, host))
+    return seconds if captured else _maximum(seconds, host)
 
-    The one roofline formula (module docstring): :func:`operator_cost` and :func:`operator_totals` both call it.
+
+def roofline(work: Work, rates: OperatorRates, count: int, rows: Number = 0.0,
+             captured: Number = True) -> tuple[Number, Number, Number, Number]:
+    """(compute, memory, total, launch) seconds of ``count`` instances of a non-communication operator.
+
+    ``rows``: the GEMM's row count (tokens) for the shape model; ``captured``: the step is replayed
+    from a CUDA graph (see :func:`simulator.cost.engine_overhead.graph_captured`). The one roofline
+    formula (module docstring): :func:`operator_cost` and :func:`operator_totals` both call it.
     """
-    compute_seconds = work.flops / rates.flops_per_second
+    flops = work.flops
+    padding = getattr(work, "padding_flops", 0.0)
+    if padding is not None and (isinstance(padding, np.ndarray) or padding):
+        flops = flops + padding
+    flops_rate = rates.flops_per_second
+    if rates.gemm_columns:
+        flops_rate = flops_rate * gemm_shape_efficiency(rows, rates.gemm_columns, rates.sm_count, rates.gemm_depth)
+    compute_seconds = flops / flops_rate
     if rates.dequant_ops_per_second is not None:
         compute_seconds = _maximum(compute_seconds, work.dequant_ops / rates.dequant_ops_per_second)
     moved = work.weight_bytes + work.kv_read_bytes + work.kv_write_bytes + work.activation_bytes
-    memory_seconds = moved / rates.bytes_per_second
-    seconds = _maximum(compute_seconds, memory_seconds) + work.launches * rates.launch_seconds
-    return count * compute_seconds, count * memory_seconds, count * seconds
+    if rates.memory_half_bytes:
+        moved_or_ramp = moved + rates.memory_half_bytes * (moved > 0)
+        memory_seconds = moved_or_ramp / rates.bytes_per_second
+    else:
+        memory_seconds = moved / rates.bytes_per_second
+    busy = _maximum(compute_seconds, memory_seconds)
+    seconds = _eager(busy + work.launches * rates.launch_seconds, work.launches, rates, captured)
+    return count * compute_seconds, count * memory_seconds, count * seconds, count * (seconds - busy)
 
 
-def allreduce_seconds(work: Work, rates: OperatorRates, count: int) -> Number:
-    """Seconds of ``count`` ring all-reduce instances (module docstring)."""
-    link_seconds = rates.ring_factor * work.link_bytes / rates.link_bytes_per_second
-    return count * (link_seconds + rates.allreduce_latency_seconds * work.launches)
+def communication_seconds(op: Operator, work: Work, rates: OperatorRates, count: int,
+                          captured: Number = True) -> Number:
+    """Seconds of ``count`` instances of a communication operator (simulator.cost.collectives)."""
+    net = rates.network
+    assert net is not None  # operator_rates gives every communication operator its network
+    if op.kind == "alltoall":
+        # link_bytes: what the busiest GPU sends to the others in one dispatch or combine; NCCL runs
+        # all-to-all as grouped sends, one step over the Simple protocol.
+        if net.algorithm == "off" or net.gpus < 2:
+            return 0.0 * work.link_bytes
+        simple = net.protocols[-1]
+        seconds = point_to_point_seconds(work.link_bytes, net.bytes_per_second, simple.base_seconds,
+                                         simple.hop_seconds)
+    else:
+        seconds = allreduce_seconds(work.link_bytes, net)
+    return count * _eager(seconds, work.launches, rates, captured)
 
 
-def operator_cost(op: Operator, step: Step, gpu: GPUSpec, rates: OperatorRates | None = None) -> OperatorCost:
-    """Roofline cost of ``op`` for ``step`` on one GPU of type ``gpu`` (see module docstring).
+def operator_cost(op: Operator, step: Step, gpu: GPUSpec, rates: OperatorRates | None = None,
+                  captured: Number = True, model: TimeModel | None = None) -> OperatorCost:
+    """Cost of ``op`` for ``step`` on one GPU of type ``gpu`` (see module docstring).
 
-    ``rates``: the operator's precomputed :func:`operator_rates` (None: worked out here).
+    ``rates``: the operator's precomputed :func:`operator_rates` (None: worked out here, with ``model``).
     """
     work = op.work(step)
     count = op.count
     if rates is None:
-        rates = operator_rates(op, gpu, op.tokens(step))
-    if op.kind == "allreduce":
-        link_seconds = allreduce_seconds(work, rates, count)
+        rates = operator_rates(op, gpu, op.tokens(step), model)
+    if op.kind in COMMUNICATION_KINDS:
+        link_seconds = communication_seconds(op, work, rates, count, captured)
         zero = 0.0 * work.link_bytes
         return OperatorCost(
             name=op.name, kind=op.kind, count=count, flops=zero, weight_bytes=zero, kv_read_bytes=zero,
@@ -229,7 +348,7 @@ def operator_cost(op: Operator, step: Step, gpu: GPUSpec, rates: OperatorRates |
             launches=count * work.launches, compute_seconds=zero, memory_seconds=zero,
             link_seconds=link_seconds, seconds=link_seconds,
         )
-    compute_seconds, memory_seconds, seconds = roofline(work, rates, count)
+    compute_seconds, memory_seconds, seconds, launch_seconds = roofline(work, rates, count, op.tokens(step), captured)
     no_link = 0.0 * memory_seconds
     return OperatorCost(
         name=op.name,
@@ -247,18 +366,29 @@ def operator_cost(op: Operator, step: Step, gpu: GPUSpec, rates: OperatorRates |
         link_seconds=no_link,
         seconds=seconds,
         dequant_ops=count * work.dequant_ops,
+        launch_seconds=launch_seconds,
     )
 
 
 @dataclass(frozen=True)
 class StepCost:
-    """Cost of one step on one GPU (every GPU of a tensor-parallel group does the same work)."""
+    """Cost of one step on one GPU (every GPU of a tensor-parallel group does the same work).
+
+    ``overhead_seconds``: the engine's host time per iteration that the GPU waits for
+    (:mod:`simulator.cost.engine_overhead`); part of :attr:`seconds`, in no operator.
+    """
 
     operators: tuple[OperatorCost, ...]
+    overhead_seconds: Number = 0.0
+
+    @property
+    def gpu_seconds(self) -> Number:
+        """Time of the operators alone (the forward pass on the GPU)."""
+        return sum(op.seconds for op in self.operators)
 
     @property
     def seconds(self) -> Number:
-        return sum(op.seconds for op in self.operators)
+        return self.gpu_seconds + self.overhead_seconds
 
     @property
     def flops(self) -> Number:
@@ -280,16 +410,31 @@ class StepCost:
         return sum(
             _where(op.compute_seconds >= op.memory_seconds, op.seconds, 0.0 * op.seconds)
             for op in self.operators
-            if op.kind != "allreduce"
+            if op.kind not in COMMUNICATION_KINDS
         )
 
     @property
     def memory_bound_seconds(self) -> Number:
-        return self.seconds - self.compute_bound_seconds - self.communication_seconds
+        return self.seconds - self.compute_bound_seconds - self.communication_seconds - self.overhead_seconds
 
     @property
     def launches(self) -> Number:
         return sum(op.launches for op in self.operators)
+
+    @property
+    def launch_seconds(self) -> Number:
+        """Time spent launching kernels (included in the operators' time)."""
+        return sum(op.launch_seconds for op in self.operators)
+
+
+def _captured(model: TimeModel | None, step: Step) -> Number:
+    return True if model is None else graph_captured(model.engine, step)
+
+
+def _overhead(model: TimeModel | None, step: Step, gpu_seconds: Number) -> Number:
+    if model is None or not has_overhead(model.engine):
+        return 0.0
+    return iteration_overhead_seconds(model.engine, step.sequences, step.tokens, gpu_seconds)
 
 
 def step_cost(
@@ -297,15 +442,28 @@ def step_cost(
     step: Step,
     gpu: GPUSpec,
     rates: tuple[OperatorRates | None, ...] | None = None,
+    model: TimeModel | None = None,
 ) -> StepCost:
-    """Cost of every operator of a forward pass for ``step`` (``rates``: from :func:`system_rates`, optional)."""
+    """Cost of every operator of a forward pass for ``step``, plus the engine's exposed host time.
+
+    ``rates``: from :func:`system_rates` (optional); ``model``: the System's :class:`TimeModel`
+    (None: a bare one, the plain roofline).
+    """
+    captured = _captured(model, step)
     if rates is None:
-        return StepCost(tuple(operator_cost(op, step, gpu) for op in operators))
-    return StepCost(tuple(operator_cost(op, step, gpu, r) for op, r in zip(operators, rates)))
+        costs = tuple(operator_cost(op, step, gpu, None, captured, model) for op in operators)
+    else:
+        costs = tuple(operator_cost(op, step, gpu, r, captured, model) for op, r in zip(operators, rates))
+    overhead = _overhead(model, step, sum(c.seconds for c in costs))
+    return StepCost(costs, overhead)
 
 
 class StepTotals(NamedTuple):
-    """A step's totals on one GPU, equal to the same-named :class:`StepCost` properties."""
+    """A step's totals on one GPU, equal to the same-named :class:`StepCost` properties.
+
+    ``seconds`` includes the engine's exposed host time, which is in none of the bound columns:
+    :attr:`overhead_seconds` is what remains.
+    """
 
     seconds: Number
     flops: Number
@@ -314,17 +472,23 @@ class StepTotals(NamedTuple):
     memory_bound_seconds: Number
     communication_seconds: Number
 
+    @property
+    def overhead_seconds(self) -> Number:
+        """The engine's exposed host time: seconds less the time by bound and communication."""
+        return self.seconds - self.compute_bound_seconds - self.memory_bound_seconds - self.communication_seconds
 
-def operator_totals(op: Operator, step: Step, gpu: GPUSpec, rates: OperatorRates | None) -> tuple:
+
+def operator_totals(op: Operator, step: Step, gpu: GPUSpec, rates: OperatorRates | None,
+                    captured: Number = True, model: TimeModel | None = None) -> tuple:
     """One operator's share of :class:`StepTotals`: (seconds, FLOPs, bytes, compute-bound s, communication s)."""
     work = op.work(step)
     count = op.count
     if rates is None:
-        rates = operator_rates(op, gpu, op.tokens(step))
-    if op.kind == "allreduce":
-        link_seconds = allreduce_seconds(work, rates, count)
+        rates = operator_rates(op, gpu, op.tokens(step), model)
+    if op.kind in COMMUNICATION_KINDS:
+        link_seconds = communication_seconds(op, work, rates, count, captured)
         return link_seconds, 0.0, 0.0, 0.0, link_seconds
-    compute_seconds, memory_seconds, seconds = roofline(work, rates, count)
+    compute_seconds, memory_seconds, seconds, _ = roofline(work, rates, count, op.tokens(step), captured)
     moved = (count * work.weight_bytes + count * work.kv_read_bytes + count * work.kv_write_bytes
              + count * work.activation_bytes)
     compute_wins = compute_seconds >= memory_seconds
@@ -345,6 +509,7 @@ def step_totals(
     gpu: GPUSpec,
     rates: tuple[OperatorRates | None, ...],
     memo: dict | None = None,
+    model: TimeModel | None = None,
 ) -> StepTotals:
     """The totals of :func:`step_cost` without building a cost record per operator (the engine's hot path).
 
@@ -354,24 +519,27 @@ def step_totals(
     from the scalar ones, so each total needs a few array additions rather than one per operator.
 
     ``memo`` (a dict owned by the caller, e.g. the System) remembers the share of each operator whose
-    work depends only on its token count (``works_from_tokens``) by that count: consecutive decode
-    steps differ only in their context, which only attention reads.
+    work depends only on its token count (``works_from_tokens``) by that count and whether the step is
+    replayed from a CUDA graph: consecutive decode steps differ only in their context, which only
+    attention reads.
     """
+    captured = _captured(model, step)
     seconds = flops = moved = compute_bound = communication = 0.0  # scalar parts
     varying = []  # shares that are arrays over the steps of an array step
+    memo_ok = memo is not None and not isinstance(captured, np.ndarray)
     for index, (op, op_rates) in enumerate(zip(operators, rates)):
         share = None
-        if memo is not None and op.works_from_tokens:
+        if memo_ok and op.works_from_tokens:
             tokens = op.tokens(step)
             if not isinstance(tokens, np.ndarray):
-                key = (index, tokens)
-                share = memo.get(key)
+                key = (index, tokens, captured)
+                share = memo.get(key)  # type: ignore[union-attr]
                 if share is None:
-                    if len(memo) >= MEMO_MAX:
-                        memo.clear()
-                    share = memo[key] = operator_totals(op, step, gpu, op_rates)
+                    if len(memo) >= MEMO_MAX:  # type: ignore[arg-type]
+                        memo.clear()  # type: ignore[union-attr]
+                    share = memo[key] = operator_totals(op, step, gpu, op_rates, captured, model)  # type: ignore[index]
         if share is None:
-            share = operator_totals(op, step, gpu, op_rates)
+            share = operator_totals(op, step, gpu, op_rates, captured, model)
             if any(isinstance(part, np.ndarray) for part in share):
                 varying.append(share)
                 continue
@@ -387,4 +555,6 @@ def step_totals(
         moved = moved + op_bytes
         compute_bound = compute_bound + op_compute_bound
         communication = communication + op_communication
-    return StepTotals(seconds, flops, moved, compute_bound, seconds - compute_bound - communication, communication)
+    overhead = _overhead(model, step, seconds)
+    return StepTotals(seconds + overhead, flops, moved, compute_bound, seconds - compute_bound - communication,
+                      communication)

@@ -150,6 +150,8 @@ class Aggregates:
     kv_blocks: int
     max_running: int
     iterations: int
+    overhead_share: float = 0.0
+    """share of busy time the GPU waited for the engine's host CPU work (simulator.cost.engine_overhead)"""
 
     def _rate(self, count: float) -> float:
         return count / self.duration_seconds if self.duration_seconds > 0 else 0.0
@@ -257,4 +259,7 @@ def aggregate(result, tp: int, peak_flops: float, hbm_bandwidth: float,
         kv_blocks=result.kv_blocks,
         max_running=result.max_running,
         iterations=totals.iterations,
+        # Iteration time includes the engine's exposed host time, which is in none of the bound columns.
+        overhead_share=share(max(0.0, busy - totals.compute_bound_seconds - totals.memory_bound_seconds
+                                 - totals.communication_seconds)),
     )

@@ -10,10 +10,19 @@ a lower bound; each efficiency factor is the fraction of a peak that real kernel
   reads reach ~80-92%, batch-1 decode in TensorRT-LLM ~66-82%).
 - ``link``: fraction of the interconnect bandwidth that a ring all-reduce reaches
   (default 0.75; NCCL bus bandwidth is ~70-85% of NVLink peak for large messages).
-- ``kernel_launch_seconds``: fixed cost per kernel (default 2 us: CUDA-graph launch plus
-  the ramp-up/tail of a kernel that the roofline ignores).
-- ``allreduce_latency_seconds``: fixed cost per all-reduce (default 8 us; NCCL small-message
-  latency is ~5-20 us).
+- ``kernel_launch_seconds``: GPU-side cost per kernel replayed from a CUDA graph (default 2 us:
+  the graph's per-node launch gap, ~0.5 us on V100 in NVIDIA's "Getting Started with CUDA Graphs"
+  blog, 2019, plus the ramp-up and tail of a short kernel's waves). Outside a graph the host's
+  launch cost applies too (the engine profile's ``graphs.eager_launch_seconds``).
+- ``allreduce_latency_seconds``: None (default) lets the collective model charge each algorithm's
+  own fixed costs (interconnect YAML: NCCL's tuning-model latencies, custom all-reduce kernels;
+  simulator/cost/collectives.py); a number replaces them with one fixed cost per all-reduce.
+- ``memory_latency_seconds``: DRAM latency a kernel pays before its stream reaches full rate
+  (default 0.5 us: pointer-chasing HBM latency on A100/H100 is ~0.45-0.6 us, Chips and Cheese
+  2023; Luo et al. 2024); used by the shape-aware kernel model (simulator/cost/kernels.py).
+- ``attention_compute``: fraction of tensor peak FlashAttention prefill reaches under the
+  shape-aware model (default 0.70: FlashAttention-2 50-73% of A100 peak, Dao 2023;
+  FlashAttention-3 75% of H100 fp16 peak, Shah et al. 2024).
 
 A measured overlay (``configs/gpus/measured/*.yaml``) may add ``efficiency_by_op`` entries
 which replace the compute/memory factors for one op class and shape bucket. Its ``base:``
@@ -53,7 +62,8 @@ from simulator.model.registry import config_files
 # - link_bandwidth_bytes_per_second: 1e8 (1 Gbit/s Ethernet) to 1e14 (~50x NVLink 5's 1.8e12).
 # - l2_bytes: up to 4 GiB (the largest last-level caches are 256 MiB, MI300X Infinity Cache).
 # - sram_bytes_per_sm: 1 KiB to 16 MiB (shipped: 64-228 KiB).
-# - kernel_launch_seconds, allreduce_latency_seconds: up to 10 ms (measured: 2-20 us).
+# - kernel_launch_seconds, allreduce_latency_seconds: up to 10 ms (measured: 2-20 us);
+#   memory_latency_seconds: up to 1 ms (measured: ~0.5 us).
 # - compute, memory, link efficiencies: at least 0.001 (measured kernels reach 0.05-0.95 of a
 #   peak; below 0.001 a time is a unit slip, and 1e-320 makes every time overflow to inf).
 PLAUSIBLE: dict[str, tuple[float, float, str]] = {
@@ -65,15 +75,17 @@ PLAUSIBLE: dict[str, tuple[float, float, str]] = {
     "sram_bytes_per_sm": (2.0**10, 2.0**24, "bytes"),
     "kernel_launch_seconds": (0.0, 1e-2, "seconds"),
     "allreduce_latency_seconds": (0.0, 1e-2, "seconds"),
+    "memory_latency_seconds": (0.0, 1e-3, "seconds"),
     "compute": (1e-3, 1.0, "of peak"),
+    "attention_compute": (1e-3, 1.0, "of peak"),
     "memory": (1e-3, 1.0, "of peak"),
     "link": (1e-3, 1.0, "of peak"),
 }
 
 
 def _plausible(value: float, info: ValidationInfo) -> float:
-    """``value`` if within PLAUSIBLE[field] or the caller did not ask for the check."""
-    if not (info.context or {}).get("plausible"):
+    """``value`` if within PLAUSIBLE[field] or the caller did not ask for the check (None: not set)."""
+    if value is None or not (info.context or {}).get("plausible"):
         return value
     low, high, unit = PLAUSIBLE[str(info.field_name)]
     if not low <= value <= high:
@@ -90,9 +102,14 @@ class Efficiency(BaseModel):
     memory: float = Field(default=0.80, gt=0.0, le=1.0)
     link: float = Field(default=0.75, gt=0.0, le=1.0)
     kernel_launch_seconds: float = Field(default=2e-6, ge=0.0)
-    allreduce_latency_seconds: float = Field(default=8e-6, ge=0.0)
+    allreduce_latency_seconds: float | None = Field(default=None, ge=0.0)
+    memory_latency_seconds: float = Field(default=5e-7, ge=0.0)
+    attention_compute: float = Field(default=0.70, gt=0.0, le=1.0)
 
-    _plausible_values = field_validator("compute", "memory", "link", "kernel_launch_seconds", "allreduce_latency_seconds")(_plausible)
+    _plausible_values = field_validator(
+        "compute", "memory", "link", "kernel_launch_seconds", "allreduce_latency_seconds", "memory_latency_seconds",
+        "attention_compute",
+    )(_plausible)
 
 
 class OpEfficiency(BaseModel):

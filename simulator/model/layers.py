@@ -42,8 +42,13 @@ Attention kernels (``attention_kernel``):
   shrink when the head dimension grows or SRAM is small, giving HBM traffic
   Theta(T^2 d^2 / M) per KV head (= the paper's n T^2 d^2 / M for MHA) while B_r < d.
   The heads of a GQA group share one K/V stream (GQA-packed kernels such as FlashInfer
-  and FlashAttention-3); L2 reuse between row tiles is ignored, so this is the paper's
-  HBM count, an upper bound on traffic.
+  and FlashAttention-3). Those per-tile re-reads are the paper's count for the L2-less
+  case: the row tiles of one head run at the same time and find each other's K/V in L2
+  while it holds the K/V of the heads being worked on (``Attention.l2_reuse``), so a
+  prefill whose keys fit reads each key once from HBM and is compute-bound, as measured
+  for FlashAttention-2/3. The operators are built without it (the paper's upper bound);
+  the shape-aware time model gives them the GPU's L2 size and SM count
+  (simulator/cost/system.py).
 - Decode (one query row per sequence) reads the KV cache once with either kernel.
 
 Weight-only quantisation (int8/int4 weights, fp16 compute): every weight is dequantised
@@ -266,12 +271,40 @@ class Attention:
     resident_bytes: float = 0.0
     window: int | None = None
     """sliding window: each query attends at most this many keys (None: the whole context)"""
+    l2_bytes: float = 0.0
+    """the GPU's L2, where the row tiles of one head find the K/V an earlier tile read (0: no reuse)"""
+    sm_count: int = 0
+    """SMs, one query row tile resident on each"""
     kind: str = "attention"
     works_from_tokens: ClassVar[bool] = False
     """False: ``work(step)`` reads other fields of the step than ``tokens(step)`` (the context, attention pairs)"""
 
     def tokens(self, step: Step) -> Number:
         return step.tokens
+
+    def l2_reuse(self, step: Step) -> Number:
+        """Share of the flash kernel's K/V re-reads (one per query row tile) that hit L2 rather than HBM.
+
+        FlashAttention-2/3 launch one thread block per (query row tile, head, sequence) with the row
+        tiles of one head next to each other in launch order (Dao 2023, section 3.2), so the
+        ``sm_count`` tiles resident at once cover ``sm_count * B_r`` query rows: about
+        ``max(1, sm_count * B_r / p)`` (sequence, head) pairs for prefill chunks of ``p`` tokens,
+        each streaming its sequence's keys (``c + p`` for a chunk on ``c`` cached tokens). While that
+        working set of K/V fits the L2, only the first tile of a head reads from HBM; beyond, the
+        share that fits: ``reuse = min(1, L2 / working set)``. From the step's sums: prefilling
+        sequences = sequences - decode tokens, ``p`` = prefill tokens / prefilling sequences, and the
+        keys per chunk ``c + p`` ~= prefill pairs / prefill tokens + p / 2 (exact for p >> 1).
+        """
+        if not self.l2_bytes or not self.sm_count:
+            return 0.0
+        prefill = step.prefill_tokens
+        decoders = step.tokens - prefill
+        chunks = np.maximum(step.sequences - decoders, 1.0)
+        chunk_tokens = np.maximum(prefill / chunks, 1.0)
+        keys = step.prefill_attention_pairs / np.maximum(prefill, 1.0) + chunk_tokens / 2.0
+        heads_at_once = np.maximum(1.0, self.sm_count * self.query_tile_rows / chunk_tokens)
+        working_set = heads_at_once * keys * 2.0 * self.head_dim * self.kv_bytes_per_element
+        return np.minimum(1.0, self.l2_bytes / np.maximum(working_set, 1.0))
 
     def work(self, step: Step) -> Work:
         if self.window is not None:
@@ -282,7 +315,10 @@ class Attention:
         io = 0.0 if self.io_fused else 2.0 * step.tokens * n * d * b_a
         if self.kernel == "flash":
             scores = step.attention_pairs
-            kv_reads = step.context_tokens + step.prefill_attention_pairs / self.query_tile_rows
+            rereads = step.prefill_attention_pairs / self.query_tile_rows
+            if isinstance(rereads, np.ndarray) or rereads:
+                rereads = rereads * (1.0 - self.l2_reuse(step))
+            kv_reads = step.context_tokens + rereads
             score_traffic = 0.0
             # Under full fusion the kernel is part of the fused attention block launched by qkv_proj.
             launches = 0.0 * step.tokens if self.io_fused else _active(step.tokens)

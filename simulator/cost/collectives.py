@@ -1,0 +1,286 @@
+"""Collective communication time: alpha-beta models by algorithm, pure functions (no simpy).
+
+Every collective costs a fixed part (alpha: kernel start, synchronisation, one latency per
+step of the algorithm) plus the bytes each GPU sends over its links divided by the achievable
+bandwidth (beta). ``m`` is the message size in bytes (the whole tensor each GPU holds), ``n``
+the GPUs in the group, ``B`` a GPU's achievable link bandwidth in bytes/s (one direction):
+
+- ring all-reduce (NCCL; Patarasuk & Yuan 2009): reduce-scatter then all-gather around a ring,
+  2 (n - 1) steps, each GPU sends 2 (n - 1) / n * m bytes:
+  ``base + 2 (n - 1) * hop + 2 (n - 1) / n * m / B``.
+- tree all-reduce (NCCL's double binary tree, Sanders, Speck & Traeff 2009): a pipelined reduce
+  up and broadcast down, ``base + 2 ceil(log2 n) * hop + 2 m / B``. Within one node NCCL's tree
+  is a chain and never beats the ring, so the automatic choice uses it only when asked.
+- one-shot all-reduce (the custom kernels of vLLM, SGLang and TensorRT-LLM over NVLink/NVSwitch):
+  every GPU reads the other n - 1 GPUs' whole buffers and reduces locally,
+  ``alpha_1 + (n - 1) * m / B``.
+- two-shot all-reduce (the same kernels for larger messages): reduce-scatter then all-gather,
+  ``alpha_2 + 2 (n - 1) / n * m / B``.
+- all-gather / reduce-scatter (ring, n - 1 steps, ``m`` the gathered tensor / the input):
+  ``base + (n - 1) * hop + (n - 1) / n * m / B``.
+- all-to-all (expert parallelism; every GPU sends (n - 1) / n of its ``m`` bytes, one message
+  to each peer, all at once over a switch): ``base + hop + (n - 1) / n * m / B``.
+- point-to-point (pipeline stages, KV transfer): ``base + hop + m / B``.
+
+NCCL picks, for every call, the protocol (LL, LL128, Simple) with the least predicted time from
+exactly such a model (``ncclTopoGetAlgoTime`` in src/graph/tuning.cc: latency + bytes / algBw);
+:func:`nccl_allreduce_seconds` does the same with the interconnect YAML's figures.
+
+The automatic choice (:func:`allreduce_seconds`, ``algorithm="auto"``) follows vLLM's custom
+all-reduce (csrc/custom_all_reduce.cuh, ``CustomAllreduce::allreduce``): used when the engine has
+it, the interconnect gives peer access (NVSwitch or a full mesh; the shipped PCIe configs do not,
+see configs/interconnects/pcie4.yaml), the group is 2, 4, 6 or 8 GPUs and the message is at most the engine's buffer (8 MiB);
+then one-shot when n = 2 or (n <= 4 and m < 512 KiB) or (n <= 8 and m < 256 KiB), else two-shot.
+Anything else goes to NCCL. ``off`` makes every collective free, so a pure roofline stays reachable.
+
+Inputs may be numpy arrays (one message size per step): everything is elementwise.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from simulator.errors import InputError
+from simulator.model.engine_profile import EngineProfile
+from simulator.model.interconnect import InterconnectSpec
+from simulator.model.step import Number
+
+COLLECTIVE_ALGORITHMS: tuple[str, ...] = ("auto", "nccl", "ring", "tree", "one-shot", "two-shot", "off")
+"""Values of the ``collectives`` setting (see the module docstring)."""
+
+CUSTOM_ALLREDUCE_GROUPS: tuple[int, ...] = (2, 4, 6, 8)
+"""Group sizes vLLM's custom all-reduce supports (custom_all_reduce.py ``_SUPPORTED_WORLD_SIZES``)."""
+
+ONE_SHOT_BELOW_BYTES_4 = 512 * 1024
+"""vLLM: one-shot for groups of up to 4 GPUs below 512 KiB (custom_all_reduce.cuh)."""
+ONE_SHOT_BELOW_BYTES_8 = 256 * 1024
+"""vLLM: one-shot for groups of up to 8 GPUs below 256 KiB (custom_all_reduce.cuh)."""
+
+
+class Protocol(NamedTuple):
+    """One NCCL protocol, resolved for a group: base latency (s), per-step latency (s), bandwidth (bytes/s)."""
+
+    base_seconds: float
+    hop_seconds: float
+    bytes_per_second: float
+
+
+class CollectiveNetwork(NamedTuple):
+    """Everything a collective of one tensor-parallel group costs, worked out once (see :func:`collective_network`)."""
+
+    gpus: int
+    bytes_per_second: float
+    """a GPU's achievable link bandwidth towards the group (one direction)"""
+    protocols: tuple[Protocol, ...]
+    one_shot_seconds: float
+    two_shot_seconds: float
+    custom: bool
+    """the engine's custom all-reduce can run on this group"""
+    custom_max_bytes: float
+    algorithm: str
+    latency_override_seconds: float | None = None
+    """when set, replaces every algorithm's fixed part (efficiency.allreduce_latency_seconds)"""
+
+
+def group_bandwidth(link_bytes_per_second: float, link_efficiency: float, topology: str, gpus: int,
+                    gpus_per_node: int) -> float:
+    """A GPU's achievable bandwidth to the rest of a group of ``gpus`` (bytes/s, one direction).
+
+    Over a switch or a bus a GPU drives its whole link whoever the peers are. In a full mesh
+    (MI300X Infinity Fabric: one link to each of the ``gpus_per_node - 1`` others) a group of
+    ``gpus`` uses ``gpus - 1`` of those links.
+    """
+    achievable = link_bytes_per_second * link_efficiency
+    if topology == "mesh" and gpus_per_node > 1:
+        return achievable * min(gpus - 1, gpus_per_node - 1) / (gpus_per_node - 1)
+    return achievable
+
+
+def ring_allreduce_seconds(message_bytes: Number, gpus: int, bytes_per_second: float,
+                           base_seconds: float, hop_seconds: float) -> Number:
+    """``base + 2 (n - 1) hop + 2 (n - 1) / n * m / B`` (0 for one GPU or an empty message)."""
+    if gpus < 2:
+        return 0.0 * message_bytes
+    steps = 2 * (gpus - 1)
+    seconds = base_seconds + steps * hop_seconds + steps / gpus * message_bytes / bytes_per_second
+    return _only_if_sent(message_bytes, seconds)
+
+
+def tree_allreduce_seconds(message_bytes: Number, gpus: int, bytes_per_second: float,
+                           base_seconds: float, hop_seconds: float) -> Number:
+    """``base + 2 ceil(log2 n) hop + 2 m / B``: pipelined double binary tree."""
+    if gpus < 2:
+        return 0.0 * message_bytes
+    depth = math.ceil(math.log2(gpus))
+    seconds = base_seconds + 2 * depth * hop_seconds + 2.0 * message_bytes / bytes_per_second
+    return _only_if_sent(message_bytes, seconds)
+
+
+def one_shot_allreduce_seconds(message_bytes: Number, gpus: int, bytes_per_second: float,
+                               latency_seconds: float) -> Number:
+    """``alpha_1 + (n - 1) m / B``: every GPU reads every peer's whole buffer."""
+    if gpus < 2:
+        return 0.0 * message_bytes
+    seconds = latency_seconds + (gpus - 1) * message_bytes / bytes_per_second
+    return _only_if_sent(message_bytes, seconds)
+
+
+def two_shot_allreduce_seconds(message_bytes: Number, gpus: int, bytes_per_second: float,
+                               latency_seconds: float) -> Number:
+    """``alpha_2 + 2 (n - 1) / n * m / B``: reduce-scatter, then all-gather, through peer memory."""
+    if gpus < 2:
+        return 0.0 * message_bytes
+    seconds = latency_seconds + 2.0 * (gpus - 1) / gpus * message_bytes / bytes_per_second
+    return _only_if_sent(message_bytes, seconds)
+
+
+def all_gather_seconds(message_bytes: Number, gpus: int, bytes_per_second: float,
+                       base_seconds: float, hop_seconds: float) -> Number:
+    """Ring all-gather of an ``m``-byte result: ``base + (n - 1) hop + (n - 1) / n * m / B``."""
+    if gpus < 2:
+        return 0.0 * message_bytes
+    seconds = base_seconds + (gpus - 1) * hop_seconds + (gpus - 1) / gpus * message_bytes / bytes_per_second
+    return _only_if_sent(message_bytes, seconds)
+
+
+def reduce_scatter_seconds(message_bytes: Number, gpus: int, bytes_per_second: float,
+                           base_seconds: float, hop_seconds: float) -> Number:
+    """Ring reduce-scatter of an ``m``-byte input: the same traffic and steps as an all-gather."""
+    return all_gather_seconds(message_bytes, gpus, bytes_per_second, base_seconds, hop_seconds)
+
+
+def all_to_all_seconds(message_bytes: Number, gpus: int, bytes_per_second: float,
+                       base_seconds: float, hop_seconds: float) -> Number:
+    """``base + hop + (n - 1) / n * m / B``: each GPU sends a share of its ``m`` bytes to every peer at once."""
+    if gpus < 2:
+        return 0.0 * message_bytes
+    seconds = base_seconds + hop_seconds + (gpus - 1) / gpus * message_bytes / bytes_per_second
+    return _only_if_sent(message_bytes, seconds)
+
+
+def point_to_point_seconds(message_bytes: Number, bytes_per_second: float,
+                           base_seconds: float, hop_seconds: float) -> Number:
+    """``base + hop + m / B``: one GPU sends ``m`` bytes to another."""
+    return _only_if_sent(message_bytes, base_seconds + hop_seconds + message_bytes / bytes_per_second)
+
+
+def _only_if_sent(message_bytes: Number, seconds: Number) -> Number:
+    """No message, no collective: a step without tokens launches none."""
+    if isinstance(message_bytes, np.ndarray) or isinstance(seconds, np.ndarray):
+        return np.where(message_bytes > 0, seconds, 0.0)
+    return seconds if message_bytes > 0 else 0.0
+
+
+def nccl_allreduce_seconds(message_bytes: Number, net: CollectiveNetwork) -> Number:
+    """NCCL's ring all-reduce with its fastest protocol for the message (as NCCL's tuner picks)."""
+    best = None
+    for protocol in net.protocols:
+        seconds = ring_allreduce_seconds(message_bytes, net.gpus, protocol.bytes_per_second,
+                                         protocol.base_seconds, protocol.hop_seconds)
+        best = seconds if best is None else np.minimum(best, seconds)
+    assert best is not None  # the interconnect model requires a protocol
+    return best if isinstance(best, np.ndarray) else float(best)
+
+
+def one_shot_wins(message_bytes: Number, gpus: int) -> Number:
+    """vLLM's choice between its kernels: one-shot (True) or two-shot (False) for this message."""
+    if gpus == 2:
+        return message_bytes >= 0
+    if gpus <= 4:
+        return message_bytes < ONE_SHOT_BELOW_BYTES_4
+    return message_bytes < ONE_SHOT_BELOW_BYTES_8
+
+
+def allreduce_seconds(message_bytes: Number, net: CollectiveNetwork) -> Number:
+    """Seconds of one all-reduce of ``message_bytes`` per GPU over the group, by ``net.algorithm``."""
+    algorithm = net.algorithm
+    if algorithm == "off" or net.gpus < 2:
+        return 0.0 * message_bytes
+    if net.latency_override_seconds is not None:
+        return _with_fixed_latency(message_bytes, net)
+    if algorithm in ("nccl", "ring"):
+        return nccl_allreduce_seconds(message_bytes, net)
+    bandwidth = net.bytes_per_second
+    if algorithm == "tree":
+        simple = net.protocols[-1]
+        return tree_allreduce_seconds(message_bytes, net.gpus, simple.bytes_per_second,
+                                      simple.base_seconds, simple.hop_seconds)
+    one_shot = one_shot_allreduce_seconds(message_bytes, net.gpus, bandwidth, net.one_shot_seconds)
+    two_shot = two_shot_allreduce_seconds(message_bytes, net.gpus, bandwidth, net.two_shot_seconds)
+    if algorithm == "one-shot":
+        return one_shot
+    if algorithm == "two-shot":
+        return two_shot
+    # auto: the engine's policy (module docstring).
+    nccl = nccl_allreduce_seconds(message_bytes, net)
+    if not net.custom:
+        return nccl
+    custom = _where(one_shot_wins(message_bytes, net.gpus), one_shot, two_shot)
+    return _where(message_bytes <= net.custom_max_bytes, custom, nccl)
+
+
+def _with_fixed_latency(message_bytes: Number, net: CollectiveNetwork) -> Number:
+    """A user-fixed latency replaces the algorithm's fixed part; the bytes still cost the algorithm's traffic."""
+    latency = net.latency_override_seconds
+    assert latency is not None
+    gpus, bandwidth = net.gpus, net.bytes_per_second
+    if net.algorithm == "one-shot":
+        traffic = (gpus - 1) * message_bytes
+    elif net.algorithm == "tree":
+        traffic = 2.0 * message_bytes
+    else:
+        traffic = 2.0 * (gpus - 1) / gpus * message_bytes
+    return _only_if_sent(message_bytes, latency + traffic / bandwidth)
+
+
+def _where(condition: Number, a: Number, b: Number) -> Number:
+    if isinstance(condition, np.ndarray) or isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.where(condition, a, b)
+    return a if condition else b
+
+
+def check_algorithm(algorithm: str) -> str:
+    """``algorithm`` if it is one of :data:`COLLECTIVE_ALGORITHMS`, else InputError."""
+    if algorithm not in COLLECTIVE_ALGORITHMS:
+        raise InputError(f"--collectives: unknown '{algorithm}'; allowed: {', '.join(COLLECTIVE_ALGORITHMS)}")
+    return algorithm
+
+
+def collective_network(
+    gpus: int,
+    link_bytes_per_second: float,
+    link_efficiency: float,
+    gpus_per_node: int,
+    interconnect: InterconnectSpec,
+    engine: EngineProfile,
+    algorithm: str = "auto",
+    latency_override_seconds: float | None = None,
+) -> CollectiveNetwork:
+    """Resolve an interconnect and an engine profile into the numbers of one group of ``gpus`` GPUs."""
+    check_algorithm(algorithm)
+    bandwidth = group_bandwidth(link_bytes_per_second, link_efficiency, interconnect.topology, gpus, gpus_per_node)
+    protocols = []
+    for name in ("ll", "ll128", "simple"):  # Simple last: the tree and fixed-latency forms use it
+        spec = interconnect.nccl.get(name)
+        if spec is None:
+            continue
+        protocol_bandwidth = bandwidth * spec.bandwidth_fraction
+        if spec.bandwidth_cap_bytes_per_second is not None:
+            # NCCL caps the bus bandwidth; the ring moves 2 (n - 1) / n of the message per bus byte.
+            protocol_bandwidth = min(protocol_bandwidth, spec.bandwidth_cap_bytes_per_second)
+        protocols.append(Protocol(spec.base_latency_seconds, spec.hop_latency_seconds, protocol_bandwidth))
+    custom = engine.allreduce == "custom" and interconnect.peer_access and gpus in CUSTOM_ALLREDUCE_GROUPS
+    return CollectiveNetwork(
+        gpus=gpus,
+        bytes_per_second=bandwidth,
+        protocols=tuple(protocols),
+        one_shot_seconds=interconnect.one_shot_latency_seconds,
+        two_shot_seconds=interconnect.two_shot_latency_seconds,
+        custom=custom,
+        custom_max_bytes=engine.custom_allreduce_max_bytes,
+        algorithm=algorithm,
+        latency_override_seconds=latency_override_seconds,
+    )

@@ -1,0 +1,74 @@
+"""What a serving engine adds to the GPU's step time: host CPU work and graph capture. Pure functions.
+
+Host time of one iteration (scheduling, input preparation, sampling bookkeeping, output
+processing; the profile's ``cpu`` block, sources in ``configs/engines/*.yaml``):
+
+    cpu = fixed + per_sequence * sequences + per_token * tokens      (0 for an empty step)
+
+A fraction ``f = cpu.overlap`` of it runs while the GPU computes the step (SGLang's and
+TensorRT-LLM's overlap schedulers, vLLM's async scheduling: f = 1); the rest stalls the GPU. The
+iteration therefore lasts its GPU time plus
+
+    exposed = (1 - f) * cpu + max(0, f * cpu - gpu_seconds)
+
+(a fully overlapped engine costs nothing until its CPU work outgrows the GPU's step).
+
+CUDA graphs: a step is replayed from a captured graph when the engine captures (not
+``enforce_eager``), the step has at most ``graphs.max_batch`` tokens, and it is decode-only or the
+engine captures mixed steps too (vLLM V1's piecewise graphs). Captured kernels cost
+``efficiency.kernel_launch_seconds`` each on the GPU; the others also wait for the host to launch
+them, ``graphs.eager_launch_seconds`` each (:mod:`simulator.cost.step_cost` charges both).
+
+Inputs may be numpy arrays (one entry per step, as the engine's decode stretches): all arithmetic
+is elementwise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.model.engine_profile import EngineProfile
+from simulator.model.step import Number, Step
+
+
+def iteration_cpu_seconds(profile: EngineProfile, sequences: Number, tokens: Number) -> Number:
+    """Host seconds of one iteration of ``sequences`` sequences and ``tokens`` new tokens (0 when empty)."""
+    cpu = profile.cpu
+    seconds = cpu.fixed_seconds + cpu.per_sequence_seconds * sequences + cpu.per_token_seconds * tokens
+    if isinstance(seconds, np.ndarray) or isinstance(sequences, np.ndarray):
+        return np.where(sequences > 0, seconds, 0.0)
+    return seconds if sequences > 0 else 0.0
+
+
+def exposed_seconds(profile: EngineProfile, cpu_seconds: Number, gpu_seconds: Number) -> Number:
+    """The part of ``cpu_seconds`` the GPU waits for: ``(1 - f) cpu + max(0, f cpu - gpu)``."""
+    overlap = profile.cpu.overlap
+    if not overlap:
+        return cpu_seconds
+    hidden_part = overlap * cpu_seconds - gpu_seconds
+    if isinstance(hidden_part, np.ndarray):
+        return (1.0 - overlap) * cpu_seconds + np.maximum(hidden_part, 0.0)
+    return (1.0 - overlap) * cpu_seconds + (hidden_part if hidden_part > 0 else 0.0)
+
+
+def iteration_overhead_seconds(profile: EngineProfile, sequences: Number, tokens: Number,
+                               gpu_seconds: Number) -> Number:
+    """Seconds an iteration lasts beyond its GPU time: the exposed host CPU work (module docstring)."""
+    return exposed_seconds(profile, iteration_cpu_seconds(profile, sequences, tokens), gpu_seconds)
+
+
+def graph_captured(profile: EngineProfile, step: Step) -> Number:
+    """True where ``step`` is replayed from a CUDA graph (module docstring); an array for array steps."""
+    graphs = profile.graphs
+    if profile.enforce_eager or graphs.max_batch <= 0:
+        return False if not isinstance(step.tokens, np.ndarray) else np.zeros(np.shape(step.tokens), dtype=bool)
+    fits = step.tokens <= graphs.max_batch
+    if graphs.mixed:
+        return fits
+    return fits & (step.prefill_tokens <= 0)
+
+
+def has_overhead(profile: EngineProfile) -> bool:
+    """Does the profile add any host time per iteration (the cost model skips the work when not)?"""
+    cpu = profile.cpu
+    return bool(cpu.fixed_seconds or cpu.per_sequence_seconds or cpu.per_token_seconds)

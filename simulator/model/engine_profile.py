@@ -1,0 +1,126 @@
+"""Serving-engine profiles: what a real engine adds to the GPU's time, as data.
+
+A profile (``configs/engines/*.yaml``; user files in ``$MEMWALL_CONFIG_DIR/engines/`` or a path)
+describes one engine at one version (``vllm.yaml`` is vLLM's V1 engine, ``vllm-v0.yaml`` the V0
+engine before 0.6):
+
+- ``cpu``: host time per iteration spent outside the GPU's forward pass (scheduling, input
+  preparation, sampling bookkeeping, output processing), as ``fixed_seconds`` +
+  ``per_sequence_seconds`` x sequences in the batch + ``per_token_seconds`` x new tokens, and
+  ``overlap``, the fraction of it that runs while the GPU computes (SGLang's overlap scheduler,
+  TensorRT-LLM's overlap scheduler, vLLM's async scheduling: 1; a synchronous loop: 0).
+- ``graphs``: CUDA-graph capture: steps of up to ``max_batch`` tokens are replayed from a graph
+  (decode-only steps, or any step when ``mixed`` as vLLM V1's piecewise graphs); other steps
+  launch each kernel from the host at ``eager_launch_seconds`` per kernel. ``enforce_eager``
+  turns capture off (vLLM's ``--enforce-eager``).
+- ``allreduce``: ``custom`` (the engine's one-shot/two-shot kernels for messages up to
+  ``custom_allreduce_max_bytes`` where the interconnect allows them, NCCL beyond) or ``nccl``.
+- ``scheduler``: the engine's defaults (kind, max sequences, token budget, KV block size).
+
+Every number carries its source in the YAML. :mod:`simulator.cost.engine_overhead` turns a
+profile into seconds; units are SI (seconds, bytes, tokens).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from simulator.errors import InputError
+from simulator.model.loader import load_validated, looks_like_path, suggest
+from simulator.model.registry import config_files
+
+ALLREDUCE_KINDS: tuple[str, ...] = ("custom", "nccl")
+
+
+class CpuOverhead(BaseModel):
+    """Host time per engine iteration: fixed + per sequence + per new token (seconds)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    fixed_seconds: float = Field(default=0.0, ge=0.0, le=1.0)
+    per_sequence_seconds: float = Field(default=0.0, ge=0.0, le=1e-2)
+    per_token_seconds: float = Field(default=0.0, ge=0.0, le=1e-3)
+    overlap: float = Field(default=0.0, ge=0.0, le=1.0)
+    """fraction of the CPU time that runs concurrently with the GPU's forward pass"""
+
+
+class GraphCapture(BaseModel):
+    """CUDA-graph capture of forward passes and the cost of launching kernels without it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    max_batch: int = Field(default=0, ge=0, le=1 << 20)
+    """largest step (tokens) replayed from a captured graph; 0: none"""
+    mixed: bool = False
+    """steps with prefill tokens are captured too (vLLM V1 piecewise graphs); else decode-only steps"""
+    eager_launch_seconds: float = Field(default=0.0, ge=0.0, le=1e-3)
+    """host time to launch one kernel outside a graph (driver + framework dispatch)"""
+
+
+class SchedulerDefaults(BaseModel):
+    """The engine's default scheduler settings (names as simulator.engine.scheduler.SchedulerConfig)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    kind: Literal["static", "continuous", "chunked"] = "continuous"
+    max_num_seqs: int = Field(default=256, ge=1, le=1 << 20)
+    max_batched_tokens: int | None = Field(default=None, ge=1, le=1 << 24)
+    block_size: int = Field(default=16, ge=1, le=1 << 16)
+
+
+class EngineProfile(BaseModel):
+    """One serving engine at one version (see the module docstring)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    name: str = Field(min_length=1)
+    aliases: list[str] = Field(default_factory=list)
+    version: str = ""
+    description: str = ""
+    cpu: CpuOverhead = Field(default_factory=CpuOverhead)
+    graphs: GraphCapture = Field(default_factory=GraphCapture)
+    enforce_eager: bool = False
+    allreduce: Literal["custom", "nccl"] = "nccl"
+    custom_allreduce_max_bytes: float = Field(default=8 * 2**20, ge=0.0, le=2.0**40)
+    scheduler: SchedulerDefaults = Field(default_factory=SchedulerDefaults)
+
+    def eager(self) -> EngineProfile:
+        """This profile with CUDA graphs off (``--enforce-eager``)."""
+        return self if self.enforce_eager else self.model_copy(update={"enforce_eager": True})
+
+
+IDEAL = EngineProfile(
+    name="ideal",
+    aliases=["none", "roofline"],
+    description="no engine overhead (CPU time, eager launches); GPU time only",
+    graphs=GraphCapture(max_batch=1 << 20, mixed=True),
+)
+"""The pure GPU time model: what a :class:`~simulator.cost.system.System` uses unless told otherwise."""
+
+
+def list_engine_profiles() -> list[EngineProfile]:
+    """Every engine profile: $MEMWALL_CONFIG_DIR's first, then the shipped ones."""
+    return [load_validated(EngineProfile, path) for path in config_files("engines")]
+
+
+def load_engine_profile(name_or_path: str) -> EngineProfile:
+    """A shipped engine profile by name or alias (case-insensitive), or a profile YAML by path."""
+    if looks_like_path(name_or_path):
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise InputError(f"--engine: no such file {name_or_path}")
+        return load_validated(EngineProfile, path)
+    wanted = name_or_path.lower()
+    known: list[str] = []
+    for profile in list_engine_profiles():
+        names = [profile.name, *profile.aliases]
+        if wanted in (n.lower() for n in names):
+            return profile
+        known.extend(names)
+    raise InputError(
+        f"--engine: unknown engine '{name_or_path}'{suggest(name_or_path, known)}; "
+        f"known: {', '.join(p.name for p in list_engine_profiles())} (or a path to an engine profile YAML)"
+    )
