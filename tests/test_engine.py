@@ -181,8 +181,9 @@ def test_run_from_options_rejects_unknown_keys_and_bad_values():
         run_from_options({"model": "llama2-7b", "gpu": "a100", "scheduler": "fifo"})
     with pytest.raises(InputError, match="--max-batched-tokens 64 is below --max-num-seqs 256"):
         run_from_options({"model": "llama2-7b", "gpu": "a100", "scheduler": "chunked", "max_batched_tokens": 64})
-    assert "no memory left for the KV cache" in fit_error(
-        {"model": "llama2-7b", "gpu": "a100", "gpu_memory_utilization": 0.15})
+    # 0.15 x 80 GiB = 12 GiB per GPU is below the 12.6 GiB of fp16 weights (6.74e9 x 2 bytes) at tp 1.
+    message = fit_error({"model": "llama2-7b", "gpu": "a100", "tp": 1, "gpu_memory_utilization": 0.15})
+    assert "does not fit" in message and "less than one 2048-token sequence" in message
     assert fit_error({"model": "llama2-7b", "gpu": "a100"}) is None
     # The default request (1920 + 128 tokens) caches at most 2047 tokens = 128 blocks of 16: 127 blocks are too few.
     assert "does not fit" in fit_error({"model": "llama2-7b", "gpu": "a100", "kv_blocks": 127})

@@ -97,7 +97,7 @@ def main(click_ctx: click.Context, **values: Any) -> None:
         run = simulate_settings(settings, progress.callback())
     finally:
         progress.close()
-    for note in run.workload.notes:
+    for note in run.notes:
         click.echo(f"warning: {note}", err=True)
     if shown["per_request"]:
         try:

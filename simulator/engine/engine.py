@@ -439,7 +439,7 @@ class Engine:
         self.preemptions[rid] += 1
         self.target[rid] = self.prompt[rid] + self.emitted[rid]
         self.prefilled[rid] = 0
-        self.queued_mark[rid] = self.kv_refusals
+        self.waited_for_kv[rid] = True  # preempted for lack of blocks: it waits for KV by definition
         self.waiting.appendleft(rid)
 
     def _make_room_for_decode(self) -> int:

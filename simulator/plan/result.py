@@ -8,6 +8,7 @@ import numpy as np
 
 from simulator.cost.step_cost import StepCost
 from simulator.errors import InputError
+from simulator.plan.placement import queued_counts
 
 if TYPE_CHECKING:
     from simulator.plan.run import EngineRun
@@ -34,6 +35,8 @@ def operator_rows(cost: StepCost, tp: int = 1) -> list[dict[str, Any]]:
                 "bound": op.bound,
                 "compute_seconds": float(op.compute_seconds),
                 "memory_seconds": float(op.memory_seconds),
+                "link_seconds": float(op.link_seconds),
+                "launch_seconds": float(op.launch_seconds),
                 "seconds": float(op.seconds),
             }
         )
@@ -63,6 +66,7 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
     cap = run.capacity
     ctx, gen = int(opts.ctx), int(opts.gen)
     workload = run.workload
+    queued, queued_for_kv = queued_counts(result)
     return {
         "model": system.model.name,
         "gpu": system.gpu.name,
@@ -82,6 +86,14 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
             "activations": system.precision.activation_dtype,
         },
         "efficiency": system.gpu.efficiency.model_dump(),
+        "time_model": {
+            "engine": system.engine.name,
+            "engine_version": system.engine.version,
+            "enforce_eager": system.engine.enforce_eager,
+            "collectives": system.collectives,
+            "interconnect": system.gpu.interconnect,
+            "kernel_efficiency": system.kernel_efficiency,
+        },
         "memory": {
             "weights_bytes": memory.weights_bytes,
             "weights_bytes_per_gpu": memory.weights_bytes_per_gpu,
@@ -130,6 +142,9 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
         },
         "prefill": {
             "seconds": float(prefill_cost.seconds) if prefill_cost else 0.0,
+            "communication_seconds": float(prefill_cost.communication_seconds) if prefill_cost else 0.0,
+            "launch_seconds": float(prefill_cost.launch_seconds) if prefill_cost else 0.0,
+            "overhead_seconds": float(prefill_cost.overhead_seconds) if prefill_cost else 0.0,
             "flops": float(prefill_cost.flops) * tp if prefill_cost else 0.0,
             "bytes": float(prefill_cost.bytes) * tp if prefill_cost else 0.0,
         },
@@ -137,6 +152,9 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
             "steps": decode_steps,
             "first_step_seconds": float(first_cost.seconds) if first_cost else 0.0,
             "last_step_seconds": float(last_cost.seconds) if last_cost else 0.0,
+            "last_step_communication_seconds": float(last_cost.communication_seconds) if last_cost else 0.0,
+            "last_step_launch_seconds": float(last_cost.launch_seconds) if last_cost else 0.0,
+            "last_step_overhead_seconds": float(last_cost.overhead_seconds) if last_cost else 0.0,
             "flops_per_step": totals.decode_flops / max(decode_steps, 1) * tp,
             "bytes_per_step": totals.decode_bytes / max(decode_steps, 1) * tp,
         },
@@ -162,6 +180,8 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
             "rejected_reasons": m.rejected_by_reason,
             "preempted": m.preempted_requests,
             "max_running": m.max_running,
+            "queued": queued,
+            "queued_for_kv": queued_for_kv,
         },
         "preemptions": m.preemptions,
         "mfu": m.mfu,
@@ -173,8 +193,9 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
             "compute_bound_share": m.compute_bound_share,
             "memory_bound_share": m.memory_bound_share,
             "communication_share": m.communication_share,
+            "overhead_share": m.overhead_share,
         },
-        "warnings": list(workload.notes),
+        "warnings": run.notes,
         "operators": {"prefill": prefill_rows, "decode_last": last_rows},
     }
 

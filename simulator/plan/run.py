@@ -32,7 +32,7 @@ from simulator.engine.workload import (
     trace_workload,
 )
 from simulator.errors import InputError
-from simulator.plan.deployment import deployment_from_options
+from simulator.plan.placement import admission_notes, plan_serving
 from simulator.plan.settings import RunSettings, parse_settings
 
 OPEN_LOOP_REQUESTS = 1000
@@ -55,6 +55,11 @@ class EngineRun(Prepared):
 
     result: EngineResult
     metrics: Aggregates
+
+    @property
+    def notes(self) -> list[str]:
+        """Warnings for the user: the workload's, then the run's (requests that waited for KV blocks)."""
+        return [*self.workload.notes, *admission_notes(self.result, self.workload, self.capacity.tokens)]
 
 
 def _lengths(settings: RunSettings) -> tuple[LengthSpec | None, LengthSpec | None]:
@@ -95,13 +100,14 @@ def prepare(settings: RunSettings | dict[str, Any]) -> Prepared:
     """Plan the deployment, size the KV cache, build the workload; InputError on any problem."""
     settings = as_settings(settings)
     planned_batch = settings.closed_batch_size if settings.qps is None and settings.trace is None else settings.batch
-    deployment = deployment_from_options(settings.model_dump(), planned_batch, settings.ctx)
     config = SchedulerConfig(
         scheduler=settings.scheduler,
         max_num_seqs=settings.max_num_seqs,
         max_batched_tokens=settings.max_batched_tokens,
         block_size=settings.block_size,
     )
+    # Only the weights and one ctx-token sequence must fit; the paged cache queues the rest (plan/placement.py).
+    deployment = plan_serving(settings.model_dump(), planned_batch, settings.ctx, config, settings.gpu_memory_utilization)
     capacity = kv_capacity(
         deployment, config.block_size, settings.gpu_memory_utilization, config.max_batched_tokens,
         config.max_num_seqs, settings.kv_blocks,

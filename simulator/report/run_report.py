@@ -12,6 +12,7 @@ from simulator.cost.step_cost import OperatorCost
 from simulator.engine.metrics import REJECT_KEYS, REJECT_REASONS, REJECTED, STATE_NAMES
 from simulator.files import atomic_write
 from simulator.plan.result import per_request_arrays
+from simulator.plan.placement import queued_counts
 from simulator.units import fmt_bytes, fmt_count, fmt_rate, fmt_seconds
 
 if TYPE_CHECKING:
@@ -69,6 +70,7 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
     first_cost = system.step_cost(result.first_decode_step) if result.first_decode_step else None
     last_cost = system.step_cost(result.last_decode_step) if result.last_decode_step else None
     first_step = result.first_prefill_step
+    queued, queued_for_kv = queued_counts(result)
     lines = [
         f"memwall: {model.name} on {tp}x {gpu.name}",
         "",
@@ -84,10 +86,10 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         f"launch {fmt_seconds(eff.kernel_launch_seconds)}/kernel, all-reduce {fmt_seconds(eff.allreduce_latency_seconds)}",
         f"  workload     {run.workload.description}",
         f"  scheduler    {config.scheduler}, at most {config.max_num_seqs} sequences, {budget}",
-        *(f"  warning      {note}" for note in run.workload.notes),
+        *(f"  warning      {note}" for note in run.notes),
         "",
-        "Memory per GPU" + ("" if memory.fits else "  ** DOES NOT FIT **")
-        + f"  (planned for batch {int(opts.batch)} x {int(opts.ctx)} tokens)",
+        "Memory per GPU" + f"  (planned for batch {int(opts.batch)} x {int(opts.ctx)} tokens"
+        + (")" if memory.fits else "; its KV exceeds the cache: requests are admitted as blocks free up)"),
         f"  weights      {fmt_bytes(memory.weights_bytes_per_gpu)}  (model total {fmt_bytes(memory.weights_bytes)})",
         f"  KV cache     {fmt_bytes(memory.kv_bytes_per_gpu)}  ({memory.kv_bytes_per_token:,.0f} bytes/token, "
         f"total {fmt_bytes(memory.kv_bytes)})",
@@ -109,6 +111,7 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         f"  rejected     {m.rejected:,}" + "".join(
             f"; {count} {REJECT_REASONS[REJECT_KEYS.index(key)]}" for key, count in m.rejected_by_reason.items() if count),
         f"  preemptions  {m.preemptions:,} ({m.preempted_requests:,} requests recomputed)",
+        f"  queued       {queued:,} waited at least one iteration, {queued_for_kv:,} of them for free KV blocks",
         "",
         "Latency",
         f"  prefill      {fmt_seconds(float(prefill_cost.seconds)) if prefill_cost else '-'}  (first prefill iteration: "
