@@ -1,24 +1,35 @@
-"""A System: one model deployed on ``tp`` GPUs of one type at one precision.
+"""A System: one model deployed on ``tp`` GPUs of one type at one precision, served by one engine.
 
-It is built once (operators derived and checked) and then costs any number of steps.
+It is built once (operators derived and checked, rates worked out) and then costs any number of
+steps. Besides the model, GPU and precision it carries the time model's settings
+(:class:`~simulator.cost.step_cost.TimeModel`): the engine profile (host time per iteration,
+CUDA-graph capture, all-reduce kernels), the collective algorithm and the kernel-efficiency model.
+Their defaults here are the plain roofline (``ideal`` engine, NCCL ring, flat efficiencies);
+:func:`simulator.plan.deployment.deployment_from_options` picks the realistic ones (vLLM, the
+engine's own all-reduce choice, efficiency by kernel shape).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from simulator.cost.collectives import check_algorithm
 from simulator.cost.step_cost import (
+    KERNEL_MODELS,
     OperatorRates,
     StepCost,
     StepTotals,
+    TimeModel,
     step_cost,
     step_totals,
     system_rates,
 )
 from simulator.errors import InputError
 from simulator.model.architecture import ModelSpec
+from simulator.model.engine_profile import IDEAL, EngineProfile
 from simulator.model.gpu import GPUSpec
 from simulator.model.layers import (
+    Attention,
     AttentionKernel,
     Fusion,
     Operator,
@@ -39,6 +50,13 @@ class System:
     tp: int = 1
     attention_kernel: AttentionKernel = "flash"
     fusion: Fusion = "elementwise"
+    engine: EngineProfile = IDEAL
+    """the serving engine (host time per iteration, graph capture, all-reduce kernels)"""
+    collectives: str = "ring"
+    """all-reduce algorithm: auto (the engine's choice), nccl/ring, tree, one-shot, two-shot, off"""
+    kernel_efficiency: str = "flat"
+    """shape: efficiency by GEMM shape, bytes moved and FlashAttention's ceiling; flat: one factor each"""
+    time_model: TimeModel = field(init=False, repr=False, compare=False)
     operators: tuple[Operator, ...] = field(init=False, repr=False, compare=False)
     rates: tuple[OperatorRates | None, ...] = field(init=False, repr=False, compare=False)
     """each operator's roofline rates, worked out once (None where a measured overlay makes them vary)"""
@@ -53,18 +71,29 @@ class System:
                     f"--weights {self.precision.weights}: {self.gpu.name} has no {dtype} peak "
                     f"(it has: {have}); choose another precision"
                 )
+        check_algorithm(self.collectives)
+        if self.kernel_efficiency not in KERNEL_MODELS:
+            raise InputError(
+                f"--kernel-efficiency: unknown '{self.kernel_efficiency}'; allowed: {', '.join(KERNEL_MODELS)}"
+            )
+        model = TimeModel(self.engine, self.collectives, self.kernel_efficiency == "shape")
+        object.__setattr__(self, "time_model", model)
         ops = build_operators(self.model, self.precision, self.gpu, self.tp, self.attention_kernel, self.fusion)
+        if model.shape:
+            # FlashAttention's row tiles share K/V through L2 (Attention.l2_reuse): part of the shape-aware model.
+            ops = tuple(replace(op, l2_bytes=self.gpu.l2_bytes, sm_count=self.gpu.sm_count)
+                        if isinstance(op, Attention) else op for op in ops)
         object.__setattr__(self, "operators", ops)
-        object.__setattr__(self, "rates", system_rates(ops, self.gpu))
+        object.__setattr__(self, "rates", system_rates(ops, self.gpu, model))
         object.__setattr__(self, "totals_memo", {})
 
     def step_cost(self, step: Step) -> StepCost:
-        """Per-operator roofline cost of ``step`` on one GPU of the group."""
-        return step_cost(self.operators, step, self.gpu, self.rates)
+        """Per-operator cost of ``step`` on one GPU of the group, plus the engine's exposed host time."""
+        return step_cost(self.operators, step, self.gpu, self.rates, self.time_model)
 
     def step_totals(self, step: Step) -> StepTotals:
         """``step``'s totals (seconds, FLOPs, bytes, time by bound) on one GPU, without per-operator records."""
-        return step_totals(self.operators, step, self.gpu, self.rates, self.totals_memo)
+        return step_totals(self.operators, step, self.gpu, self.rates, self.totals_memo, self.time_model)
 
     def step_seconds(self, step: Step) -> float:
         """Wall time of ``step`` (every GPU of the group works in lockstep)."""
@@ -82,5 +111,5 @@ class System:
     def describe(self) -> str:
         return (
             f"{self.model.name} on {self.tp}x {self.gpu.name}, {self.precision.label()}, "
-            f"{self.attention_kernel} attention, fusion {self.fusion}"
+            f"{self.attention_kernel} attention, fusion {self.fusion}, engine {self.engine.name}"
         )

@@ -9,6 +9,7 @@ from simulator.cost.memory import no_fit_error, plan_memory, tensor_parallel_can
 from simulator.cost.system import System
 from simulator.errors import InputError
 from simulator.model.architecture import ModelSpec, load_model, with_attention
+from simulator.model.engine_profile import IDEAL, EngineProfile, load_engine_profile
 from simulator.model.gpu import GPUSpec, load_gpu
 from simulator.model.layers import AttentionKernel, Fusion
 from simulator.model.precision import Precision, parse_precision
@@ -24,12 +25,17 @@ def plan_deployment(
     attention_kernel: AttentionKernel = "flash",
     fusion: Fusion = "elementwise",
     require_fit: bool = True,
+    engine: EngineProfile = IDEAL,
+    collectives: str = "ring",
+    kernel_efficiency: str = "flat",
 ) -> Deployment:
     """The System for ``batch`` sequences reaching ``context_tokens`` each.
 
     With ``tp`` given, that degree is used and (when ``require_fit``) an InputError names the
     GiB needed vs available if it does not fit. With ``tp`` None, the smallest power of two
-    dividing the heads and KV heads that fits is chosen.
+    dividing the heads and KV heads that fits is chosen. ``engine``, ``collectives`` and
+    ``kernel_efficiency`` are the System's time-model settings (defaults: the plain roofline;
+    :func:`deployment_from_options` defaults to the realistic ones).
     """
     if batch < 1:
         raise InputError(f"--batch: must be >= 1 (got {batch})")
@@ -41,7 +47,8 @@ def plan_deployment(
         )
 
     def build(degree: int) -> Deployment:
-        system = System(model, gpu, precision, degree, attention_kernel, fusion)
+        system = System(model, gpu, precision, degree, attention_kernel, fusion,
+                        engine=engine, collectives=collectives, kernel_efficiency=kernel_efficiency)
         plan = plan_memory(model, precision, gpu, degree, batch, context_tokens, system.operators)
         return Deployment(system, plan, auto_tp=tp is None)
 
@@ -65,7 +72,21 @@ def plan_deployment(
 DEPLOYMENT_KEYS = (
     "model", "gpu", "weights", "kv", "group_size", "attention", "tp", "attention_kernel", "fusion",
     "compute_efficiency", "memory_efficiency", "link_efficiency", "launch_overhead",
+    "engine", "collectives", "kernel_efficiency", "enforce_eager",
 )
+
+# The realistic time model for runs from options (docs/time-model.md): the engine most users run,
+# that engine's own all-reduce choice, efficiency by kernel shape, CUDA graphs as the engine does.
+DEFAULT_ENGINE = "vllm"
+DEFAULT_COLLECTIVES = "auto"
+DEFAULT_KERNEL_EFFICIENCY = "shape"
+
+
+def engine_from_options(options: dict[str, Any]) -> EngineProfile:
+    """The engine profile named by ``engine`` (default vLLM), eager when ``enforce_eager`` is set."""
+    engine = options.get("engine")
+    profile = engine if isinstance(engine, EngineProfile) else load_engine_profile(str(engine or DEFAULT_ENGINE))
+    return profile.eager() if options.get("enforce_eager") else profile
 
 
 def deployment_from_options(options: dict[str, Any], batch: int, ctx: int, require_fit: bool = True) -> Deployment:
@@ -92,4 +113,7 @@ def deployment_from_options(options: dict[str, Any], batch: int, ctx: int, requi
         attention_kernel=options.get("attention_kernel", "flash"),
         fusion=options.get("fusion", "elementwise"),
         require_fit=require_fit,
+        engine=engine_from_options(options),
+        collectives=str(options.get("collectives") or DEFAULT_COLLECTIVES),
+        kernel_efficiency=str(options.get("kernel_efficiency") or DEFAULT_KERNEL_EFFICIENCY),
     )
