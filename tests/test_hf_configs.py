@@ -216,3 +216,47 @@ def test_layers_that_cannot_be_costed_are_refused():
     config["mamba_d_state"] = 16
     with pytest.raises(InputError, match="state-space"):
         from_hf_config(config, "hybrid")
+
+
+# Shipped configs whose source config.json is a fixture: the YAML must say what the config.json says.
+SHIPPED_FROM_FIXTURE = [
+    ("deepseek-v3", "DeepSeek-V3"),
+    ("qwen3-30b-a3b", "Qwen3-30B-A3B"),
+    ("gpt-oss-120b", "gpt-oss-120b"),
+    ("mixtral-8x7b", "Mixtral-8x7B-v0.1"),
+    ("llama3.1-8b", "Llama-3.1-8B"),
+    ("llama3.1-405b", "Llama-3.1-405B"),
+    ("qwen2.5-72b", "Qwen2.5-72B"),
+    ("gemma-2-9b", "gemma-2-9b-it.pre-fix-revision"),
+]
+IGNORED = {"name", "aliases", "warnings", "quantization", "query_pre_attn_scalar", "layer_types",
+           "sliding_window_pattern"}
+
+
+@pytest.mark.parametrize("shipped,source", SHIPPED_FROM_FIXTURE)
+def test_shipped_config_matches_its_config_json(shipped, source):
+    ours, theirs = load_model(shipped), fixture(source)
+    differ = {k for k in type(ours).model_fields if k not in IGNORED and getattr(ours, k) != getattr(theirs, k)}
+    assert not differ, {k: (getattr(ours, k), getattr(theirs, k)) for k in differ}
+    # Window layouts may be written as a pattern or a list: compare the layers they give.
+    assert [ours.layer_window(i) for i in range(ours.num_layers)] == \
+        [theirs.layer_window(i) for i in range(theirs.num_layers)]
+
+
+# Shipped configs without a fixture, against their publishers' figures (total, active, last digit, convention).
+SHIPPED_PUBLISHED = [
+    ("qwen3-235b-a22b", 235e9, 22e9, 1e9, "with embedding"),
+    ("gpt-oss-20b", 20.9e9, 3.6e9, 0.1e9, "compute"),
+    # Meta's 109 B includes the vision encoder, which is not modelled (the decoder alone is 107.8 B).
+    ("llama4-scout", 109e9, 17e9, 1e9, "with embedding"),
+    ("llama3.1-70b", 70.6e9, None, 0.1e9, None),
+]
+
+
+@pytest.mark.parametrize("name,total,active,digit,convention", SHIPPED_PUBLISHED)
+def test_shipped_configs_match_published_parameter_counts(name, total, active, digit, convention):
+    counts = model_parameters(load_model(name))
+    assert near_published(counts.total, total, digit), counts
+    if active is not None:
+        ours = counts.active if convention == "compute" else counts.active_with_embedding
+        assert near_published(ours, active, digit), counts
