@@ -29,12 +29,18 @@ def _table(headers: list[str], rows: list[list[str]], align_right: set[int]) -> 
     return [line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)]
 
 
-def operator_table(costs: Iterable[OperatorCost], tp: int = 1, top: int | None = None) -> list[str]:
-    """Terminal table of operators, slowest first when ``top`` is given."""
+def operator_table(costs: Iterable[OperatorCost], tp: int = 1, top: int | None = None,
+                   overhead_seconds: float = 0.0) -> list[str]:
+    """Terminal table of operators, slowest first when ``top`` is given.
+
+    ``launch``: the part of an operator's time spent launching its kernels (CUDA-graph node cost,
+    or waiting for the host outside a graph). ``overhead_seconds``: the engine's exposed host time
+    per iteration, shown as its own row (it is in no operator).
+    """
     ops = list(costs)
     if top is not None:
         ops = sorted(ops, key=lambda o: float(o.seconds), reverse=True)[:top]
-    total = sum(float(o.seconds) for o in ops) or 1.0
+    total = (sum(float(o.seconds) for o in ops) + float(overhead_seconds)) or 1.0
     rows = [
         [
             o.name,
@@ -44,12 +50,38 @@ def operator_table(costs: Iterable[OperatorCost], tp: int = 1, top: int | None =
             f"{float(o.intensity):.1f}",
             o.bound,
             fmt_seconds(float(o.seconds)),
+            fmt_seconds(float(o.launch_seconds)),
             f"{100 * float(o.seconds) / total:.1f}%",
         ]
         for o in ops
     ]
-    headers = ["operator", "count", "FLOPs", "HBM bytes", "FLOP/B", "bound", "time", "share"]
-    return _table(headers, rows, align_right={1, 2, 3, 4, 6, 7})
+    if overhead_seconds:
+        rows.append(["engine overhead", "", "", "", "", "host CPU", fmt_seconds(float(overhead_seconds)), "",
+                     f"{100 * float(overhead_seconds) / total:.1f}%"])
+    headers = ["operator", "count", "FLOPs", "HBM bytes", "FLOP/B", "bound", "time", "launch", "share"]
+    return _table(headers, rows, align_right={1, 2, 3, 4, 6, 7, 8})
+
+
+def time_model_lines(system: Any) -> list[str]:
+    """Setup lines naming the time model beyond the roofline: engine, graphs, collectives, kernel model."""
+    eff, engine = system.gpu.efficiency, system.engine
+    cpu, graphs = engine.cpu, engine.graphs
+    latency = ("per algorithm" if eff.allreduce_latency_seconds is None
+               else f"{fmt_seconds(eff.allreduce_latency_seconds)} fixed")
+    if engine.enforce_eager or graphs.max_batch <= 0:
+        capture = f"no CUDA graphs ({fmt_seconds(graphs.eager_launch_seconds)} host launch/kernel)"
+    else:
+        kind = "all steps" if graphs.mixed else "decode steps"
+        capture = f"CUDA graphs for {kind} up to {graphs.max_batch:,} tokens"
+    version = f" ({engine.version})" if engine.version else ""
+    return [
+        f"  efficiency   compute {eff.compute:.2f}, memory {eff.memory:.2f}, link {eff.link:.2f}, "
+        f"launch {fmt_seconds(eff.kernel_launch_seconds)}/kernel, all-reduce latency {latency}",
+        f"  engine       {engine.name}{version}: CPU {fmt_seconds(cpu.fixed_seconds)} + "
+        f"{fmt_seconds(cpu.per_sequence_seconds)}/sequence per iteration, {100 * cpu.overlap:.0f}% overlapped; {capture}",
+        f"  time model   collectives {system.collectives} over {system.gpu.interconnect}, "
+        f"kernel efficiency {system.kernel_efficiency}",
+    ]
 
 
 def _latency_row(name: str, summary) -> list[str]:
@@ -61,7 +93,6 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
     dep, result, m, opts = run.deployment, run.result, run.metrics, run.settings
     system, memory, cap = dep.system, dep.memory, run.capacity
     gpu, model, prec = system.gpu, system.model, system.precision
-    eff = gpu.efficiency
     tp = system.tp
     ridge = gpu.ridge_point(prec.compute_dtype)
     config = run.config
@@ -82,8 +113,7 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         f"  parallelism  tensor parallel {tp}" + (f"  ({dep.note})" if dep.note else ""),
         f"  precision    {prec.label()}",
         f"  kernels      {system.attention_kernel} attention, fusion {system.fusion}",
-        f"  efficiency   compute {eff.compute:.2f}, memory {eff.memory:.2f}, link {eff.link:.2f}, "
-        f"launch {fmt_seconds(eff.kernel_launch_seconds)}/kernel, all-reduce {fmt_seconds(eff.allreduce_latency_seconds)}",
+        *time_model_lines(system),
         f"  workload     {run.workload.description}",
         f"  scheduler    {config.scheduler}, at most {config.max_num_seqs} sequences, {budget}",
         *(f"  warning      {note}" for note in run.notes),
@@ -138,13 +168,17 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         "Utilisation",
         f"  MFU          {100 * m.mfu:.1f}%   MBU {100 * m.mbu:.1f}%",
         f"  busy time    {100 * m.compute_bound_share:.0f}% compute-bound, {100 * m.memory_bound_share:.0f}% memory-bound, "
-        f"{100 * m.communication_share:.0f}% communication",
+        f"{100 * m.communication_share:.0f}% communication, {100 * m.overhead_share:.0f}% engine overhead (host CPU)",
     ]
     if last_cost is not None:
-        lines += ["", f"Top operators, last decode step (ridge {ridge:.0f} FLOP/byte)",
-                  *("  " + line for line in operator_table(last_cost.operators, tp, top))]
+        lines += ["", f"Top operators, last decode step (ridge {ridge:.0f} FLOP/byte; "
+                  f"kernel launches {fmt_seconds(float(last_cost.launch_seconds))} of it)",
+                  *("  " + line for line in operator_table(last_cost.operators, tp, top,
+                                                             float(last_cost.overhead_seconds)))]
     if prefill_cost is not None:
-        lines += ["", "Top operators, first prefill", *("  " + line for line in operator_table(prefill_cost.operators, tp, top))]
+        lines += ["", "Top operators, first prefill",
+                  *("  " + line for line in operator_table(prefill_cost.operators, tp, top,
+                                                             float(prefill_cost.overhead_seconds)))]
     return "\n".join(lines)
 
 
