@@ -50,6 +50,10 @@ class System:
     tp: int = 1
     attention_kernel: AttentionKernel = "flash"
     fusion: Fusion = "elementwise"
+    ep: int = 1
+    """expert-parallel degree (1, or tp: the routed experts split over the tensor-parallel GPUs)"""
+    routing_skew: float = 0.0
+    """Zipf-like exponent of expert popularity (0: uniform routing; simulator.model.routing)"""
     engine: EngineProfile = IDEAL
     """the serving engine (host time per iteration, graph capture, all-reduce kernels)"""
     collectives: str = "ring"
@@ -64,11 +68,13 @@ class System:
     """operator shares of :meth:`step_totals` by token count (see :func:`simulator.cost.step_cost.step_totals`)"""
 
     def __post_init__(self) -> None:
-        for dtype in {self.precision.compute_dtype, self.precision.activation_dtype}:
+        # fp4 weights run on FP4 tensor cores only where the GPU has an fp4 peak (else weight-only).
+        object.__setattr__(self, "precision", self.precision.on_gpu(self.gpu.peak_flops))
+        for dtype in self.precision.compute_dtypes:
             if dtype not in self.gpu.peak_flops:
                 have = ", ".join(sorted(self.gpu.peak_flops))
                 raise InputError(
-                    f"--weights {self.precision.weights}: {self.gpu.name} has no {dtype} peak "
+                    f"--weights {self.precision.text()}: {self.gpu.name} has no {dtype} peak "
                     f"(it has: {have}); choose another precision"
                 )
         check_algorithm(self.collectives)
@@ -78,7 +84,8 @@ class System:
             )
         model = TimeModel(self.engine, self.collectives, self.kernel_efficiency == "shape")
         object.__setattr__(self, "time_model", model)
-        ops = build_operators(self.model, self.precision, self.gpu, self.tp, self.attention_kernel, self.fusion)
+        ops = build_operators(self.model, self.precision, self.gpu, self.tp, self.attention_kernel, self.fusion,
+                              self.ep, self.routing_skew)
         if model.shape:
             # FlashAttention's row tiles share K/V through L2 (Attention.l2_reuse): part of the shape-aware model.
             ops = tuple(replace(op, l2_bytes=self.gpu.l2_bytes, sm_count=self.gpu.sm_count)
@@ -109,7 +116,8 @@ class System:
         return self.gpu.peak(self.precision.compute_dtype)
 
     def describe(self) -> str:
+        experts = f", experts split over {self.ep} GPUs" if self.ep > 1 else ""
         return (
-            f"{self.model.name} on {self.tp}x {self.gpu.name}, {self.precision.label()}, "
+            f"{self.model.name} on {self.tp}x {self.gpu.name}{experts}, {self.precision.label()}, "
             f"{self.attention_kernel} attention, fusion {self.fusion}, engine {self.engine.name}"
         )

@@ -25,6 +25,8 @@ def plan_deployment(
     attention_kernel: AttentionKernel = "flash",
     fusion: Fusion = "elementwise",
     require_fit: bool = True,
+    ep: int | None = None,
+    routing_skew: float = 0.0,
     engine: EngineProfile = IDEAL,
     collectives: str = "ring",
     kernel_efficiency: str = "flat",
@@ -33,10 +35,14 @@ def plan_deployment(
 
     With ``tp`` given, that degree is used and (when ``require_fit``) an InputError names the
     GiB needed vs available if it does not fit. With ``tp`` None, the smallest power of two
-    dividing the heads and KV heads that fits is chosen. ``engine``, ``collectives`` and
+    dividing the heads and KV heads that fits is chosen. ``ep`` (expert parallelism, MoE
+    models; None: 1) splits the routed experts over the tensor-parallel GPUs, so it is 1 or
+    equal to tp; with ``tp`` None and ``ep`` > 1, tp = ep. ``routing_skew``: Zipf-like exponent
+    of expert popularity (0: uniform; simulator.model.routing). ``engine``, ``collectives`` and
     ``kernel_efficiency`` are the System's time-model settings (defaults: the plain roofline;
     :func:`deployment_from_options` defaults to the realistic ones).
     """
+    ep_degree = 1 if ep is None else ep
     if batch < 1:
         raise InputError(f"--batch: must be >= 1 (got {batch})")
     if context_tokens < 1:
@@ -47,17 +53,19 @@ def plan_deployment(
         )
 
     def build(degree: int) -> Deployment:
-        system = System(model, gpu, precision, degree, attention_kernel, fusion,
+        system = System(model, gpu, precision, degree, attention_kernel, fusion, ep_degree, routing_skew,
                         engine=engine, collectives=collectives, kernel_efficiency=kernel_efficiency)
         plan = plan_memory(model, precision, gpu, degree, batch, context_tokens, system.operators)
         return Deployment(system, plan, auto_tp=tp is None)
 
+    if tp is None and ep_degree > 1:
+        tp = ep_degree
     if tp is not None:
         deployment = build(tp)
         if require_fit and not deployment.memory.fits:
             raise InputError(f"{model.name} on {tp}x {gpu.name} does not fit: {deployment.memory.shortfall_message()}")
         return deployment
-    candidates = tensor_parallel_candidates(model, gpu)
+    candidates = tensor_parallel_candidates(model, gpu, ep_degree)
     deployment = None
     for degree in candidates:
         deployment = build(degree)
@@ -70,7 +78,7 @@ def plan_deployment(
 
 
 DEPLOYMENT_KEYS = (
-    "model", "gpu", "weights", "kv", "group_size", "attention", "tp", "attention_kernel", "fusion",
+    "model", "gpu", "weights", "kv", "group_size", "attention", "tp", "ep", "routing_skew", "attention_kernel", "fusion",
     "compute_efficiency", "memory_efficiency", "link_efficiency", "launch_overhead",
     "engine", "collectives", "kernel_efficiency", "enforce_eager",
 )
@@ -102,7 +110,9 @@ def deployment_from_options(options: dict[str, Any], batch: int, ctx: int, requi
         link=options.get("link_efficiency"),
         kernel_launch_seconds=options.get("launch_overhead"),
     )
-    precision = parse_precision(options.get("weights", "fp16"), options.get("kv", "fp16"), options.get("group_size", 128))
+    # Without --weights, the checkpoint's own formats (its quantization_config), else fp16.
+    weights = options.get("weights") or model.default_weights or "fp16"
+    precision = parse_precision(weights, options.get("kv") or "fp16", options.get("group_size") or 128)
     return plan_deployment(
         model,
         gpu,
@@ -113,6 +123,8 @@ def deployment_from_options(options: dict[str, Any], batch: int, ctx: int, requi
         attention_kernel=options.get("attention_kernel", "flash"),
         fusion=options.get("fusion", "elementwise"),
         require_fit=require_fit,
+        ep=options.get("ep"),
+        routing_skew=float(options.get("routing_skew") or 0.0),
         engine=engine_from_options(options),
         collectives=str(options.get("collectives") or DEFAULT_COLLECTIVES),
         kernel_efficiency=str(options.get("kernel_efficiency") or DEFAULT_KERNEL_EFFICIENCY),
