@@ -5,33 +5,54 @@ A :class:`Workload` is three numpy arrays of one entry per request, sorted by ar
 Sources:
 
 - a closed batch: ``n`` requests all present at t = 0;
-- open-loop arrivals at ``qps`` requests/s: Poisson (exponential gaps) or gamma gaps with a
-  burstiness factor (the squared coefficient of variation of the gaps; 1 is Poisson);
-- a trace file, CSV or JSONL, with an arrival time, prompt tokens and output tokens per
-  request; the public Azure LLM inference trace CSV (``TIMESTAMP, ContextTokens,
-  GeneratedTokens``) is read as published.
+- open-loop arrivals at ``qps`` requests/s: Poisson (exponential gaps) or gamma gaps whose
+  SHAPE is ``burstiness``, as vLLM's ``benchmark_serving.py --burstiness`` (gaps
+  ``Gamma(shape=k, scale=1/(qps*k))``: mean 1/qps, squared coefficient of variation 1/k;
+  k = 1 is Poisson, k < 1 burstier, k > 1 more regular, k = inf evenly spaced). Until
+  this version ``burstiness`` was the squared CV (shape 1/burstiness): 4 then is 0.25 now;
+- a trace file (see :mod:`simulator.engine.traces` for the formats), replayed whole or in
+  a window, optionally sped up.
 
 Lengths are fixed, uniform, normal (rounded, clipped) or empirical (drawn from a trace's
 lengths). Everything is drawn from numpy generators seeded by ``seed``: the same seed gives
-the same workload.
+the same workload. A request count that would not fit in memory is refused up front.
 """
 
 from __future__ import annotations
 
-import csv
-import json
+import math
+import os
 from dataclasses import dataclass, field
-from datetime import datetime
-from pathlib import Path
 
 import numpy as np
 
+from simulator.engine.traces import (
+    MAX_TIME_SECONDS,
+    MAX_TOKENS_EXCLUSIVE,
+    Trace,
+    read_trace,
+)
 from simulator.errors import InputError
 
-# Column names accepted in a trace, first match wins: ours, then the Azure trace's.
-ARRIVAL_COLUMNS = ("arrival_seconds", "arrival", "timestamp", "time")
-PROMPT_COLUMNS = ("prompt_tokens", "input_tokens", "contexttokens", "context_tokens")
-OUTPUT_COLUMNS = ("output_tokens", "generated_tokens", "generatedtokens")
+__all__ = [
+    "BYTES_PER_REQUEST", "MAX_REQUESTS", "LengthSpec", "Trace", "Workload", "arrival_times", "check_request_count",
+    "closed_batch", "open_loop", "parse_length_spec", "read_trace", "trace_workload",
+]
+
+MAX_LENGTH = MAX_TOKENS_EXCLUSIVE - 1
+"""Longest prompt or output a length spec may give, tokens (2^31 - 1)."""
+
+BYTES_PER_REQUEST = 256
+"""Memory one simulated request holds, bytes: the workload's arrival (float64) and two lengths
+(int64), 24 B; the engine's per-request arrays (engine.Engine: 5 float64 times, 8 int64
+counters, 2 int64 length copies, int32 preemptions, 2 int8 codes), 126 B; the metrics'
+per-request latencies and masks, about 100 B. Rounded up to a power of two."""
+
+MAX_REQUESTS = 2**27
+"""Most requests one run simulates (134,217,728: 32 GiB at BYTES_PER_REQUEST), whatever the memory."""
+
+UNDERFLOW_ODDS = 1e-9
+"""Largest accepted chance that one gamma gap comes out below the smallest normal double (0 s)."""
 
 
 @dataclass(frozen=True)
@@ -58,14 +79,14 @@ class LengthSpec:
     a: float
     b: float = 0.0
 
-    def sample(self, n: int, rng: np.random.Generator, max_tokens: int) -> np.ndarray:
+    def sample(self, n: int, rng: np.random.Generator, max_tokens: int = MAX_LENGTH) -> np.ndarray:
         if self.kind == "fixed":
             values = np.full(n, self.a)
         elif self.kind == "uniform":
             values = rng.integers(int(self.a), int(self.b), size=n, endpoint=True)
         else:
             values = np.rint(rng.normal(self.a, self.b, size=n))
-        return np.clip(values, 1, max_tokens).astype(np.int64)
+        return np.clip(values, 1, min(max_tokens, MAX_LENGTH)).astype(np.int64)
 
     def describe(self) -> str:
         if self.kind == "fixed":
@@ -75,30 +96,84 @@ class LengthSpec:
         return f"normal(mean {self.a:g}, std {self.b:g})"
 
 
-def parse_length_spec(spec: str | int, option: str) -> LengthSpec:
-    """``N``, ``uniform:LO:HI`` or ``normal:MEAN:STD`` -> LengthSpec; InputError naming ``option`` otherwise."""
-    text = str(spec).strip().lower()
-    allowed = "N, uniform:LO:HI or normal:MEAN:STD (token counts)"
-    parts = text.split(":")
+# -- length specs -----------------------------------------------------------------------------------------
+
+
+def _length(text: str, what: str) -> int:
+    """A token count in [1, 2^31): ValueError saying what is wrong with ``text``."""
     try:
-        if len(parts) == 1:
-            value = int(parts[0])
-            if value < 1:
-                raise InputError(f"{option}: length must be >= 1 (got {spec!r})")
-            return LengthSpec("fixed", value)
-        if parts[0] == "uniform" and len(parts) == 3:
-            lo, hi = int(parts[1]), int(parts[2])
-            if not 1 <= lo <= hi:
-                raise InputError(f"{option}: uniform:LO:HI needs 1 <= LO <= HI (got {spec!r})")
-            return LengthSpec("uniform", lo, hi)
-        if parts[0] == "normal" and len(parts) == 3:
-            mean, std = float(parts[1]), float(parts[2])
-            if mean < 1 or std < 0:
-                raise InputError(f"{option}: normal:MEAN:STD needs MEAN >= 1 and STD >= 0 (got {spec!r})")
-            return LengthSpec("normal", mean, std)
+        value = int(text)
     except ValueError:
-        pass
-    raise InputError(f"{option}: cannot read {spec!r}; allowed: {allowed}")
+        raise ValueError(f"{what} {text!r} is not a whole number") from None
+    if not 1 <= value <= MAX_LENGTH:
+        raise ValueError(f"{what} must be in [1, 2^31 - 1 = {MAX_LENGTH:,}] tokens (got {text})")
+    return value
+
+
+def _real(text: str, what: str, low: float) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{what} {text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{what} must be finite (got {text})")
+    if not low <= value <= MAX_LENGTH:
+        raise ValueError(f"{what} must be in [{low:g}, {MAX_LENGTH:,}] tokens (got {text})")
+    return value
+
+
+def parse_length_spec(spec: str | int, option: str) -> LengthSpec:
+    """``N``, ``uniform:LO:HI`` or ``normal:MEAN:STD`` -> LengthSpec; InputError naming ``option`` and the fault.
+
+    Counts are whole numbers in [1, 2^31 - 1]; MEAN in [1, 2^31 - 1] and STD in [0, 2^31 - 1], finite.
+    """
+    text = str(spec).strip().lower()
+    allowed = "allowed: N, uniform:LO:HI or normal:MEAN:STD (token counts)"
+    kind, *values = text.split(":")
+    try:
+        if not text:
+            raise ValueError("empty")
+        if not values:
+            return LengthSpec("fixed", _length(kind, "length"))
+        if kind == "uniform":
+            if len(values) != 2:
+                raise ValueError(f"uniform needs two values LO:HI, got {len(values)}")
+            low, high = _length(values[0], "LO"), _length(values[1], "HI")
+            if low > high:
+                raise ValueError(f"LO {low} is above HI {high}")
+            return LengthSpec("uniform", low, high)
+        if kind == "normal":
+            if len(values) != 2:
+                raise ValueError(f"normal needs two values MEAN:STD, got {len(values)}")
+            return LengthSpec("normal", _real(values[0], "MEAN", 1.0), _real(values[1], "STD", 0.0))
+        raise ValueError(f"unknown distribution {kind!r}")
+    except ValueError as exc:
+        raise InputError(f"{option}: cannot use {str(spec)!r}: {exc}; {allowed}") from None
+
+
+# -- request counts ---------------------------------------------------------------------------------------
+
+
+def _physical_memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_request_count(n: int, option: str = "--requests") -> None:
+    """InputError unless 1 <= ``n`` and ``n`` requests fit: at most MAX_REQUESTS and in physical memory."""
+    if n < 1:
+        raise InputError(f"{option}: must be >= 1 (got {n})")
+    memory = _physical_memory_bytes()
+    limit, why = MAX_REQUESTS, f"the cap of 2^27 = {MAX_REQUESTS:,} requests"
+    if memory is not None and memory // BYTES_PER_REQUEST < limit:
+        limit, why = memory // BYTES_PER_REQUEST, f"this machine's {memory / 2**30:.1f} GiB of memory"
+    if n > limit:
+        raise InputError(
+            f"{option}: {n:,} requests need about {n * BYTES_PER_REQUEST / 2**30:,.1f} GiB "
+            f"({BYTES_PER_REQUEST} bytes each), beyond {why}; simulate at most {limit:,} requests"
+        )
 
 
 def _generators(seed: int) -> tuple[np.random.Generator, np.random.Generator, np.random.Generator]:
@@ -107,10 +182,9 @@ def _generators(seed: int) -> tuple[np.random.Generator, np.random.Generator, np
     return np.random.default_rng(arrivals), np.random.default_rng(prompts), np.random.default_rng(outputs)
 
 
-def closed_batch(n: int, prompt: LengthSpec, output: LengthSpec, seed: int = 0, max_tokens: int = 2**31) -> Workload:
+def closed_batch(n: int, prompt: LengthSpec, output: LengthSpec, seed: int = 0, max_tokens: int = MAX_LENGTH) -> Workload:
     """``n`` requests present at t = 0."""
-    if n < 1:
-        raise InputError(f"--batch/--requests: must be >= 1 (got {n})")
+    check_request_count(n, "--batch/--requests")
     _, rng_prompt, rng_output = _generators(seed)
     return Workload(
         arrival_seconds=np.zeros(n),
@@ -121,16 +195,68 @@ def closed_batch(n: int, prompt: LengthSpec, output: LengthSpec, seed: int = 0, 
     )
 
 
+# -- arrivals ---------------------------------------------------------------------------------------------
+
+
+def _check_rate(n: int, qps: float) -> None:
+    if not (math.isfinite(qps) and qps > 0):
+        raise InputError(f"--qps: must be a finite rate > 0 requests/s (got {qps!r}); omit --qps for a closed batch")
+    mean_gap = 1.0 / qps
+    if not (math.isfinite(mean_gap) and mean_gap >= np.finfo(float).tiny):
+        raise InputError(f"--qps: {qps!r} requests/s makes the mean gap 1/qps = {mean_gap!r} s, not a usable number")
+    if n * mean_gap > MAX_TIME_SECONDS:
+        raise InputError(f"--qps: {n:,} requests at {qps!r}/s span about {n * mean_gap:.3g} s, "
+                         f"beyond {MAX_TIME_SECONDS:g} s")
+
+
+def _check_shape(shape: float, qps: float) -> float:
+    """The gamma scale (seconds) for ``shape``; InputError where gaps would overflow or underflow.
+
+    For small x, P(Gamma(k, theta) < x) ~ (x/theta)^k / Gamma(k + 1) (the series of the
+    regularised lower incomplete gamma function, DLMF 8.7.1). With x the smallest normal double
+    (2.2e-308) that is the chance a gap comes out as 0 s; shapes giving more than
+    UNDERFLOW_ODDS are refused (about k < 0.03 at 10 requests/s).
+    """
+    if math.isnan(shape) or not shape > 0:
+        raise InputError(f"--burstiness: must be > 0, the gamma shape (got {shape!r})")
+    scale = 1.0 / (qps * shape)
+    tiny = float(np.finfo(float).tiny)
+    if not (math.isfinite(scale) and scale >= tiny):
+        raise InputError(f"--burstiness: {shape!r} at {qps!r} requests/s gives a gamma scale 1/(qps*k) = {scale!r} s, "
+                         "which does not fit a double")
+    log_odds = shape * (math.log(tiny) - math.log(scale)) - math.lgamma(shape + 1.0)
+    if log_odds > math.log(UNDERFLOW_ODDS):
+        odds = math.exp(min(log_odds, 0.0))
+        lowest = math.log(UNDERFLOW_ODDS) / (math.log(tiny) - math.log(scale))
+        raise InputError(
+            f"--burstiness: {shape!r} is too small a gamma shape: about {odds:.2g} of the gaps would underflow "
+            f"to 0 s; use >= {lowest:.2g} at {qps!r} requests/s (1 is Poisson; smaller is burstier)"
+        )
+    return scale
+
+
 def arrival_times(n: int, qps: float, arrival: str, burstiness: float, rng: np.random.Generator) -> np.ndarray:
-    """Arrival times (seconds) of ``n`` requests at mean rate ``qps``; gaps exponential or gamma(shape 1/burstiness)."""
+    """Arrival times (seconds, finite, non-decreasing) of ``n`` requests at mean rate ``qps`` requests/s.
+
+    ``poisson``: exponential gaps of mean 1/qps. ``gamma``: gaps Gamma(shape=burstiness,
+    scale=1/(qps*burstiness)), exactly vLLM benchmark_serving's ``get_request`` (its
+    ``theta = 1.0 / (request_rate * burstiness)``); burstiness = inf gives even gaps 1/qps,
+    as vLLM's ``vllm bench serve``. InputError for a rate or shape whose gaps overflow or underflow.
+    """
+    _check_rate(n, qps)
     if arrival == "poisson":
         gaps = rng.exponential(1.0 / qps, size=n)
     elif arrival == "gamma":
-        shape = 1.0 / burstiness
-        gaps = rng.gamma(shape, 1.0 / (qps * shape), size=n)
+        if burstiness == math.inf:
+            gaps = np.full(n, 1.0 / qps)
+        else:
+            gaps = rng.gamma(burstiness, _check_shape(burstiness, qps), size=n)
     else:
         raise InputError(f"--arrival: unknown {arrival!r}; allowed: poisson, gamma")
-    return np.cumsum(gaps)
+    times = np.cumsum(gaps)
+    if not np.isfinite(times[-1]):
+        raise InputError(f"--qps/--burstiness: {n:,} arrivals at {qps!r}/s overflow a double; use a higher rate")
+    return times
 
 
 def open_loop(
@@ -141,21 +267,21 @@ def open_loop(
     arrival: str = "poisson",
     burstiness: float = 1.0,
     seed: int = 0,
-    max_tokens: int = 2**31,
+    max_tokens: int = MAX_LENGTH,
 ) -> Workload:
-    """``n`` requests arriving at ``qps``; a length given as an array is an empirical sample to draw from."""
-    if n < 1:
-        raise InputError(f"--requests: must be >= 1 (got {n})")
-    if not qps > 0:
-        raise InputError(f"--qps: must be > 0 requests/s (got {qps})")
-    if not burstiness > 0:
-        raise InputError(f"--burstiness: must be > 0 (got {burstiness})")
+    """``n`` requests arriving at ``qps``; a length given as an array is an empirical sample to draw from.
+
+    ``burstiness`` is the gamma shape k (vLLM's meaning; see :func:`arrival_times`).
+    """
+    check_request_count(n, "--requests")
     rng_arrival, rng_prompt, rng_output = _generators(seed)
     times = arrival_times(n, qps, arrival, burstiness, rng_arrival)
 
     def lengths(spec: LengthSpec | np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, str]:
         if isinstance(spec, LengthSpec):
             return spec.sample(n, rng, max_tokens), spec.describe()
+        if not len(spec):
+            raise InputError("empirical lengths: the trace has no requests to draw lengths from")
         return rng.choice(spec, size=n, replace=True).astype(np.int64), f"empirical ({len(spec)} trace values)"
 
     prompts, prompt_text = lengths(prompt, rng_prompt)
@@ -170,122 +296,68 @@ def open_loop(
     )
 
 
-def _pick(columns: dict[str, str], names: tuple[str, ...], path: Path, what: str) -> str:
-    for name in names:
-        if name in columns:
-            return columns[name]
-    found = ", ".join(columns.values()) or "none"
-    raise InputError(
-        f"{path}: missing column for {what}; expected one of {', '.join(names)} (case-insensitive), found: {found}"
-    )
+# -- traces -----------------------------------------------------------------------------------------------
 
 
-def _parse_time(value: str, path: Path, line: int) -> float:
-    """Seconds as a number, or an ISO date-time (the Azure trace's TIMESTAMP) -> POSIX seconds."""
-    text = value.strip()
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        # The Azure trace writes 7 fractional digits; datetime takes at most 6.
-        head, dot, fraction = text.partition(".")
-        stamp = datetime.fromisoformat(head + (dot + fraction[:6] if dot else ""))
-        return stamp.timestamp() + (float("0." + fraction[6:]) * 1e-6 if len(fraction) > 6 else 0.0)
-    except ValueError:
-        raise InputError(f"{path}:{line}: arrival time {value!r} is neither seconds nor an ISO date-time") from None
-
-
-def _parse_count(value: object, path: Path, line: int, column: str) -> int:
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise InputError(f"{path}:{line}: {column} {value!r} is not a number") from None
-    if number < 0 or number != int(number):
-        raise InputError(f"{path}:{line}: {column} must be a non-negative integer (got {value!r})")
-    return int(number)
-
-
-def _rows(path: Path) -> tuple[list[str], list[tuple[int, dict]]]:
-    """(column names, [(line number, row dict)]) from a CSV or JSONL file."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"--trace: cannot read {path}: {exc.strerror}") from None
-    if path.suffix.lower() in (".jsonl", ".ndjson"):
-        rows = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}:{number}: not JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise InputError(f"{path}:{number}: each line must be a JSON object")
-            rows.append((number, row))
-        names = list(rows[0][1]) if rows else []
-        return names, rows
-    reader = csv.DictReader(text.splitlines())
-    names = [name.strip() for name in (reader.fieldnames or [])]
-    reader.fieldnames = names
-    return names, [(number, row) for number, row in enumerate(reader, start=2)]
-
-
-@dataclass(frozen=True)
-class Trace:
-    """A trace file's requests in file order (arrival seconds from the first request)."""
-
-    path: Path
-    arrival_seconds: np.ndarray
-    prompt_tokens: np.ndarray
-    output_tokens: np.ndarray
-
-
-def read_trace(path: str | Path) -> Trace:
-    """Read a CSV/JSONL trace; InputError naming file, line and column for anything wrong."""
-    path = Path(path)
-    names, rows = _rows(path)
-    columns = {name.lower().replace(" ", ""): name for name in names}
-    arrival_col = _pick(columns, ARRIVAL_COLUMNS, path, "the arrival time")
-    prompt_col = _pick(columns, PROMPT_COLUMNS, path, "prompt tokens")
-    output_col = _pick(columns, OUTPUT_COLUMNS, path, "output tokens")
-    if not rows:
-        raise InputError(f"{path}: the trace has no requests")
-    n = len(rows)
-    arrivals, prompts, outputs = np.empty(n), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-    for i, (line, row) in enumerate(rows):
-        for column in (arrival_col, prompt_col, output_col):
-            if row.get(column) in (None, ""):
-                raise InputError(f"{path}:{line}: {column} is empty")
-        arrivals[i] = _parse_time(str(row[arrival_col]), path, line)
-        prompts[i] = _parse_count(row[prompt_col], path, line, prompt_col)
-        outputs[i] = _parse_count(row[output_col], path, line, output_col)
-    return Trace(path, arrivals - arrivals.min(), prompts, outputs)
+def _window(trace: Trace, start_seconds: float, duration_seconds: float | None) -> tuple[np.ndarray, str]:
+    """Indices (by arrival, stable) of the requests in [start, start + duration) trace seconds, and a label."""
+    if not (math.isfinite(start_seconds) and 0 <= start_seconds <= MAX_TIME_SECONDS):
+        raise InputError(f"--trace-start: must be finite seconds >= 0 (got {start_seconds!r})")
+    if duration_seconds is not None and not (math.isfinite(duration_seconds) and 0 < duration_seconds <= MAX_TIME_SECONDS):
+        raise InputError(f"--trace-duration: must be finite seconds > 0 (got {duration_seconds!r})")
+    times = trace.arrival_seconds
+    order = np.argsort(times, kind="stable")
+    if start_seconds == 0 and duration_seconds is None:
+        return order, ""
+    end = math.inf if duration_seconds is None else start_seconds + duration_seconds
+    sorted_times = times[order]
+    lo, hi = np.searchsorted(sorted_times, [start_seconds, end], side="left")
+    label = f", window [{start_seconds:g}, {end:g}) s"
+    if lo == hi:
+        span = float(sorted_times[-1])
+        raise InputError(f"--trace-start/--trace-duration: the window [{start_seconds:g}, {end:g}) s holds no requests; "
+                         f"{trace.path.name}'s arrivals span 0 to {span:g} s")
+    return order[lo:hi], label
 
 
 def trace_workload(
-    trace: Trace, speedup: float = 1.0, prompt: LengthSpec | None = None, output: LengthSpec | None = None,
-    seed: int = 0, max_tokens: int = 2**31,
+    trace: Trace,
+    speedup: float = 1.0,
+    prompt: LengthSpec | None = None,
+    output: LengthSpec | None = None,
+    seed: int = 0,
+    max_tokens: int = MAX_LENGTH,
+    start_seconds: float = 0.0,
+    duration_seconds: float | None = None,
 ) -> Workload:
-    """Replay ``trace`` ``speedup`` times faster; unsorted arrivals are sorted (stable) with a note."""
-    if not speedup > 0:
-        raise InputError(f"--trace-speedup: must be > 0 (got {speedup})")
-    notes = []
-    order = np.argsort(trace.arrival_seconds, kind="stable")
+    """Replay ``trace``, or its window [start, start + duration) in trace seconds, ``speedup`` times faster.
+
+    Arrival times are rebased to the window start then divided by ``speedup``: a request at
+    trace second t arrives at (t - start_seconds) / speedup. Unsorted arrivals are sorted
+    (stable) with a note; the trace's own notes are carried over.
+    """
+    if not (math.isfinite(speedup) and speedup > 0):
+        raise InputError(f"--trace-speedup: must be a finite factor > 0 (got {speedup!r})")
+    notes = list(trace.notes)
     if np.any(np.diff(trace.arrival_seconds) < 0):
+        order = np.argsort(trace.arrival_seconds, kind="stable")
         moved = int(np.count_nonzero(order != np.arange(len(order))))
         notes.append(f"{trace.path}: arrivals were not sorted; sorted them by time ({moved} requests moved)")
-    n = len(order)
+    chosen, label = _window(trace, start_seconds, duration_seconds)
+    with np.errstate(over="ignore"):
+        arrivals = (trace.arrival_seconds[chosen] - start_seconds) / speedup
+    if not np.isfinite(arrivals[-1]):
+        raise InputError(f"--trace-speedup: {speedup!r} stretches the trace beyond a double; use a larger factor")
+    n = len(chosen)
     _, rng_prompt, rng_output = _generators(seed)
-    prompts = trace.prompt_tokens[order] if prompt is None else prompt.sample(n, rng_prompt, max_tokens)
-    outputs = trace.output_tokens[order] if output is None else output.sample(n, rng_output, max_tokens)
-    span = trace.arrival_seconds.max() / speedup
+    prompts = trace.prompt_tokens[chosen] if prompt is None else prompt.sample(n, rng_prompt, max_tokens)
+    outputs = trace.output_tokens[chosen] if output is None else output.sample(n, rng_output, max_tokens)
+    span = float(arrivals[-1])
     return Workload(
-        arrival_seconds=trace.arrival_seconds[order] / speedup,
+        arrival_seconds=arrivals,
         prompt_tokens=prompts,
         output_tokens=outputs,
         kind="trace",
-        description=f"trace {trace.path.name}: {n} requests over {span:.1f} s (speedup {speedup:g})",
+        description=f"trace {trace.path.name}{label}: {n} requests over {span:.1f} s (speedup {speedup:g})",
         notes=tuple(notes),
     )
