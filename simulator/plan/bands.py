@@ -34,7 +34,7 @@ import numpy as np
 
 from simulator.errors import InputError
 from simulator.files import atomic_write, read_text
-from simulator.plan.validate import validation_file
+from simulator.plan.validate import family_of, validation_file
 
 MIN_ROWS = 5
 QUANTILES = (10.0, 90.0)
@@ -218,3 +218,41 @@ def regime_of_run(metric_kind: str, batch: int, context_tokens: int, serving: bo
     if metric_kind == "ttft":
         return "prefill"
     return "decode_b1" if batch == 1 else "decode_batch"
+
+
+HEADLINE_KINDS = ("ttft", "tpot", "e2e", "throughput")
+
+
+def run_error_bands(gpu: str, engine: str | None, batch: int, context_tokens: int, serving: bool,
+                    path: Path | None = None) -> dict[str, dict[str, Any]]:
+    """The ``error_band`` objects of a run's headline figures, by metric kind (ttft, tpot, e2e, throughput).
+
+    ``gpu``: the run's GPU name; ``engine``: its engine profile (vllm when None); ``serving``:
+    arrivals over time (a rate or a trace) rather than a closed batch. Each object is
+    :meth:`Band.as_dict` or ``{"low": null, "high": null, "rows": 0, "reason": ...}``.
+    """
+    family = family_of(gpu)
+    out = {}
+    for kind in HEADLINE_KINDS:
+        regime = regime_of_run(kind, batch, context_tokens, serving)
+        out[kind] = lookup_band(family, engine or "vllm", regime, kind, path).as_dict()
+    return out
+
+
+def band_text(band: dict[str, Any]) -> str:
+    """``typical error -12%..+30% from 14 validation rows`` or the reason there is none (for reports)."""
+    if band.get("low") is None:
+        return f"no error band: {band.get('reason', 'unknown')}"
+    return f"typical error {100 * band['low']:+.0f}%..{100 * band['high']:+.0f}% from {band['rows']} validation rows"
+
+
+def error_bands_for_run(run: Any, path: Path | None = None) -> dict[str, dict[str, Any]]:
+    """:func:`run_error_bands` of an ``EngineRun`` (``simulator.plan.run``): what the report shows beside its figures.
+
+    The run is *serving* when its workload is not a closed batch; its context is the mean
+    prompt plus the mean output; its engine is the System's engine profile (vllm without one).
+    """
+    system, workload = run.deployment.system, run.workload
+    engine = getattr(getattr(system, "engine", None), "name", None)
+    context = round(float(workload.prompt_tokens.mean()) + float(workload.output_tokens.mean()))
+    return run_error_bands(system.gpu.name, engine, len(workload), context, workload.kind != "closed", path)
