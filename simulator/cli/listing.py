@@ -6,16 +6,25 @@ import click
 
 from simulator.cli.options import reports_input_errors
 from simulator.model import GPUSpec, list_gpus, list_models
-from simulator.model.layers import build_operators, parameter_count
-from simulator.model.precision import Precision
+from simulator.model.layers import model_parameters
 from simulator.report.compare import text_table
 from simulator.tabular import to_json
 from simulator.units import fmt_bytes, fmt_count
 
 
-def _model_params(model) -> int:
-    # Parameter counts do not depend on the GPU; any shipped GPU builds the operator list.
-    return parameter_count(build_operators(model, Precision(), list_gpus()[0]))
+def _experts(model) -> str:
+    if not model.is_moe:
+        return "-"
+    shared = f"+{model.moe_shared_experts}" if model.moe_shared_experts else ""
+    return f"{model.moe_experts}{shared} top-{model.moe_top_k}"
+
+
+def _window(model) -> str:
+    if model.sliding_window is None or not model.sliding_layers:
+        return "-"
+    if model.sliding_layers == model.num_layers:
+        return str(model.sliding_window)
+    return f"{model.sliding_window} ({model.sliding_layers}/{model.num_layers})"
 
 
 @click.command("models")
@@ -24,18 +33,28 @@ def _model_params(model) -> int:
 def models_command(as_json: bool) -> None:
     """List the shipped model configs (configs/models/)."""
     models = list_models()
+    counts = [model_parameters(m) for m in models]
     if as_json:
-        click.echo(to_json([{**m.model_dump(), "parameters": _model_params(m), "attention_kind": m.attention_kind} for m in models], indent=2))
+        click.echo(to_json([
+            {**m.model_dump(), "parameters": c.total, "active_parameters": c.active,
+             "active_parameters_with_embedding": c.active_with_embedding, "attention_kind": m.attention_kind,
+             "architecture": m.describe_architecture()}
+            for m, c in zip(models, counts)
+        ], indent=2))
         return
     # Column widths follow the longest cell, so a long name from $MEMWALL_CONFIG_DIR does not shift the columns.
-    headers = ["name", "params", "layers", "hidden", "heads", "kv", "attention", "FFN", "max ctx"]
+    headers = ["name", "params", "active", "layers", "hidden", "heads", "kv", "attention", "window", "experts", "FFN",
+               "max ctx"]
     rows = [
-        [m.name, fmt_count(_model_params(m)), str(m.num_layers), str(m.hidden_size), str(m.num_heads),
-         str(m.num_kv_heads), m.attention_kind, str(m.ffn_size), str(m.max_context)]
-        for m in models
+        [m.name, fmt_count(c.total), fmt_count(c.active), str(m.num_layers), str(m.hidden_size), str(m.num_heads),
+         str(m.num_kv_heads), m.attention_kind, _window(m), _experts(m), str(m.expert_ffn_size if m.is_moe else m.ffn_size),
+         str(m.max_context)]
+        for m, c in zip(models, counts)
     ]
-    for line in text_table(headers, rows, align_right={1, 2, 3, 4, 5, 7, 8}):
+    for line in text_table(headers, rows, align_right={1, 2, 3, 4, 5, 6, 10, 11}):
         click.echo(line)
+    click.echo("\nactive = parameters one token multiplies with (top-k experts, LM head; not the embedding table); "
+               "FFN = one expert's width for MoE models")
 
 
 @click.command("gpus")

@@ -6,11 +6,12 @@ A ``config.json`` is read from a local path only; nothing is ever fetched from a
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from simulator.errors import InputError
+from simulator.model.hf_config import from_hf_config
 from simulator.model.loader import (
     load_validated,
     looks_like_path,
@@ -18,7 +19,6 @@ from simulator.model.loader import (
     suggest,
     validate,
 )
-from simulator.model.hf_config import from_hf_config
 from simulator.model.precision import parse_precision
 from simulator.model.registry import config_files
 
@@ -102,7 +102,7 @@ class ModelSpec(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _consistent(self) -> "ModelSpec":
+    def _consistent(self) -> ModelSpec:
         if self.num_kv_heads == 0:
             object.__setattr__(self, "num_kv_heads", self.num_heads)
         if self.kv_lora_rank and self.head_dim == 0:

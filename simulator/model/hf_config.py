@@ -212,7 +212,7 @@ def _module_of(pattern: str) -> str | None:
         return "embedding"
     if "attn" in text or "attention" in text:
         return "attention"
-    if "router" in text or text.endswith("mlp.gate") or text.endswith(".gate") or "gate.weight" in text:
+    if "router" in text or text.endswith((".gate", "gate.weight")):
         return "router"
     if "expert" in text:
         return "experts"
@@ -233,7 +233,7 @@ def _quantised_format(method: str, qc: dict[str, Any]) -> str | None:
         return "fp8"
     if method in ("awq", "gptq"):
         bits = qc.get("bits") or qc.get("w_bit")
-        return {4: "int4", 8: "int8"}.get(bits)
+        return {4: "int4", 8: "int8"}.get(int(bits)) if isinstance(bits, int) else None
     if method == "compressed-tensors":
         for group in (qc.get("config_groups") or {}).values():
             weights = group.get("weights") or {}

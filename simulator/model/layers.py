@@ -169,7 +169,7 @@ class Gemm:
         active = _active(tokens)
         matrix = self.in_features * self.out_features
         weights_read = matrix * active
-        dequant = 0.0
+        dequant: Number = 0.0
         if self.dequant_ops_per_weight:
             dequant = weights_read * _ceil_div(tokens, self.dequant_tile_tokens) * self.dequant_ops_per_weight
         read = self.in_features if self.input_read_elements is None else self.input_read_elements
@@ -235,7 +235,7 @@ class ExpertGemm:
         touched = expected_touched(q, tokens)
         tile = row_tile(tokens, self.experts)
         padded_rows = tile * row_tiles(q, tokens, tile)
-        dequant = 0.0
+        dequant: Number = 0.0
         if self.dequant_ops_per_weight:
             dequant = matrix * row_tiles(q, tokens, self.dequant_tile_tokens) * self.dequant_ops_per_weight
         write = self.out_features if self.output_write_elements is None else self.output_write_elements
@@ -971,6 +971,36 @@ class _Builder:
                 raise InputError(f"--tp: {tp} does not divide the shared-expert FFN size {F_s} of {model.name}")
             ops += self.mlp("shared_", F_s, F_s // tp, count, "experts")
         return ops
+
+
+class MoEFacts(NamedTuple):
+    """What the report says about a mixture-of-experts deployment at one step size."""
+
+    experts: int
+    top_k: int
+    shared_experts: int
+    moe_layers: int
+    ep: int
+    experts_per_gpu: int
+    touched_per_gpu: float
+    """expected distinct experts per MoE layer a step of ``tokens`` touches on the busiest GPU"""
+
+
+def moe_facts(model: ModelSpec, operators: tuple[Operator, ...], tokens: float) -> MoEFacts | None:
+    """Routed experts, their split over GPUs and the experts a step of ``tokens`` tokens touches (None: dense)."""
+    experts = next((op for op in operators if isinstance(op, ExpertGemm)), None)
+    if experts is None:
+        return None
+    per_gpu = len(experts.probabilities)
+    return MoEFacts(
+        experts=model.moe_experts,
+        top_k=model.moe_top_k,
+        shared_experts=model.moe_shared_experts,
+        moe_layers=model.moe_layers,
+        ep=model.moe_experts // per_gpu,
+        experts_per_gpu=per_gpu,
+        touched_per_gpu=float(experts.experts_touched(tokens)),
+    )
 
 
 class ParameterCounts(NamedTuple):

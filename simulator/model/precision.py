@@ -98,7 +98,7 @@ class Precision(BaseModel):
     fp4_tensor_cores: bool = True
 
     @model_validator(mode="after")
-    def _one_format_per_module(self) -> "Precision":
+    def _one_format_per_module(self) -> Precision:
         names = [name for name, _ in self.modules]
         if len(names) != len(set(names)):
             raise ValueError(f"a module is given two formats: {names}")
@@ -117,7 +117,7 @@ class Precision(BaseModel):
                 return self.weights
             module = fallback
 
-    def for_module(self, module: str) -> "Precision":
+    def for_module(self, module: str) -> Precision:
         """A uniform Precision with ``module``'s weight format and this run's activations and KV cache."""
         if not self.modules and module not in _UNQUANTISED_BY_DEFAULT:
             return self
@@ -125,7 +125,7 @@ class Precision(BaseModel):
             update={"weights": self.module_weights(module), "modules": (), "activations": self.activation_dtype}
         )
 
-    def on_gpu(self, peaks: Collection[str]) -> "Precision":
+    def on_gpu(self, peaks: Collection[str]) -> Precision:
         """This precision on a GPU with tensor-core peaks for ``peaks``: fp4 formats run on FP4 tensor cores or not."""
         has_fp4 = "fp4" in peaks
         if has_fp4 == self.fp4_tensor_cores:
@@ -277,11 +277,12 @@ def parse_precision(weights: str, kv: str, group_size: int = 128) -> Precision:
     activations = None
     if modules and DTYPE_BYTES[default] < 2:
         activations = "bf16" if "bf16" in modules.values() else "fp16"
-    return Precision(
-        weights=default,
-        kv=kv,
-        group_size=group_size,
-        modules=tuple(modules.items()),
-        activations=activations,
-        fp8_block=fp8_block,
-    )
+    # Every value was checked against WEIGHT_DTYPES / KV_DTYPES / MODULES above; pydantic checks again.
+    return Precision.model_validate({
+        "weights": default,
+        "kv": kv,
+        "group_size": group_size,
+        "modules": tuple(modules.items()),
+        "activations": activations,
+        "fp8_block": fp8_block,
+    })

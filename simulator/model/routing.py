@@ -125,6 +125,6 @@ def busiest_share(q: np.ndarray, ep: int) -> float:
     if ep <= 1:
         return 0.0
     if _is_uniform(q):
-        return remote_gpus_per_token(len(q), int(round(float(q.sum()))), ep)
+        return remote_gpus_per_token(len(q), round(float(q.sum())), ep)
     hit = np.array([1.0 - np.prod(1.0 - local_probabilities(q, ep, rank)) for rank in range(ep)])
     return float(max((ep - 1) * hit[0], hit[1:].sum()))
