@@ -56,7 +56,7 @@ def test_length_specs_parse_and_sample_within_bounds():
     ],
 )
 def test_bad_length_spec_says_what_is_wrong(spec, message):
-    with pytest.raises(InputError, match=r"--prompt-tokens: cannot use .*" + message + r".*; allowed: N, uniform"):
+    with pytest.raises(InputError, match=r"--prompt-tokens: cannot read .*" + message + r".*; allowed: N, uniform"):
         parse_length_spec(spec, "--prompt-tokens")
 
 

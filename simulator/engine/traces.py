@@ -739,7 +739,7 @@ def read_trace(path: str | Path, reader: str = "auto") -> Trace:
     if reader not in ("auto", "arrow", "python"):
         raise InputError(f"trace reader: unknown {reader!r}; allowed: auto, arrow, python")
     if not path.is_file():
-        raise InputError(f"--trace: no such file: {path}")
+        raise InputError(f"--trace: cannot read {path}: no such file")
     lines = check_utf8(path)
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):

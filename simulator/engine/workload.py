@@ -148,7 +148,7 @@ def parse_length_spec(spec: str | int, option: str) -> LengthSpec:
             return LengthSpec("normal", _real(values[0], "MEAN", 1.0), _real(values[1], "STD", 0.0))
         raise ValueError(f"unknown distribution {kind!r}")
     except ValueError as exc:
-        raise InputError(f"{option}: cannot use {str(spec)!r}: {exc}; {allowed}") from None
+        raise InputError(f"{option}: cannot read {str(spec)!r}: {exc}; {allowed}") from None
 
 
 # -- request counts ---------------------------------------------------------------------------------------
