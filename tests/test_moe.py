@@ -144,3 +144,21 @@ def test_qwen_step_and_dense_layer_keys_pick_the_moe_layers():
     model = fixture("Qwen3-30B-A3B").model_copy(update={"moe_layer_step": 2, "moe_dense_layer_indices": [1]})
     # (i + 1) % 2 == 0 -> layers 1, 3, 5, ... ; layer 1 is forced dense: 23 MoE layers of 48.
     assert model.moe_layers == 23
+
+
+def test_deepseek_v3_on_8_h200_with_ep_8_runs_and_prices_the_all_to_all():
+    from simulator.model.layers import moe_facts
+    from simulator.plan.run import simulate_from_options
+
+    run = simulate_from_options({"model": "deepseek-v3", "gpu": "h200", "tp": 8, "ep": 8, "weights": "fp8",
+                                 "batch": 64, "ctx": 4096})
+    system = run.deployment.system
+    assert run.deployment.memory.fits and system.ep == 8
+    cost = system.step_cost(run.result.last_decode_step)
+    alltoall = {op.name: op for op in cost.operators if op.kind == "alltoall"}
+    assert set(alltoall) == {"moe_dispatch", "moe_combine"}
+    assert all(op.count == 58 and op.seconds > 0 for op in alltoall.values())
+    facts = moe_facts(system.model, system.operators, 64)
+    # 256 / 8 = 32 experts per GPU; 64 tokens touch 32 * (1 - (1 - 8/256)^64) = 27.8 of them.
+    assert facts is not None and facts.experts_per_gpu == 32
+    assert facts.touched_per_gpu == pytest.approx(32 * (1 - (1 - 8 / 256) ** 64))
