@@ -75,3 +75,11 @@ def test_fp8_kv_halves_the_latent_reads():
     fp8 = attention(precision=Precision(weights="bf16", kv="fp8")).work(Step.decode(4, 2048))
     assert fp8.kv_read_bytes == bf16.kv_read_bytes / 2 == 576 * 4 * 2048
     assert fp8.flops == pytest.approx(bf16.flops)
+
+
+def test_mla_has_no_gqa_variant():
+    from simulator.errors import InputError
+    from simulator.model import with_attention
+
+    with pytest.raises(InputError, match="latent"):
+        with_attention(LITE, "gqa:4")

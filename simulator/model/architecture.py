@@ -231,6 +231,9 @@ def with_attention(spec: ModelSpec, variant: str | None) -> ModelSpec:
     if variant is None:
         return spec
     text = variant.strip().lower()
+    if spec.is_mla:
+        raise InputError(f"--attention: {spec.name} uses multi-head latent attention (MLA); its KV cache is a "
+                         "latent, not heads, so it has no MHA/MQA/GQA variant")
     if text == "mha":
         kv_heads = spec.num_heads
     elif text == "mqa":
