@@ -59,7 +59,11 @@ from simulator.cost.collectives import (
     collective_network,
     point_to_point_seconds,
 )
-from simulator.cost.engine_overhead import graph_captured, has_overhead, iteration_overhead_seconds
+from simulator.cost.engine_overhead import (
+    graph_captured,
+    has_overhead,
+    iteration_overhead_seconds,
+)
 from simulator.cost.kernels import gemm_shape_efficiency, memory_half_bytes
 from simulator.errors import InputError
 from simulator.model.engine_profile import IDEAL, EngineProfile
@@ -150,7 +154,7 @@ def _maximum(a: Number, b: Number) -> Number:
     # A comparison of scalars is ~20x faster than np.maximum; arrays need the elementwise form.
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return np.maximum(a, b)
-    return b if b > a else a
+    return max(a, b)
 
 
 def _where(condition: Number, a: Number, b: Number) -> Number:
@@ -249,7 +253,7 @@ def operator_rates(op: Operator, gpu: GPUSpec, tokens: Number = 0.0, model: Time
     if shape and op.kind == "attention" and getattr(op, "kernel", "flash") == "flash":
         compute_eff = eff.attention_compute
     peak = gpu.peak_flops.get(op.compute_dtype) or gpu.peak(op.compute_dtype)
-    dequantises = op.kind == "gemm" and getattr(op, "dequant_ops_per_weight", 0.0)
+    dequantises = op.kind == "gemm" and bool(getattr(op, "dequant_ops_per_weight", 0.0))
     bandwidth = gpu.hbm_bandwidth_bytes_per_second
     return OperatorRates(
         flops_per_second=peak * compute_eff,

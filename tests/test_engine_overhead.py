@@ -1,0 +1,144 @@
+"""Engine profiles: host CPU time per iteration, its overlap with the GPU, graph capture; through the engine too."""
+
+import numpy as np
+import pytest
+
+from simulator.cost.engine_overhead import (
+    exposed_seconds,
+    graph_captured,
+    iteration_cpu_seconds,
+    iteration_overhead_seconds,
+)
+from simulator.cost.system import System
+from simulator.engine.engine import simulate
+from simulator.engine.scheduler import SchedulerConfig
+from simulator.engine.workload import LengthSpec, closed_batch
+from simulator.errors import InputError
+from simulator.model import load_gpu, load_model
+from simulator.model.engine_profile import (
+    IDEAL,
+    list_engine_profiles,
+    load_engine_profile,
+)
+from simulator.model.precision import Precision
+from simulator.model.step import Step
+from simulator.plan.deployment import deployment_from_options
+
+
+def test_cpu_time_of_k_sequences_is_fixed_plus_per_sequence_plus_per_token():
+    vllm = load_engine_profile("vllm")
+    # 0.3 ms + 32 * 20 us + 32 tokens * 20 ns = 300 + 640 + 0.64 us = 940.64 us
+    assert iteration_cpu_seconds(vllm, 32, 32) == pytest.approx(940.64e-6, rel=1e-12)
+    # A prefill chunk of 2048 tokens for 1 sequence: 300 + 20 + 40.96 us = 360.96 us
+    assert iteration_cpu_seconds(vllm, 1, 2048) == pytest.approx(360.96e-6, rel=1e-12)
+    assert iteration_cpu_seconds(vllm, 0, 0) == 0.0  # no iteration, no host work
+    got = iteration_cpu_seconds(vllm, np.array([0.0, 32.0]), np.array([0.0, 32.0]))
+    assert got == pytest.approx([0.0, 940.64e-6], rel=1e-12)
+
+
+def test_vllm_v0_overhead_is_vidurs_straight_line():
+    v0 = load_engine_profile("vllm-v0")
+    # Vidur's A100 profile, sum of the four CPU phases: 2.983 ms at batch 8 and 12.558 ms at batch 64.
+    assert iteration_cpu_seconds(v0, 8, 8) == pytest.approx(2.983e-3, rel=2e-3)
+    assert iteration_cpu_seconds(v0, 64, 64) == pytest.approx(12.558e-3, rel=2e-3)
+
+
+def test_an_overlapping_engine_hides_cpu_work_under_the_gpu_step():
+    sglang = load_engine_profile("sglang")
+    cpu = iteration_cpu_seconds(sglang, 16, 16)  # 300 + 160 + 0.32 us = 460.32 us
+    assert cpu == pytest.approx(460.32e-6, rel=1e-12)
+    assert exposed_seconds(sglang, cpu, gpu_seconds=10e-3) == 0.0  # hidden under a 10 ms step
+    # a 0.2 ms step leaves 460.32 - 200 = 260.32 us exposed
+    assert exposed_seconds(sglang, cpu, gpu_seconds=200e-6) == pytest.approx(260.32e-6, rel=1e-12)
+    # vLLM V1 overlaps nothing: all of it
+    vllm = load_engine_profile("vllm")
+    assert iteration_overhead_seconds(vllm, 16, 16, 10e-3) == pytest.approx(300e-6 + 16 * 20e-6 + 16 * 20e-9, rel=1e-12)
+
+
+def test_graphs_capture_decode_up_to_the_engines_size():
+    vllm, sglang = load_engine_profile("vllm"), load_engine_profile("sglang")
+    assert graph_captured(vllm, Step.decode(512, 100))
+    assert not graph_captured(vllm, Step.decode(513, 100))
+    assert graph_captured(vllm, Step.prefill(1, 256))  # V1 piecewise graphs take mixed steps too
+    assert not graph_captured(sglang, Step.prefill(1, 256))  # SGLang captures decode only
+    assert not graph_captured(vllm.eager(), Step.decode(1, 100))
+    got = graph_captured(sglang, Step.decode(np.array([8.0, 200.0]), 100.0))
+    assert got.tolist() == [True, False]  # 160 is SGLang's cuda_graph_max_bs
+
+
+def test_shipped_profiles_load_and_ideal_is_the_built_in_one():
+    names = {p.name for p in list_engine_profiles()}
+    assert {"vllm", "vllm-v0", "sglang", "trtllm", "ideal"} <= names
+    assert load_engine_profile("ideal") == IDEAL
+    assert load_engine_profile("TensorRT-LLM").name == "trtllm"
+    with pytest.raises(InputError, match="--engine: unknown engine 'vlm'.*did you mean"):
+        load_engine_profile("vlm")
+
+
+def test_a_system_adds_the_exposed_host_time_to_the_step():
+    model, gpu = load_model("llama3-8b"), load_gpu("h100")
+    ideal = System(model, gpu, Precision())
+    vllm = System(model, gpu, Precision(), engine=load_engine_profile("vllm"))
+    step = Step.decode(16, 1024)
+    # Both capture the step in a graph, so only the host time differs: 300 + 16 * 20 + 16 * 0.02 us = 620.32 us
+    assert vllm.step_cost(step).overhead_seconds == pytest.approx(620.32e-6, rel=1e-12)
+    assert vllm.step_seconds(step) - ideal.step_seconds(step) == pytest.approx(620.32e-6, rel=1e-9)
+    assert vllm.step_totals(step).overhead_seconds == pytest.approx(620.32e-6, rel=1e-9)
+
+
+def test_the_engine_adds_the_overhead_to_every_iteration():
+    model, gpu = load_model("llama3-8b"), load_gpu("h100")
+    workload = closed_batch(4, LengthSpec("fixed", 32), LengthSpec("fixed", 40))
+    config = SchedulerConfig()
+    ideal = simulate(System(model, gpu, Precision()), workload, config, kv_blocks=10_000)
+    vllm = simulate(System(model, gpu, Precision(), engine=load_engine_profile("vllm")), workload, config,
+                    kv_blocks=10_000)
+    # One prefill iteration (4 sequences, 128 tokens) then 39 decode iterations of 4 sequences: each longer by
+    # 300 + 4 * 20 us plus 20 ns per token: 380.08 us per decode, 300 + 80 + 2.56 = 382.56 us for the prefill.
+    assert ideal.totals.iterations == vllm.totals.iterations == 40
+    extra = vllm.totals.busy_seconds - ideal.totals.busy_seconds
+    assert extra == pytest.approx(39 * 380.08e-6 + 382.56e-6, rel=1e-9)
+    decode_gap = np.diff(vllm.log["end"])[1:] - np.diff(ideal.log["end"])[1:]
+    assert decode_gap == pytest.approx(380.08e-6, rel=1e-6)
+
+
+def test_options_default_to_vllm_and_accept_the_new_keys():
+    base = {"model": "llama3-8b", "gpu": "h100"}
+    system = deployment_from_options(base, 1, 1024).system
+    assert (system.engine.name, system.collectives, system.kernel_efficiency) == ("vllm", "auto", "shape")
+    eager = deployment_from_options({**base, "engine": "sglang", "enforce_eager": True, "collectives": "off",
+                                     "kernel_efficiency": "flat"}, 1, 1024).system
+    assert eager.engine.name == "sglang" and eager.engine.enforce_eager
+    assert (eager.collectives, eager.kernel_efficiency) == ("off", "flat")
+    with pytest.raises(InputError, match="--kernel-efficiency: unknown 'wavy'"):
+        deployment_from_options({**base, "kernel_efficiency": "wavy"}, 1, 1024)
+
+
+SYSTEMS = [
+    {"model": "llama2-70b", "gpu": "h100", "tp": 4, "engine": "vllm"},
+    {"model": "llama3-8b", "gpu": "a100", "tp": 1, "engine": "sglang"},
+    {"model": "llama2-13b", "gpu": "l40s", "tp": 2, "engine": "vllm-v0", "enforce_eager": True},
+    {"model": "mistral-7b", "gpu": "mi300x", "tp": 2, "engine": "trtllm"},
+]
+
+
+@pytest.mark.parametrize("options", SYSTEMS, ids=lambda o: f"{o['model']}-{o['gpu']}-{o['engine']}")
+def test_step_totals_equal_step_cost_under_the_full_time_model(options):
+    system = deployment_from_options(options, 1, 2048, require_fit=False).system
+    rng = np.random.default_rng(11)
+    steps = []
+    for size in (None, None, None, 30):
+        def draw(low, high, size=size):
+            values = rng.integers(low, high, size).astype(float)
+            return values if size is not None else float(values)
+
+        steps.append(Step.prefill(draw(0, 3), draw(1, 3000), draw(0, 2000)) + Step.decode(draw(0, 600), draw(1, 4000)))
+    steps.append(Step.decode(64.0, np.array([1.0, 100.0, 5000.0])))
+    steps.append(Step.decode(np.array([8.0, 300.0, 600.0]), 2000.0))
+    for step in steps:
+        cost, totals = system.step_cost(step), system.step_totals(step)
+        expected = (cost.seconds, cost.flops, cost.bytes, cost.compute_bound_seconds, cost.memory_bound_seconds,
+                    cost.communication_seconds)
+        for name, got, want in zip(totals._fields, totals, expected):
+            assert np.allclose(got, want, rtol=1e-12, atol=0.0), name
+        assert np.allclose(totals.overhead_seconds, cost.overhead_seconds, rtol=1e-9, atol=1e-15)

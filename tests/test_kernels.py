@@ -1,0 +1,132 @@
+"""Kernel efficiency by shape and size, FlashAttention's K/V traffic with L2 reuse, launches in and out of graphs."""
+
+import numpy as np
+import pytest
+
+from simulator.cost.kernels import (
+    gemm_shape_efficiency,
+    memory_efficiency,
+    memory_half_bytes,
+)
+from simulator.cost.step_cost import OperatorRates, roofline
+from simulator.cost.system import System
+from simulator.model import load_gpu, load_model
+from simulator.model.engine_profile import load_engine_profile
+from simulator.model.layers import Work, flash_query_tile_rows
+from simulator.model.precision import Precision
+from simulator.model.step import Step
+
+
+def test_a_gemm_whose_tiles_leave_a_partial_wave():
+    # 128 rows x 4096 columns on 108 SMs, no split-K: 64x128 tiles -> 2 * 32 = 64 tiles, one wave of 108
+    # slots: 64 / 108 = 0.5926 (128x128 tiles: 32 / 108; 256x128 pads the rows to 256: half of 32 / 108).
+    assert gemm_shape_efficiency(128, 4096, 108) == pytest.approx(64 / 108, rel=1e-12)
+    # With K = 4096 split-K up to 16 ways is allowed (16 * 256 <= 4096): 64 tiles x 16 = 1024 units in
+    # ceil(1024 / 108) = 10 waves of 108: 1024 / 1080 = 0.9481 (the best split).
+    assert gemm_shape_efficiency(128, 4096, 108, depth=4096) == pytest.approx(1024 / 1080, rel=1e-12)
+
+
+def test_tile_quantisation_pads_rows_to_the_smallest_row_tile():
+    # 100 rows pad to 128 with any tile of 64 or 128 rows: 100 / 128 = 0.78125 (no wave limit: sm_count 0).
+    assert gemm_shape_efficiency(100, 256, 0) == pytest.approx(0.78125, rel=1e-12)
+    # One token: 1 / 64 of a 64-row tile.
+    assert gemm_shape_efficiency(1, 256, 0) == pytest.approx(1 / 64, rel=1e-12)
+    got = gemm_shape_efficiency(np.array([100.0, 1.0, 100.0]), 256, 0)
+    assert got == pytest.approx([0.78125, 1 / 64, 0.78125], rel=1e-12)
+
+
+def test_memory_efficiency_is_half_the_ceiling_at_the_bandwidth_latency_product():
+    # H100: 3.35e12 B/s * 0.5 us = 1,675,000 bytes
+    half = memory_half_bytes(3.35e12, 5e-7)
+    assert half == pytest.approx(1_675_000, rel=1e-12)
+    assert memory_efficiency(half, 0.8, half) == pytest.approx(0.4, rel=1e-12)
+    assert memory_efficiency(99 * half, 0.8, half) == pytest.approx(0.8 * 0.99, rel=1e-12)
+
+
+def test_roofline_charges_the_shape_the_ramp_and_the_launch():
+    # A GEMM of 128 rows x 4096 columns x 4096 deep: 2 * 128 * 4096 * 4096 = 4,294,967,296 FLOPs.
+    flops = 2.0 * 128 * 4096 * 4096
+    moved = 33_554_432.0  # 4096 * 4096 * 2 bytes of weights
+    work = Work(flops=flops, weight_bytes=moved, launches=1.0)
+    rates = OperatorRates(flops_per_second=1e15, dequant_ops_per_second=None, bytes_per_second=2e12,
+                          launch_seconds=2e-6, memory_half_bytes=1e6, gemm_columns=4096, gemm_depth=4096,
+                          sm_count=108)
+    compute, memory, seconds, launch = roofline(work, rates, count=2, rows=128.0)
+    # compute: 4,294,967,296 / (1e15 * 1024 / 1080) = 4.5298 us per instance
+    assert compute == pytest.approx(2 * flops / (1e15 * 1024 / 1080), rel=1e-12)
+    # memory: (33,554,432 + 1,000,000) / 2e12 = 17.277 us per instance
+    assert memory == pytest.approx(2 * (moved + 1e6) / 2e12, rel=1e-12)
+    assert seconds == pytest.approx(2 * ((moved + 1e6) / 2e12 + 2e-6), rel=1e-12)
+    assert launch == pytest.approx(2 * 2e-6, rel=1e-12)
+
+
+def test_outside_a_graph_a_short_kernel_waits_for_the_host():
+    work = Work(flops=0.0, activation_bytes=2e6, launches=1.0)
+    rates = OperatorRates(1e15, None, 2e12, 2e-6, eager_launch_seconds=5e-6)
+    # kernel: 2e6 / 2e12 = 1 us + 2 us launch = 3 us; the host needs 5 us to launch it.
+    _, _, captured, _ = roofline(work, rates, 1, captured=True)
+    _, _, eager, launch = roofline(work, rates, 1, captured=False)
+    assert captured == pytest.approx(3e-6, rel=1e-12)
+    assert eager == pytest.approx(5e-6, rel=1e-12)
+    assert launch == pytest.approx(4e-6, rel=1e-12)  # 5 us less the 1 us of memory traffic
+    both = roofline(work, rates, 1, captured=np.array([True, False]))[2]
+    assert both == pytest.approx([3e-6, 5e-6], rel=1e-12)
+
+
+def _attention(system: System, step: Step):
+    return next(c for c in system.step_cost(step).operators if c.name == "attention")
+
+
+def test_flash_prefill_reads_each_key_once_when_the_heads_at_work_fit_in_l2():
+    model, gpu = load_model("llama2-7b"), load_gpu("h100")
+    # B_r on H100: 233,472 / 2 = 116,736 elements of SRAM, B_c = ceil(116,736 / (4 * 128)) = 228, B_r = min(228, 128)
+    assert flash_query_tile_rows(gpu, 128, 2) == 128
+    step = Step.prefill(1, 4095)
+    # pairs 4095 * 4096 / 2 = 8,386,560. Heads at work: 132 SMs * 128 rows / 4095 = 4.126, each streaming
+    # ~4095.5 keys * 2 * 128 * 2 bytes = 2.1 MB: 8.65 MB of K/V, under the 50 MiB L2: every key read once.
+    # Per layer K/V read: 4095 keys * 2 * 32 heads * 128 * 2 bytes = 67,092,480 bytes; 32 layers.
+    shape = System(model, gpu, Precision(), kernel_efficiency="shape")
+    assert _attention(shape, step).kv_read_bytes == pytest.approx(32 * 67_092_480, rel=1e-12)
+    # The paper's count without L2 (the flat model): 4095 + 8,386,560 / 128 = 69,615 key reads per layer.
+    flat = System(model, gpu, Precision())
+    assert _attention(flat, step).kv_read_bytes == pytest.approx(32 * 69_615 * 16_384, rel=1e-12)
+    # Compute-bound once the re-reads are gone.
+    assert _attention(shape, step).bound == "compute"
+
+
+def test_a_short_chunk_on_a_long_cache_overflows_l2_and_rereads_part_of_it():
+    model, gpu = load_model("llama2-7b"), load_gpu("a100")
+    # A100: L2 40 MiB = 41,943,040 bytes, 108 SMs, B_r = min(ceil(83,968 / 512), 128) = 128.
+    step = Step.prefill(1, 512, cached_tokens=3584)
+    pairs = 512 * 3584 + 512 * 513 / 2  # 1,966,336
+    keys = pairs / 512 + 256  # 4,096.5 keys per chunk
+    heads = 108 * 128 / 512  # 27 (sequence, head) pairs at work
+    working_set = heads * keys * 2 * 128 * 2  # 27 * 2,097,408 = 56,630,016 bytes > L2
+    reuse = 41_943_040 / working_set  # 0.7407
+    reads = 4096 + pairs / 128 * (1 - reuse)  # one read of every key + the re-reads that miss L2
+    shape = System(model, gpu, Precision(), kernel_efficiency="shape")
+    assert _attention(shape, step).kv_read_bytes == pytest.approx(32 * reads * 16_384, rel=1e-12)
+
+
+def test_flash_attention_prefill_runs_at_its_own_ceiling_under_the_shape_model():
+    model, gpu = load_model("llama2-7b"), load_gpu("h100")
+    cost = _attention(System(model, gpu, Precision(), kernel_efficiency="shape"), Step.prefill(1, 4095))
+    # 4 * 32 * 128 * 8,386,560 + 5 * 32 * 8,386,560 FLOPs per layer, at 989e12 * 0.70
+    flops = 32 * (4 * 32 * 128 * 8_386_560 + 5 * 32 * 8_386_560)
+    assert cost.compute_seconds == pytest.approx(flops / (989e12 * 0.70), rel=1e-12)
+
+
+def test_eager_mode_launches_from_the_host_and_graphs_stop_at_the_capture_size():
+    model, gpu = load_model("llama3-8b"), load_gpu("h100")
+    vllm = load_engine_profile("vllm")
+    graphs = System(model, gpu, Precision(), engine=vllm)
+    eager = System(model, gpu, Precision(), engine=vllm.eager())
+    step = Step.decode(8, 512)
+    gather_graph = next(c for c in graphs.step_cost(step).operators if c.name == "embedding")
+    gather_eager = next(c for c in eager.step_cost(step).operators if c.name == "embedding")
+    # The embedding gather of 8 tokens takes well under the 5 us the host needs to launch it.
+    assert gather_eager.seconds == pytest.approx(5e-6, rel=1e-12)
+    assert gather_graph.seconds < 5e-6
+    # Past vLLM's 512-token capture limit the step is launched eagerly even with graphs on.
+    big = Step.decode(513, 512)
+    assert next(c for c in graphs.step_cost(big).operators if c.name == "embedding").seconds >= 5e-6
