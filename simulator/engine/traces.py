@@ -357,7 +357,7 @@ def _finish(path: Path, fmt: TraceFormat, columns: _Columns, timed: bool, notes:
     columns.flush()
     if columns.skipped:
         notes.insert(0, f"{path.name}: skipped {columns.skipped:,} of {columns.rows + columns.skipped:,} "
-                        f"{columns.skipped_what} (failed requests in a {fmt.name} trace)")
+                        f"{columns.skipped_what} (failed requests, as the {fmt.name} format records them)")
     seconds, prompts, outputs = columns.arrays()
     if not len(seconds):
         skipped = f" (all {columns.skipped:,} rows had 0 tokens)" if columns.skipped else ""
