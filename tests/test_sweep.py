@@ -91,12 +91,14 @@ def test_best_throughput_and_cost_only_among_points_meeting_the_slo():
 
 
 def fake_run(options):
-    """TPOT p99 = batch / 1000 s; TTFT p99 = 0.2 / (1 - qps / 20) s; 100 tokens/s per sequence; tp 2."""
-    batch, qps = options.get("batch", 1), options.get("qps")
+    """TPOT p99 = batch / 1000 s; TTFT p99 = 0.2 / (1 - q / 20) s at q = qps / replicas; 100 tokens/s per sequence; tp 2."""
+    batch, replicas = options.get("batch", 1), options.get("replicas", 1)
+    qps = None if options.get("qps") is None else options["qps"] / replicas
     ttft = 0.2 if qps is None else (0.2 / (1 - qps / 20) if qps < 20 else math.inf)
     return {
         "gpu": A100,
         "tp": 2,
+        "replicas": replicas,
         "latency": {"ttft_seconds": {"p99": ttft}, "tpot_seconds": {"p99": batch / 1000}, "e2e_seconds": {"p99": 1.0}},
         "throughput": {"output_tokens_per_second": 100.0 * batch},
     }
@@ -118,7 +120,8 @@ def test_max_qps_under_slo_and_gpus_for_a_target(monkeypatch):
     row = evaluate_point(PointTask(0, {"model": "m", "gpu": "a100"}, {"ttft": 1.0}, search, {A100: 1.8}))
     qps = row["search.max_qps_under_slo.qps"]
     assert 16 * (1 - 0.02) <= qps <= 16  # 0.2 / (1 - q/20) <= 1  <=>  q <= 16
-    # 50 / 16 = 3.125 (and 50 / 15.68 = 3.19): 4 replicas of 2 GPUs, 8 x $1.8 = $14.4/h
+    # 50 / 16 = 3.125: the search starts at 4 replicas. 4: 12.5/s each, TTFT 0.2 / (1 - 12.5/20) = 0.53 s passes;
+    # 3: 16.7/s each, 0.2 / (1 - 16.7/20) = 1.2 s fails. 4 replicas of 2 GPUs, 8 x $1.8 = $14.4/h
     assert row["search.min_gpus_for_qps.replicas"] == 4
     assert row["search.min_gpus_for_qps.gpus"] == 8
     assert row["search.min_gpus_for_qps.usd_per_hour"] == pytest.approx(14.4)

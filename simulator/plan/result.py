@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from simulator.cost.step_cost import StepCost
+from simulator.engine.metrics import REJECTED
 from simulator.errors import InputError
 from simulator.plan.placement import queued_counts
 
@@ -72,6 +73,9 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
         "gpu": system.gpu.name,
         "tp": tp,
         "tp_auto": dep.auto_tp and tp > 1,
+        "replicas": run.settings.replicas,
+        "router": run.settings.router,
+        "gpus": tp * run.settings.replicas,
         "batch": len(workload) if workload.kind == "closed" else int(opts.batch),
         "ctx": ctx,
         "gen": gen,
@@ -184,6 +188,7 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
             "queued_for_kv": queued_for_kv,
         },
         "preemptions": m.preemptions,
+        "replica_summaries": replica_summaries(run),
         "mfu": m.mfu,
         "mbu": m.mbu,
         "time": {
@@ -200,12 +205,32 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
     }
 
 
+def replica_summaries(run: "EngineRun") -> list[dict[str, Any]]:
+    """One entry per replica: its requests, throughput, latency and KV use (SI units)."""
+    return [
+        {
+            "replica": index,
+            "requests": m.requests,
+            "completed": m.completed,
+            "output_tokens_per_second": m.output_tokens_per_second,
+            "ttft_seconds_p50": m.ttft.p50,
+            "ttft_seconds_p99": m.ttft.p99,
+            "tpot_seconds_p50": m.tpot.p50,
+            "preemptions": m.preemptions,
+            "kv_high_water_fraction": m.kv_high_water_fraction,
+            "busy_fraction": m.busy_seconds / m.duration_seconds if m.duration_seconds > 0 else 0.0,
+        }
+        for index, m in enumerate(run.replica_metrics)
+    ]
+
+
 def per_request_arrays(run: "EngineRun") -> dict[str, np.ndarray]:
     """One array per column, one element per request in arrival order (seconds; NaN where a request never got there).
 
     Columns: request, arrival_seconds, prompt_tokens, output_tokens, status (code, see
     ``simulator.engine.metrics.STATE_NAMES``), reject_reason (code, see ``REJECT_KEYS``),
-    queue_seconds, ttft_seconds, tpot_seconds, e2e_seconds, finish_seconds, preemptions.
+    queue_seconds, ttft_seconds, tpot_seconds, e2e_seconds, finish_seconds, preemptions, replica (the
+    replica that served it, -1 if rejected; see ``simulator.engine.cluster``).
     """
     result, workload = run.result, run.workload
     arrival = workload.arrival_seconds
@@ -225,6 +250,7 @@ def per_request_arrays(run: "EngineRun") -> dict[str, np.ndarray]:
         "e2e_seconds": result.finish - arrival,
         "finish_seconds": result.finish,
         "preemptions": result.preemptions,
+        "replica": result.extra.get("replica", np.where(result.status == REJECTED, -1, 0)),
     }
 
 

@@ -18,7 +18,8 @@ from typing import Any, Callable
 import numpy as np
 
 from simulator.cost.deployment import Deployment
-from simulator.engine.engine import EngineResult, simulate
+from simulator.engine.cluster import simulate_cluster
+from simulator.engine.engine import EngineResult
 from simulator.engine.kvcache import KVCapacity, kv_capacity
 from simulator.engine.metrics import Aggregates, aggregate
 from simulator.engine.scheduler import SchedulerConfig
@@ -55,6 +56,8 @@ class EngineRun(Prepared):
 
     result: EngineResult
     metrics: Aggregates
+    replica_metrics: tuple[Aggregates, ...] = ()
+    """each replica's own aggregates (one entry per replica; see simulator.engine.cluster)"""
 
     @property
     def notes(self) -> list[str]:
@@ -145,12 +148,16 @@ def simulate_settings(
     """Prepare and run the engine; ``progress(finished, total requests)`` is called now and then."""
     prep = prepare(settings)
     system = prep.deployment.system
-    result = simulate(system, prep.workload, prep.config, prep.capacity.blocks, progress)
-    metrics = aggregate(
-        result, system.tp, system.peak_flops, system.gpu.hbm_bandwidth_bytes_per_second,
-        prep.settings.slo_ttft, prep.settings.slo_tpot, prep.settings.slo_e2e,
-    )
-    return EngineRun(prep.settings, prep.deployment, prep.workload, prep.capacity, prep.config, result, metrics)
+    replicas = prep.settings.replicas
+    result = simulate_cluster(system, prep.workload, prep.config, prep.capacity.blocks, replicas,
+                              prep.settings.router, progress)
+    slo = (prep.settings.slo_ttft, prep.settings.slo_tpot, prep.settings.slo_e2e)
+    peak, bandwidth = system.peak_flops, system.gpu.hbm_bandwidth_bytes_per_second
+    # The merged result's FLOPs and bytes are sums over replicas: utilisation is per GPU over all of them.
+    metrics = aggregate(result, system.tp, peak * replicas, bandwidth * replicas, *slo)
+    per_replica = tuple(aggregate(part, system.tp, peak, bandwidth, *slo) for part in result.extra["replicas"])
+    return EngineRun(prep.settings, prep.deployment, prep.workload, prep.capacity, prep.config, result, metrics,
+                     per_replica)
 
 
 # The dict-keyed entry points of earlier releases; both validate through RunSettings.

@@ -249,6 +249,14 @@ class ServingSettings(BaseModel):
         default=None, description="End-to-end latency objective in seconds (for goodput).",
     )
     seed: Annotated[Int, Field(ge=0, le=2**32 - 1)] = Field(default=0, description="Seed of arrivals and sampled lengths.")
+    replicas: Annotated[Int, Field(ge=1, le=1024)] = Field(
+        default=1,
+        description="Data-parallel copies of the deployment (each tp x pp GPUs) behind one router; GPUs in all = replicas x tp x pp.",
+    )
+    router: Literal["round_robin", "least_outstanding", "least_kv"] = Field(
+        default="round_robin",
+        description="How requests are spread over replicas: round_robin, least_outstanding (fewest in flight), least_kv (lowest KV-cache load).",
+    )
 
 
 def _vllm_goodput(value: Any) -> dict[str, float]:

@@ -6,8 +6,11 @@ a dict), flattened into one row. A point that does not fit memory is a row with
 
 - ``max_batch_under_slo``: the largest batch meeting the SLO (bisection on integers);
 - ``max_qps_under_slo``: the largest arrival rate meeting the SLO (geometric bisection);
-- ``min_gpus_for_qps``: replicas of the point's deployment needed for a target rate,
-  ceil(target / max QPS of one replica), times the GPUs of one replica.
+- ``min_gpus_for_qps``: the fewest replicas of the point's deployment (behind its router) whose
+  run at the target rate meets the SLO, times the GPUs of one replica. The search starts at
+  ceil(target / max QPS of the point) x the point's replicas and runs the cluster itself at each
+  count it tries (``replicas`` setting, :mod:`simulator.engine.cluster`), with the same number of
+  requests per replica as the point.
 
 Bisection assumes latency grows with batch and with arrival rate, as it does in the model.
 Units: seconds, requests/s, tokens/s, US dollars.
@@ -86,8 +89,39 @@ def meets_slo(result: dict[str, Any] | None, slo: dict[str, float]) -> bool:
 
 
 def gpus_used(result: dict[str, Any]) -> int:
-    """GPUs of one replica: tensor-parallel x pipeline-parallel degree."""
-    return int(result.get("tp", 1)) * int(result.get("pp", 1) or 1)
+    """GPUs of the whole run: tensor-parallel x pipeline-parallel degree x replicas."""
+    if result.get("gpus") is not None:
+        return int(result["gpus"])
+    return int(result.get("tp", 1)) * int(result.get("pp", 1) or 1) * int(result.get("replicas", 1) or 1)
+
+
+def bisect_min_int(passes: Callable[[int], bool], start: int, limit: int) -> int | None:
+    """Smallest integer in [1, ``limit``] for which ``passes`` holds (assumed monotone), searched from ``start``.
+
+    Steps down one at a time while the value below passes (a good ``start`` is one or two off), or
+    doubles up to the first passing value and bisects back; None when ``limit`` fails too.
+    """
+    start = max(1, min(start, limit))
+    if passes(start):
+        while start > 1 and passes(start - 1):
+            start -= 1
+        return start
+    bad, good = start, None
+    while good is None:
+        if bad >= limit:
+            return None
+        probe = min(limit, 2 * bad)
+        if passes(probe):
+            good = probe
+        else:
+            bad = probe
+    while good - bad > 1:
+        middle = (good + bad) // 2
+        if passes(middle):
+            good = middle
+        else:
+            bad = middle
+    return good
 
 
 def usd_per_million_output_tokens(usd_per_gpu_hour: float, gpus: int, output_tokens_per_second: float) -> float:
@@ -207,13 +241,44 @@ def max_qps_columns(task: PointTask, low: float, high: float, tolerance: float, 
         prefix = "search.min_gpus_for_qps."
         row[prefix + "target_qps"] = target_qps
         if best is not None and at_best is not None:
-            replicas = math.ceil(target_qps / best)
-            gpus = replicas * gpus_used(at_best)
-            price = task.usd_per_gpu_hour.get(str(at_best.get("gpu")))
-            row[prefix + "replicas"] = replicas
-            row[prefix + "gpus"] = gpus
-            row[prefix + "usd_per_hour"] = None if price is None else gpus * price
+            row.update(min_replicas_columns(task, target_qps, best, at_best))
     return row
+
+
+MAX_REPLICAS = 1024
+"""Most replicas the min_gpus_for_qps search tries (the replicas setting's bound)."""
+
+
+def min_replicas_columns(task: PointTask, target_qps: float, best_qps: float, at_best: dict[str, Any]) -> dict[str, Any]:
+    """search.min_gpus_for_qps.*: the fewest replicas whose cluster run at ``target_qps`` meets the SLO."""
+    from simulator.plan.run import OPEN_LOOP_REQUESTS  # here for the reason run_point gives
+
+    base = int(task.options.get("replicas") or 1)
+    per_replica = (task.options.get("requests") or OPEN_LOOP_REQUESTS) / base
+    results: dict[int, dict[str, Any] | None] = {}
+
+    def passes(replicas: int) -> bool:
+        options = {**task.options, "qps": target_qps, "replicas": replicas, "requests": max(1, round(per_replica * replicas))}
+        results[replicas] = run_point(options)[0]
+        return meets_slo(results[replicas], task.slo)
+
+    estimate = math.ceil(target_qps / best_qps * base)
+    replicas = bisect_min_int(passes, estimate, MAX_REPLICAS)
+    prefix = "search.min_gpus_for_qps."
+    if replicas is None:
+        return {prefix + "replicas": None, prefix + "gpus": None, prefix + "usd_per_hour": None}
+    run = results[replicas]
+    assert run is not None  # it passed, so it ran
+    gpus = gpus_used(run)
+    price = task.usd_per_gpu_hour.get(str(at_best.get("gpu")))
+    return {
+        prefix + "replicas": replicas,
+        prefix + "gpus": gpus,
+        prefix + "usd_per_hour": None if price is None else gpus * price,
+        prefix + "estimate_replicas": estimate,
+        prefix + "output_tokens_per_second": run.get("throughput", {}).get("output_tokens_per_second"),
+        **{prefix + f"p99_{metric}_seconds": p99_seconds(run, metric) for metric in LATENCY_METRICS},
+    }
 
 
 def search_columns(task: PointTask) -> dict[str, Any]:

@@ -111,6 +111,7 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         f"  GPU          {gpu.name}: {fmt_count(gpu.peak(prec.compute_dtype), 'FLOP/s')} {prec.compute_dtype}, "
         f"{fmt_count(gpu.hbm_bandwidth_bytes_per_second, 'B/s')} HBM, ridge {ridge:.0f} FLOP/byte",
         f"  parallelism  tensor parallel {tp}" + (f"  ({dep.note})" if dep.note else ""),
+        *replica_setup_lines(run),
         f"  precision    {prec.label()}",
         f"  kernels      {system.attention_kernel} attention, fusion {system.fusion}",
         *time_model_lines(system),
@@ -170,6 +171,7 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         f"  busy time    {100 * m.compute_bound_share:.0f}% compute-bound, {100 * m.memory_bound_share:.0f}% memory-bound, "
         f"{100 * m.communication_share:.0f}% communication, {100 * m.overhead_share:.0f}% engine overhead (host CPU)",
     ]
+    lines += replica_table(run)
     if last_cost is not None:
         lines += ["", f"Top operators, last decode step (ridge {ridge:.0f} FLOP/byte; "
                   f"kernel launches {fmt_seconds(float(last_cost.launch_seconds))} of it)",
@@ -199,7 +201,7 @@ def _slo_text(opts: "RunSettings") -> str:
 
 PER_REQUEST_COLUMNS = (
     "request", "arrival_seconds", "prompt_tokens", "output_tokens", "status", "reject_reason", "queue_seconds",
-    "ttft_seconds", "tpot_seconds", "e2e_seconds", "finish_seconds", "preemptions",
+    "ttft_seconds", "tpot_seconds", "e2e_seconds", "finish_seconds", "preemptions", "replica",
 )
 
 
@@ -216,7 +218,7 @@ def write_per_request_csv(run: "EngineRun", path: str) -> None:
         arrays["output_tokens"].tolist(), [STATE_NAMES[code] for code in arrays["status"].tolist()],
         [REJECT_REASONS[code] if gone else "" for code, gone in zip(arrays["reject_reason"].tolist(), rejected.tolist())],
         *(cells(arrays[name]) for name in ("queue_seconds", "ttft_seconds", "tpot_seconds", "e2e_seconds", "finish_seconds")),
-        arrays["preemptions"].tolist(),
+        arrays["preemptions"].tolist(), arrays["replica"].tolist(),
     ]
 
     def write(handle: Any) -> None:
@@ -225,3 +227,26 @@ def write_per_request_csv(run: "EngineRun", path: str) -> None:
         writer.writerows(zip(*columns))
 
     atomic_write(path, write, "--per-request")  # whole or not at all: no half file after a full disk
+
+
+def replica_setup_lines(run: "EngineRun") -> list[str]:
+    """The data-parallel line of the setup: replicas, router and GPUs in all (none for one replica)."""
+    replicas = run.settings.replicas
+    if replicas == 1:
+        return []
+    tp = run.deployment.system.tp
+    return [f"  replicas     {replicas} x {tp} GPU{'s' if tp > 1 else ''} behind a {run.settings.router} router "
+            f"= {replicas * tp} GPUs in all (latency and throughput below are the cluster's)"]
+
+
+def replica_table(run: "EngineRun") -> list[str]:
+    """Per-replica requests, throughput, latency and KV use (none for one replica)."""
+    if run.settings.replicas == 1:
+        return []
+    rows = [
+        [str(index), f"{m.requests:,}", fmt_rate(m.output_tokens_per_second, "tokens/s"), fmt_seconds(m.ttft.p50),
+         fmt_seconds(m.ttft.p99), fmt_seconds(m.tpot.p50), f"{m.preemptions:,}", f"{100 * m.kv_high_water_fraction:.0f}%"]
+        for index, m in enumerate(run.replica_metrics)
+    ]
+    headers = ["replica", "requests", "output", "TTFT p50", "TTFT p99", "TPOT p50", "preempted", "KV high water"]
+    return ["", "Replicas", *("  " + line for line in _table(headers, rows, align_right=set(range(1, 8))))]

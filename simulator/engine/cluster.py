@@ -1,0 +1,298 @@
+"""Data-parallel serving: ``replicas`` copies of one deployment behind a router, fed by one arrival stream.
+
+Each replica is the ordinary engine (:class:`~simulator.engine.engine.Engine`: its own scheduler,
+paged KV cache and iteration costs); the router (:mod:`simulator.engine.router`) picks a replica
+for every arriving request. Two ways to run them, both exact:
+
+- ``round_robin`` ignores replica state, so the stream is split up front (the k-th admissible
+  request to replica k mod R) and each replica runs alone on its share: the cost per simulated
+  request does not depend on R.
+- ``least_outstanding`` and ``least_kv`` read replica state at each arrival, so every replica
+  is a :class:`Replica` process in ONE simpy environment with the router process. A replica learns
+  its requests from the router: at each iteration boundary it asks the router to route every
+  arrival up to now, and an idle replica sleeps until the router hands it one. The router reads
+  each replica's state at the arrival time: requests finished and KV blocks in use by then,
+  including the ticks of a vectorised decode stretch that have ended (the stretch is visible while
+  in flight), so routing is as if every replica stepped one iteration at a time. A replica's
+  stretch is cut at the first iteration boundary after the next arrival anywhere in the cluster
+  (it may be routed there), so the cost per request grows mildly with R for these policies.
+
+Requests no replica could ever serve (too long for the model or for a whole cache) are rejected at
+the router. Per-request arrays of the merged result are indexed like the workload; ``extra`` holds
+``replica`` (the replica of each request, -1 if rejected) and ``replicas`` (each replica's own
+EngineResult). Totals of the merged result: counts, FLOPs and bytes are sums over replicas; busy and
+bound seconds are means over replicas (so shares and busy fractions read as for one replica);
+``kv_blocks``, ``kv_high_water_blocks`` and ``max_running`` are sums (the high water is an upper
+bound of what was held at one time across the cluster).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Generator
+
+import numpy as np
+import simpy
+
+from simulator.cost.system import System
+from simulator.engine.engine import Engine, EngineResult, Totals, reject_reasons, simulate
+from simulator.engine.kvcache import blocks_for
+from simulator.engine.metrics import REJECTED, itl_samples, iteration_log
+from simulator.engine.router import ReplicaLoad, Router, check_router, round_robin_split
+from simulator.engine.scheduler import SchedulerConfig
+from simulator.engine.workload import Workload
+from simulator.errors import InputError
+
+NOT_PER_REQUEST = frozenset({"phase_counts"})
+"""Engine arrays that are not indexed by request (a replica grows all the others as requests are routed to it)."""
+
+
+def _subset(workload: Workload, ids: np.ndarray, label: str) -> Workload:
+    return Workload(workload.arrival_seconds[ids], workload.prompt_tokens[ids], workload.output_tokens[ids],
+                    workload.kind, f"{workload.description} ({label})")
+
+
+class Replica(Engine):
+    """An engine whose requests are handed over by a :class:`Cluster` router as they arrive."""
+
+    def __init__(self, cluster: "Cluster", index: int, system: System, config: SchedulerConfig, kv_blocks: int,
+                 capacity: int) -> None:
+        empty = Workload(np.zeros(capacity), np.ones(capacity, dtype=np.int64), np.ones(capacity, dtype=np.int64),
+                         cluster.workload.kind, "")
+        super().__init__(system, empty, config, kv_blocks)
+        self.arrival = self.arrival.copy()
+        self.cluster, self.index = cluster, index
+        self.capacity = capacity
+        self.n = 0
+        self.global_ids = np.zeros(capacity, dtype=np.int64)
+        self.wake: simpy.Event | None = None
+        self.queued_blocks = 0  # blocks the queued (routed, not running) requests need to start
+
+    # -- requests handed over by the router ------------------------------------------------------------------
+
+    def _grow(self) -> None:
+        size = 2 * self.capacity
+        for name, value in list(vars(self).items()):
+            if isinstance(value, np.ndarray) and value.shape == (self.capacity,) and name not in NOT_PER_REQUEST:
+                grown = np.zeros(size, dtype=value.dtype)
+                grown[: self.capacity] = value
+                setattr(self, name, grown)
+        self.capacity = size
+
+    def hand_over(self, rid: int, arrival: float, prompt: int, output: int) -> None:
+        """Request ``rid`` of the cluster's workload, routed here at time ``arrival``."""
+        if self.n == self.capacity:
+            self._grow()
+        local = self.n
+        self.arrival[local], self.prompt[local], self.output[local] = arrival, prompt, output
+        self.reject_reason[local] = 0
+        for name in ("first_scheduled", "first_token", "finish", "last_token", "join_time"):
+            getattr(self, name)[local] = np.nan
+        self.global_ids[local] = rid
+        self.n += 1
+        self.queued_blocks += blocks_for(prompt if self.incremental else prompt + output - 1, self.bs)
+        if self.wake is not None and not self.wake.triggered:
+            self.wake.succeed()
+
+    def load(self, now: float) -> ReplicaLoad:
+        """Requests in flight and KV blocks in use at ``now``, counting the ended ticks of a stretch in flight."""
+        finished, used = self.done, self.alloc.used
+        flight = self.in_flight
+        if flight is not None:
+            ticks = int(np.searchsorted(flight.ends, now, side="right"))
+            finished += int(np.searchsorted(flight.leave_at, ticks, side="right"))
+            used = int(flight.used[min(ticks, len(flight.used) - 1)])
+        return ReplicaLoad(self.n - finished, used, self.queued_blocks, self.alloc.total)
+
+    # -- engine hooks ----------------------------------------------------------------------------------------
+
+    def _arrive(self, now: float) -> None:
+        self.cluster.route_until(now)
+        super()._arrive(now)
+
+    def admit(self, rid: int) -> int:
+        self.queued_blocks -= self.admission_blocks(rid)
+        return super().admit(rid)
+
+    def _preempt_newest(self) -> None:
+        super()._preempt_newest()
+        self.queued_blocks += self.admission_blocks(self.waiting[0])
+
+    def _next_arrival_seconds(self) -> float | None:
+        if self.next_arrival < self.n:
+            return float(self.arrival[self.next_arrival])
+        return self.cluster.next_arrival_seconds()
+
+    def _idle_event(self, env: simpy.Environment, now: float) -> simpy.Event | None:
+        if self.next_arrival < self.n:
+            return env.timeout(max(0.0, float(self.arrival[self.next_arrival]) - now))
+        if self.cluster.next_arrival_seconds() is None:
+            return None
+        self.wake = env.event()
+        return self.wake
+
+    def finished_result(self) -> EngineResult:
+        """This replica's result, its arrays cut to the requests it served (in its own order)."""
+        n = self.n
+        for name, value in list(vars(self).items()):
+            if isinstance(value, np.ndarray) and value.shape == (self.capacity,) and name not in NOT_PER_REQUEST:
+                setattr(self, name, value[:n])
+        self.workload = Workload(self.arrival, self.prompt, self.output, self.cluster.workload.kind,
+                                 f"replica {self.index}: {n} requests")
+        return self.result()
+
+
+class Cluster:
+    """The router and the replicas of a co-simulated run (see the module docstring)."""
+
+    def __init__(self, system: System, workload: Workload, config: SchedulerConfig, kv_blocks: int,
+                 replicas: int, router: str, admitted: np.ndarray) -> None:
+        self.workload = workload
+        self.router = Router(router, replicas)
+        self.order = np.flatnonzero(admitted)
+        self.arrival = workload.arrival_seconds
+        self.next = 0  # index into self.order of the next request to route
+        self.assignment = np.full(len(workload), -1, dtype=np.int64)
+        capacity = max(64, int(1.25 * len(self.order) / replicas) + 64)
+        self.replicas = [Replica(self, r, system, config, kv_blocks, capacity) for r in range(replicas)]
+        self.env: simpy.Environment | None = None
+
+    def next_arrival_seconds(self) -> float | None:
+        """Arrival time of the next request not yet routed (None: all are)."""
+        return float(self.arrival[self.order[self.next]]) if self.next < len(self.order) else None
+
+    def route_until(self, now: float) -> None:
+        """Route every request that has arrived by ``now``, each by the replicas' state at its arrival."""
+        order, arrival, workload = self.order, self.arrival, self.workload
+        while self.next < len(order) and arrival[order[self.next]] <= now:
+            rid = int(order[self.next])
+            self.next += 1
+            at = float(arrival[rid])
+            chosen = self.router.choose([replica.load(at) for replica in self.replicas])
+            self.assignment[rid] = chosen
+            self.replicas[chosen].hand_over(rid, at, int(workload.prompt_tokens[rid]), int(workload.output_tokens[rid]))
+
+    def _arrivals(self, env: simpy.Environment) -> Generator:
+        while True:
+            upcoming = self.next_arrival_seconds()
+            if upcoming is None:
+                break
+            if upcoming > env.now:
+                yield env.timeout(upcoming - env.now)
+            self.route_until(env.now)
+        for replica in self.replicas:  # the stream is over: idle replicas wake up to finish
+            if replica.wake is not None and not replica.wake.triggered:
+                replica.wake.succeed()
+
+    def run(self) -> list[EngineResult]:
+        env = simpy.Environment()
+        for replica in self.replicas:
+            replica._now = 0.0
+            env.process(replica._serve(env))
+        env.process(self._arrivals(env))
+        env.run()
+        return [replica.finished_result() for replica in self.replicas]
+
+
+def _merge_totals(parts: list[Totals]) -> Totals:
+    count = len(parts)
+    merged = Totals()
+    for part in parts:
+        merged.flops += part.flops
+        merged.bytes += part.bytes
+        merged.iterations += part.iterations
+        merged.cost_calls += part.cost_calls
+        merged.decode_iterations += part.decode_iterations
+        merged.decode_flops += part.decode_flops
+        merged.decode_bytes += part.decode_bytes
+        merged.busy_seconds += part.busy_seconds / count
+        merged.compute_bound_seconds += part.compute_bound_seconds / count
+        merged.memory_bound_seconds += part.memory_bound_seconds / count
+        merged.communication_seconds += part.communication_seconds / count
+    return merged
+
+
+def merge(workload: Workload, config: SchedulerConfig, parts: list[EngineResult], ids: list[np.ndarray],
+          assignment: np.ndarray, reasons: np.ndarray, wall_seconds: float) -> EngineResult:
+    """One EngineResult for the whole cluster (see the module docstring for how totals combine)."""
+    n = len(workload)
+    status = np.full(n, REJECTED, dtype=np.int8)
+    nan = np.full(n, np.nan)
+    first_scheduled, first_token, finish = nan.copy(), nan.copy(), nan.copy()
+    preemptions = np.zeros(n, dtype=np.int32)
+    waited = np.zeros(n, dtype=bool)
+    itl, log = itl_samples(), iteration_log()
+    for part, where in zip(parts, ids):
+        status[where] = part.status
+        first_scheduled[where], first_token[where], finish[where] = part.first_scheduled, part.first_token, part.finish
+        preemptions[where] = part.preemptions
+        if part.waited_for_kv is not None:
+            waited[where] = part.waited_for_kv
+        if part.itl.size:
+            itl.append(seconds=part.itl["seconds"], weight=part.itl["weight"])
+        if part.log.size:
+            log.append(**{name: part.log[name] for name in ("end", "seconds", "prefill_tokens", "decode_seqs",
+                                                             "blocks_used", "running")})
+    first = next((part for part in parts if part.first_prefill_step is not None), parts[0])
+    return EngineResult(
+        workload=workload, config=config, kv_blocks=sum(part.kv_blocks for part in parts), status=status,
+        reject_reason=reasons, first_scheduled=first_scheduled, first_token=first_token, finish=finish,
+        preemptions=preemptions, log=log, itl=itl, totals=_merge_totals([part.totals for part in parts]),
+        kv_high_water_blocks=sum(part.kv_high_water_blocks for part in parts),
+        max_running=sum(part.max_running for part in parts), first_prefill_step=first.first_prefill_step,
+        first_decode_step=first.first_decode_step, last_decode_step=first.last_decode_step,
+        wall_seconds=wall_seconds, extra={"replica": assignment, "replicas": parts}, waited_for_kv=waited,
+    )
+
+
+def simulate_cluster(
+    system: System,
+    workload: Workload,
+    config: SchedulerConfig,
+    kv_blocks: int,
+    replicas: int,
+    router: str = "round_robin",
+    progress: Callable[[int, int], None] | None = None,
+    cosimulate: bool = False,
+) -> EngineResult:
+    """Serve ``workload`` on ``replicas`` copies of ``system`` (each with ``kv_blocks`` blocks) behind ``router``.
+
+    ``cosimulate`` runs round-robin through the shared simpy environment too (a check of the
+    co-simulation: it gives the same result as the up-front split).
+    """
+    if replicas < 1:
+        raise InputError(f"--replicas: must be >= 1 (got {replicas})")
+    check_router(router)
+    if replicas == 1:
+        result = simulate(system, workload, config, kv_blocks, progress)
+        result.extra["replica"] = np.where(result.status == REJECTED, -1, 0)
+        result.extra["replicas"] = [result]
+        return result
+    started = time.perf_counter()
+    prompt = workload.prompt_tokens.astype(np.int64)
+    output = workload.output_tokens.astype(np.int64)
+    reasons = reject_reasons(prompt, output, config, system.model.max_context, kv_blocks)
+    admitted = reasons == 0
+    if router == "round_robin" and not cosimulate:
+        assignment = round_robin_split(admitted, replicas)
+        ids = [np.flatnonzero(assignment == r) for r in range(replicas)]
+        parts = []
+        finished = 0
+        for r, where in enumerate(ids):
+            share = _subset(workload, where, f"replica {r}")
+            report = None if progress is None else (lambda done, _n, base=finished: progress(base + done, len(workload)))
+            parts.append(simulate(system, share, config, kv_blocks, report) if len(where) else _idle(system, share, config, kv_blocks))
+            finished += len(where)
+    else:
+        cluster = Cluster(system, workload, config, kv_blocks, replicas, router, admitted)
+        parts = cluster.run()
+        assignment = cluster.assignment
+        ids = [replica.global_ids for replica in cluster.replicas]
+    if progress is not None:
+        progress(len(workload), len(workload))
+    return merge(workload, config, parts, ids, assignment, reasons, time.perf_counter() - started)
+
+
+def _idle(system: System, workload: Workload, config: SchedulerConfig, kv_blocks: int) -> EngineResult:
+    """The result of a replica that got no request."""
+    return Engine(system, workload, config, kv_blocks).result()
