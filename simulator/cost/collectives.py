@@ -176,13 +176,17 @@ def _only_if_sent(message_bytes: Number, seconds: Number) -> Number:
 
 def nccl_allreduce_seconds(message_bytes: Number, net: CollectiveNetwork) -> Number:
     """NCCL's ring all-reduce with its fastest protocol for the message (as NCCL's tuner picks)."""
-    best = None
-    for protocol in net.protocols:
-        seconds = ring_allreduce_seconds(message_bytes, net.gpus, protocol.bytes_per_second,
-                                         protocol.base_seconds, protocol.hop_seconds)
-        best = seconds if best is None else np.minimum(best, seconds)
-    assert best is not None  # the interconnect model requires a protocol
-    return best if isinstance(best, np.ndarray) else float(best)
+    gpus = net.gpus
+    if not isinstance(message_bytes, np.ndarray):
+        # The engine's hot path: the same formula as ring_allreduce_seconds, without array checks.
+        if gpus < 2 or message_bytes <= 0:
+            return 0.0
+        steps = 2 * (gpus - 1)
+        sent = steps / gpus * message_bytes
+        return min(p.base_seconds + steps * p.hop_seconds + sent / p.bytes_per_second for p in net.protocols)
+    times = [ring_allreduce_seconds(message_bytes, gpus, protocol.bytes_per_second, protocol.base_seconds,
+                                    protocol.hop_seconds) for protocol in net.protocols]
+    return np.minimum.reduce(times)
 
 
 def one_shot_wins(message_bytes: Number, gpus: int) -> Number:

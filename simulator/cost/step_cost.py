@@ -295,8 +295,8 @@ def roofline(work: Work, rates: OperatorRates, count: int, rows: Number = 0.0,
     formula (module docstring): :func:`operator_cost` and :func:`operator_totals` both call it.
     """
     flops = work.flops
-    padding = getattr(work, "padding_flops", 0.0)
-    if padding is not None and (isinstance(padding, np.ndarray) or padding):
+    padding = work.padding_flops
+    if type(padding) is not float or padding:
         flops = flops + padding
     flops_rate = rates.flops_per_second
     if rates.gemm_columns:
@@ -311,7 +311,9 @@ def roofline(work: Work, rates: OperatorRates, count: int, rows: Number = 0.0,
     else:
         memory_seconds = moved / rates.bytes_per_second
     busy = _maximum(compute_seconds, memory_seconds)
-    seconds = _eager(busy + work.launches * rates.launch_seconds, work.launches, rates, captured)
+    seconds = busy + work.launches * rates.launch_seconds
+    if rates.eager_launch_seconds and captured is not True:
+        seconds = _eager(seconds, work.launches, rates, captured)
     return count * compute_seconds, count * memory_seconds, count * seconds, count * (seconds - busy)
 
 
