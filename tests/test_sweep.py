@@ -259,5 +259,5 @@ def test_plot_without_matplotlib_says_how_to_install_it_before_running(tmp_path,
     scenario_file.write_text(SMALL)
     out = tmp_path / "p.csv"
     result = CliRunner().invoke(main, ["sweep", str(scenario_file), "--out", str(out), "--plot", str(tmp_path / "x.png")])
-    assert result.exit_code == 2 and "pip install 'memwall[plot]'" in result.output
+    assert result.exit_code == 2 and "pip install -e '.[plot]'" in result.output
     assert not out.exists()  # refused before any point ran
