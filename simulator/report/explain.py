@@ -131,7 +131,8 @@ def _usable_step(seconds: float, system: System) -> float:
 def _rebuild(system: System, **changes: Any) -> System | None:
     """The system with some fields changed, or None where that combination is not valid."""
     fields = {"model": system.model, "gpu": system.gpu, "precision": system.precision, "tp": system.tp,
-              "attention_kernel": system.attention_kernel, "fusion": system.fusion, **changes}
+              "attention_kernel": system.attention_kernel, "fusion": system.fusion, "engine": system.engine,
+              "collectives": system.collectives, "kernel_efficiency": system.kernel_efficiency, **changes}
     try:
         check_tensor_parallel(fields["model"], fields["tp"])
         return System(**fields)
@@ -183,6 +184,31 @@ def _count(n: int, noun: str) -> str:
 
 def _names(ops: list) -> str:
     return ", ".join(op.name for op in ops)
+
+
+BEYOND_ROOFLINE_SHARE = 0.10
+"""A term outside the roofline is named when it takes at least this share of the decode step."""
+
+
+def beyond_roofline(system: System, decode: StepCost, step: float) -> dict[str, Any]:
+    """The decode step's time outside the roofline (collectives, kernel launches, engine host CPU), and a
+    sentence naming those that take :data:`BEYOND_ROOFLINE_SHARE` of the step or more."""
+    communication = float(decode.communication_seconds) / step
+    launch = float(decode.launch_seconds) / step
+    overhead = float(decode.overhead_seconds) / step
+    parts = []
+    if communication >= BEYOND_ROOFLINE_SHARE:
+        calls = sum(int(op.count) for op in decode.operators if op.kind in ("allreduce", "alltoall"))
+        parts.append(f"{100 * communication:.0f}% in {_count(calls, 'collective')} over {system.gpu.interconnect} "
+                     f"({system.collectives}; each about {fmt_seconds(float(decode.communication_seconds) / max(calls, 1))}, "
+                     f"mostly fixed latency at this size)")
+    if launch >= BEYOND_ROOFLINE_SHARE:
+        parts.append(f"{100 * launch:.0f}% launching {int(float(decode.launches)):,} kernels")
+    if overhead >= BEYOND_ROOFLINE_SHARE:
+        parts.append(f"{100 * overhead:.0f}% waiting for {system.engine.name}'s host CPU work per iteration")
+    text = ("Beyond the roofline: " + "; ".join(parts) + ".") if parts else ""
+    return {"text": text, "communication_share": communication, "launch_share": launch,
+            "engine_overhead_share": overhead}
 
 
 def explain_run(deployment: Deployment, batch: int, ctx: int, gen: int) -> Explanation:
@@ -242,6 +268,9 @@ def explain_run(deployment: Deployment, batch: int, ctx: int, gen: int) -> Expla
         f"Prefill of {batch} x {_count(ctx - gen, 'token')} takes {fmt_seconds(float(prefill.seconds))} and is {prefill_bound} "
         f"(GEMMs at {prefill_intensity:.0f} FLOP/byte)."
     )
+    beyond = beyond_roofline(system, decode, step)
+    if beyond["text"]:
+        text.append(beyond["text"])
     if levers:
         by_throughput = sorted(levers, key=lambda lv: lv.throughput_gain, reverse=True)
         best = by_throughput[0]
@@ -271,6 +300,9 @@ def explain_run(deployment: Deployment, batch: int, ctx: int, gen: int) -> Expla
         "attention_share": attention_share,
         "prefill_seconds": float(prefill.seconds),
         "prefill_gemm_intensity_flop_per_byte": prefill_intensity,
+        "communication_share": beyond["communication_share"],
+        "launch_share": beyond["launch_share"],
+        "engine_overhead_share": beyond["engine_overhead_share"],
     }
     return Explanation(" ".join(text), facts, tuple(levers))
 
