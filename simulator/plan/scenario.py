@@ -1,6 +1,6 @@
 """Scenario files: base options, sweep axes, SLO, searches, cost and output, validated.
 
-A scenario is YAML (read with ``yaml.safe_load``), checked by pydantic for its shape, then
+A scenario is YAML (read by ``simulator.files``: safe YAML, size and depth limits), checked by pydantic for its shape, then
 every option value is checked by the run's settings model
 (:class:`simulator.plan.settings.RunSettings`), the same model the CLI and the Python API
 use, so a scenario accepts exactly the settings a run does, checked the same way. Errors name the file, the field path (``sweep.grid.batch[2]``)

@@ -142,7 +142,7 @@ def check_plot_path(path: str | Path) -> Path:
     return check_output_path(path, "--plot", PLOT_FORMATS)
 
 
-def _save(fig: Any, out: Path) -> None:
+def save_figure(fig: Any, out: Path) -> None:
     """Write the figure whole or not at all (no half-written image left by a full disk)."""
     atomic_write(out, lambda handle: fig.savefig(handle, format=out.suffix[1:].lower()), "--plot", binary=True)
 
@@ -230,7 +230,7 @@ def plot_roofline(data: RooflineData, path: str | Path) -> Path:
     ax.grid(True, which="major", alpha=0.4)
     ax.grid(True, which="minor", alpha=0.12)
     ax.legend(loc="upper left", fontsize=9)
-    _save(fig, out)
+    save_figure(fig, out)
     return out
 
 
@@ -343,5 +343,5 @@ def plot_sweep(rows: list[dict[str, Any]], path: str | Path, latency_key: str | 
     for ax in axes:
         ax.grid(True, alpha=0.4)
         ax.legend(fontsize=8)
-    _save(fig, out)
+    save_figure(fig, out)
     return data

@@ -18,7 +18,7 @@ from typing import Any
 from simulator.errors import InputError
 from simulator.plan.crossval import Scored
 from simulator.plan.validate import is_time_metric
-from simulator.report.plots import _matplotlib, check_plot_path
+from simulator.report.plots import _matplotlib, check_plot_path, save_figure
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 BAND = 0.25
@@ -73,5 +73,5 @@ def plot_validation(scored: Iterable[Scored], path: str | Path, which: str = "ou
         ax.set_title("latencies" if name == "times" else "throughputs")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize="small")
-    fig.savefig(out)
+    save_figure(fig, out)  # whole or not at all
     return out
