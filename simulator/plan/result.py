@@ -9,6 +9,7 @@ import numpy as np
 from simulator.cost.step_cost import StepCost
 from simulator.engine.metrics import REJECTED
 from simulator.errors import InputError
+from simulator.model.layers import moe_facts, parameter_counts
 from simulator.plan.placement import queued_counts
 
 if TYPE_CHECKING:
@@ -51,6 +52,20 @@ def _step_rows(system, step, tp: int) -> tuple[StepCost | None, list[dict[str, A
     return cost, operator_rows(cost, tp)
 
 
+def architecture_dict(system: Any, tokens: float) -> dict[str, Any]:
+    """Parameters (total, active per token), the architecture line and MoE facts at a step of ``tokens`` tokens."""
+    counts = parameter_counts(system.operators)
+    facts = moe_facts(system.model, system.operators, tokens)
+    return {
+        "architecture": system.model.describe_architecture(),
+        "params": counts.total,
+        "active_params": counts.active,
+        "active_params_with_embedding": counts.active_with_embedding,
+        "moe": None if facts is None else {**facts._asdict(), "routing_skew": system.routing_skew,
+                                            "touched_tokens": tokens},
+    }
+
+
 def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
     """The ``--json`` contract of the main command run through the engine (SI units; FLOPs and bytes over all GPUs).
 
@@ -81,10 +96,12 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
         "gen": gen,
         "prompt": ctx - gen,
         "attention": system.model.attention_kind,
+        **architecture_dict(system, float(result.last_decode_step.tokens) if result.last_decode_step else 1.0),
+        "ep": system.ep,
         "attention_kernel": system.attention_kernel,
         "fusion": system.fusion,
         "precision": {
-            "weights": system.precision.weights,
+            "weights": system.precision.text(),
             "kv": system.precision.kv,
             "compute": system.precision.compute_dtype,
             "activations": system.precision.activation_dtype,
@@ -200,7 +217,7 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
             "communication_share": m.communication_share,
             "overhead_share": m.overhead_share,
         },
-        "warnings": run.notes,
+        "warnings": [*system.model.warnings, *run.notes],
         "operators": {"prefill": prefill_rows, "decode_last": last_rows},
     }
 

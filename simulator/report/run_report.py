@@ -11,7 +11,7 @@ import numpy as np
 from simulator.cost.step_cost import OperatorCost
 from simulator.engine.metrics import REJECT_KEYS, REJECT_REASONS, REJECTED, STATE_NAMES
 from simulator.files import atomic_write
-from simulator.plan.result import per_request_arrays
+from simulator.plan.result import architecture_dict, per_request_arrays
 from simulator.plan.placement import queued_counts
 from simulator.units import fmt_bytes, fmt_count, fmt_rate, fmt_seconds
 
@@ -88,6 +88,24 @@ def _latency_row(name: str, summary) -> list[str]:
     return [name, *(fmt_seconds(v) for v in (summary.mean, summary.p50, summary.p90, summary.p99))]
 
 
+def architecture_lines(system: Any, last_step: Any, last_cost: Any) -> list[str]:
+    """Setup lines: attention kind, windows, experts, parameters; for MoE, the experts the last decode step touched."""
+    tokens = float(last_step.tokens) if last_step is not None else 1.0
+    facts = architecture_dict(system, tokens)
+    lines = [f"  architecture {facts['architecture']}; {fmt_count(facts['params'])} parameters, "
+             f"{fmt_count(facts['active_params'])} active per token"]
+    moe = facts["moe"]
+    if moe is not None:
+        alltoall = sum(float(op.seconds) for op in last_cost.operators if op.kind == "alltoall") if last_cost else 0.0
+        split = f"{moe['experts_per_gpu']} per GPU (--ep {moe['ep']})" if moe["ep"] > 1 else "each split over the GPUs"
+        lines.append(
+            f"  experts      {moe['experts']} routed, top-{moe['top_k']}, {split}; the last decode step "
+            f"({int(tokens)} tokens) touches {moe['touched_per_gpu']:.1f} of {moe['experts_per_gpu']} per GPU per MoE layer"
+            + (f", all-to-all {fmt_seconds(alltoall)}" if moe["ep"] > 1 else "")
+        )
+    return lines
+
+
 def engine_run_text(run: "EngineRun", top: int = 6) -> str:
     """The human report of the main command run through the engine."""
     dep, result, m, opts = run.deployment, run.result, run.metrics, run.settings
@@ -108,18 +126,20 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         "Setup",
         f"  model        {model.name}: {model.num_layers} layers, hidden {model.hidden_size}, "
         f"{model.num_heads} heads, {model.num_kv_heads} KV heads ({model.attention_kind}), FFN {model.ffn_size}",
+        *architecture_lines(system, result.last_decode_step, last_cost),
         f"  GPU          {gpu.name}: {fmt_count(gpu.peak(prec.compute_dtype), 'FLOP/s')} {prec.compute_dtype}, "
         f"{fmt_count(gpu.hbm_bandwidth_bytes_per_second, 'B/s')} HBM, ridge {ridge:.0f} FLOP/byte",
-        f"  parallelism  tensor parallel {tp}" + (f"  ({dep.note})" if dep.note else ""),
+        f"  parallelism  tensor parallel {tp}" + (f", expert parallel {system.ep}" if system.ep > 1 else "")
+        + (f"  ({dep.note})" if dep.note else ""),
         *replica_setup_lines(run),
         f"  precision    {prec.label()}",
         f"  kernels      {system.attention_kernel} attention, fusion {system.fusion}",
         *time_model_lines(system),
         f"  workload     {run.workload.description}",
-        f"  scheduler    {config.scheduler}, at most {config.max_num_seqs} sequences, {budget}",
-        *(f"  warning      {note}" for note in run.notes),
+        f"  scheduler    {config.scheduler}, at most {_count(config.max_num_seqs, 'sequence')}, {budget}",
+        *(f"  warning      {note}" for note in [*model.warnings, *run.notes]),
         "",
-        "Memory per GPU" + f"  (planned for batch {int(opts.batch)} x {int(opts.ctx)} tokens"
+        "Memory per GPU" + f"  (planned for batch {int(opts.batch)} x {_count(int(opts.ctx), 'token')}"
         + (")" if memory.fits else "; its KV exceeds the cache: requests are admitted as blocks free up)"),
         f"  weights      {fmt_bytes(memory.weights_bytes_per_gpu)}  (model total {fmt_bytes(memory.weights_bytes)})",
         f"  KV cache     {fmt_bytes(memory.kv_bytes_per_gpu)}  ({memory.kv_bytes_per_token:,.0f} bytes/token, "
@@ -130,24 +150,24 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         f"({100 * memory.needed_bytes_per_gpu / memory.hbm_bytes_per_gpu:.0f}%)",
         "",
         "Paged KV cache",
-        f"  capacity     {cap.blocks:,} blocks of {cap.block_size} tokens = {cap.tokens:,} tokens "
+        f"  capacity     {_count(cap.blocks, 'block')} of {_count(cap.block_size, 'token')} = {_count(cap.tokens, 'token')} "
         f"({fmt_bytes(cap.kv_bytes_per_gpu)} per GPU"
         + (", set by --kv-blocks)" if cap.overridden else f" at --gpu-memory-utilization {cap.gpu_memory_utilization:g})"),
-        f"  high water   {m.kv_high_water_blocks:,} blocks ({100 * m.kv_high_water_fraction:.1f}%), "
+        f"  high water   {_count(m.kv_high_water_blocks, 'block')} ({100 * m.kv_high_water_fraction:.1f}%), "
         f"{_count(m.max_running, 'sequence')} running at most",
         "",
         "Requests",
         f"  completed    {m.completed:,} of {m.requests:,} in {fmt_seconds(m.duration_seconds)} "
-        f"({m.iterations:,} iterations, busy {100 * m.busy_seconds / m.duration_seconds if m.duration_seconds else 0:.0f}%)",
+        f"({_count(m.iterations, 'iteration')}, busy {100 * m.busy_seconds / m.duration_seconds if m.duration_seconds else 0:.0f}%)",
         f"  rejected     {m.rejected:,}" + "".join(
             f"; {count} {REJECT_REASONS[REJECT_KEYS.index(key)]}" for key, count in m.rejected_by_reason.items() if count),
-        f"  preemptions  {m.preemptions:,} ({m.preempted_requests:,} requests recomputed)",
+        f"  preemptions  {m.preemptions:,} ({_count(m.preempted_requests, 'request')} recomputed)",
         f"  queued       {queued:,} waited at least one iteration, {queued_for_kv:,} of them for free KV blocks",
         "",
         "Latency",
         f"  prefill      {fmt_seconds(float(prefill_cost.seconds)) if prefill_cost else '-'}  (first prefill iteration: "
         f"{_count(int(first_step.sequences) if first_step else 0, 'sequence')}, "
-        f"{int(first_step.prefill_tokens) if first_step else 0} tokens)",
+        f"{_count(int(first_step.prefill_tokens) if first_step else 0, 'token')})",
         f"  decode step  {fmt_seconds(float(first_cost.seconds)) if first_cost else '-'} at first, "
         f"{fmt_seconds(float(last_cost.seconds)) if last_cost else '-'} at last",
         *("  " + line for line in _table(
@@ -162,9 +182,7 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         f"  input        {fmt_rate(m.input_tokens_per_second, 'tokens/s')}",
         f"  total        {fmt_rate(m.total_tokens_per_second, 'tokens/s')}",
         f"  requests     {fmt_rate(m.requests_per_second, 'requests/s')}",
-        f"  goodput      {fmt_rate(m.goodput_requests_per_second, 'requests/s')} "
-        f"({100 * m.slo_attainment:.1f}% of requests within "
-        + _slo_text(opts) + ")",
+        f"  goodput      {fmt_rate(m.goodput_requests_per_second, 'requests/s')} " + _goodput_note(opts, m.slo_attainment),
         "",
         "Utilisation",
         f"  MFU          {100 * m.mfu:.1f}%   MBU {100 * m.mbu:.1f}%",
@@ -196,7 +214,14 @@ def _slo_text(opts: "RunSettings") -> str:
         parts.append(f"TPOT <= {fmt_seconds(float(opts.slo_tpot))}")
     if opts.slo_e2e is not None:
         parts.append(f"e2e <= {fmt_seconds(float(opts.slo_e2e))}")
-    return " and ".join(parts) if parts else "no SLO: --slo-ttft/--slo-tpot"
+    return " and ".join(parts)
+
+
+def _goodput_note(opts: "RunSettings", attainment: float) -> str:
+    slo = _slo_text(opts)
+    if not slo:
+        return "(no SLO set: every completed request counts; set --slo-ttft, --slo-tpot or --slo-e2e)"
+    return f"({100 * attainment:.1f}% of requests within {slo})"
 
 
 PER_REQUEST_COLUMNS = (
