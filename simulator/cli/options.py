@@ -73,6 +73,14 @@ def settings_options(cls: type[BaseModel], exclude: tuple[str, ...] = ()) -> lis
         if name in exclude:
             continue
         extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        if bool in _base_types(info.annotation):  # an on/off switch: --name / --no-name
+            flag = flags_of(cls, name)[0]
+            options.append(click.option(f"{flag}/--no-{flag[2:]}", name, default=None,
+                                        help=(info.description or "") + f" [default: {'on' if info.get_default() else 'off'}]"))
+            continue
+        if extra.get("flag"):
+            options.append(click.option(*flags_of(cls, name), name, is_flag=True, default=None, help=info.description or ""))
+            continue
         kind = _click_type(info.annotation)
         default = info.get_default()
         shown = "" if default is None or info.is_required() else f" [default: {default}]"

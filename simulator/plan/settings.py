@@ -15,6 +15,7 @@ vLLM's benchmark spellings are accepted as aliases with one meaning each (see
 requests at t = 0, a closed batch), ``max_num_batched_tokens`` -> ``max_batched_tokens``,
 ``tensor_parallel_size`` -> ``tp``, ``kv_cache_dtype`` -> ``kv`` (``auto`` keeps the default,
 ``fp8_e4m3``/``fp8_e5m2`` are ``fp8``), ``enable_chunked_prefill`` -> ``scheduler: chunked``,
+``enable_prefix_caching`` -> ``prefix_caching``,
 ``goodput`` (``ttft:MS tpot:MS e2el:MS``, milliseconds) -> ``slo_ttft``/``slo_tpot``/``slo_e2e``
 (seconds).
 """
@@ -121,10 +122,12 @@ class DeploymentSettings(BaseModel):
         description="Shipped GPU name or alias (see `simulate gpus`), or a GPU YAML (e.g. a measured overlay).",
         json_schema_extra={"flags": ["--gpu", "-g"], "metavar": "NAME|PATH"},
     )
-    weights: Annotated[str, AfterValidator(_checked_by(_weights))] = Field(
-        default="fp16",
-        description="Weight dtype: fp32, fp16, bf16, fp8, int8, int4. int8/int4 are weight-only (fp16 compute); fp8 computes on fp8 tensor cores.",
-        json_schema_extra={"metavar": "DTYPE"},
+    weights: Annotated[str | None, AfterValidator(_checked_by(_weights))] = Field(
+        default=None,
+        description="Weight format: fp32, fp16, bf16, fp8, int8, int4, fp4, mxfp4, or per module (bf16,mlp=fp8). "
+        "int8/int4 are weight-only (fp16 compute); fp8/fp4 compute on their tensor cores where the GPU has them. "
+        "[default: the checkpoint's quantization_config, else fp16]",
+        json_schema_extra={"metavar": "FORMAT"},
     )
     kv: Literal["fp16", "bf16", "fp8", "int8"] = Field(
         default="fp16", description="KV-cache dtype.", 
@@ -162,6 +165,19 @@ class DeploymentSettings(BaseModel):
     )
     ep: Annotated[Int | None, Field(ge=1, le=1024)] = Field(
         default=None, description="Expert-parallel degree for mixture-of-experts models (experts split over GPUs).",
+    )
+    routing_skew: Annotated[Float, Field(ge=0.0, le=10.0)] = Field(
+        default=0.0, description="MoE routing skew: Zipf-like exponent of expert popularity (0 = uniform routing).",
+    )
+    enforce_eager: bool = Field(
+        default=False, description="Run decode without CUDA graphs (every kernel pays its launch), as vLLM's --enforce-eager.",
+        json_schema_extra={"flag": True},
+    )
+    collectives: Literal["auto", "nccl", "ring", "tree", "one-shot", "two-shot", "off"] = Field(
+        default="auto", description="All-reduce algorithm: auto picks as the engines do (custom one-/two-shot for small messages, NCCL otherwise); off makes collectives free (pure roofline).",
+    )
+    kernel_efficiency: Literal["shape", "flat"] = Field(
+        default="shape", description="GEMM efficiency from tile and wave quantisation of each shape (shape) or one flat factor per GPU (flat).",
     )
 
 
@@ -257,6 +273,16 @@ class ServingSettings(BaseModel):
         default="round_robin",
         description="How requests are spread over replicas: round_robin, least_outstanding (fewest in flight), least_kv (lowest KV-cache load).",
     )
+    prefix_caching: bool = Field(
+        default=False,
+        description="Keep and reuse the KV blocks of shared prompt prefixes (vLLM's automatic prefix caching, SGLang's RadixAttention; both on by default there).",
+    )
+    shared_prefix_tokens: Annotated[Int | None, Field(ge=1, le=MAX_CONTEXT_TOKENS)] = Field(
+        default=None, description="Put a shared system prompt of this many tokens before the prompts (see --shared-prefix-ratio).",
+    )
+    shared_prefix_ratio: Annotated[Float, Field(gt=0.0, le=1.0)] = Field(
+        default=1.0, description="Share of the requests whose prompt starts with the shared system prompt, in (0, 1].",
+    )
 
 
 def _vllm_goodput(value: Any) -> dict[str, float]:
@@ -307,6 +333,7 @@ VLLM_ALIASES: dict[str, Callable[[Any], dict[str, Any]]] = {
     "tensor_parallel_size": lambda v: {"tp": v},
     "kv_cache_dtype": _vllm_kv_dtype,
     "enable_chunked_prefill": _vllm_chunked,
+    "enable_prefix_caching": lambda v: {"prefix_caching": v},
     "goodput": _vllm_goodput,
 }
 
@@ -372,6 +399,8 @@ class RunSettings(ServingSettings, StepSettings):
             raise ValueError("trace_speedup: applies only with trace")
         if self.arrival != "poisson" and self.qps is None:
             raise ValueError(f"arrival: {self.arrival} arrivals need qps")
+        if "shared_prefix_ratio" in given and self.shared_prefix_tokens is None:
+            raise ValueError("shared_prefix_ratio: applies only with shared_prefix_tokens")
         return self
 
     @property
