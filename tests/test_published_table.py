@@ -148,6 +148,22 @@ def test_long_context_rows_reach_32k_tokens():
             assert int(r["input_tokens"]) + int(r["output_tokens"]) >= 32768, r["id"]
 
 
+def test_rows_of_32k_context_are_long_context():
+    # The regime follows the context, not the mode: 32768 + 1024 = 33,792 tokens is long_context.
+    for r in ROWS:
+        if int(r["input_tokens"]) + int(r["output_tokens"]) >= 32768:
+            assert r["regime"] == "long_context", r["id"]
+
+
+def test_fp4_weights_only_on_rows_that_say_which_format():
+    # fp4 (NVFP4) and mxfp4 (OCP MXFP4) differ in block size and scale type; the notes must name the format.
+    for r in ROWS:
+        if r["weights"] == "fp4":
+            assert "NVFP4" in r["notes"], r["id"]
+        elif r["weights"] == "mxfp4":
+            assert "MXFP4" in r["notes"], r["id"]
+
+
 def test_length_distributions_are_well_formed_and_shipped():
     for r in ROWS:
         for col in ("input_dist", "output_dist"):
