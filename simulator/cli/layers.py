@@ -58,7 +58,9 @@ def layers_command(phase: str, as_json: bool, as_csv: bool, **options: Any) -> N
         return
     gpu = system.gpu
     ridge = gpu.ridge_point(system.precision.compute_dtype)
-    what = f"prefill of {batch} x {ctx_tokens - gen} tokens" if phase == "prefill" else f"decode of {batch} tokens at context {ctx_tokens}"
+    prompt = ctx_tokens - gen
+    what = (f"prefill of {batch} x {prompt} token{'' if prompt == 1 else 's'}" if phase == "prefill"
+            else f"decode of {batch} token{'' if batch == 1 else 's'} at context {ctx_tokens}")
     click.echo(f"{system.describe()}")
     click.echo(f"{what}; ridge point {ridge:.0f} FLOP/byte" + (f"; {deployment.note}" if deployment.note else ""))
     click.echo("")
