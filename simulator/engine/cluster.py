@@ -38,6 +38,7 @@ from simulator.cost.system import System
 from simulator.engine.engine import Engine, EngineResult, Totals, reject_reasons, simulate
 from simulator.engine.kvcache import blocks_for
 from simulator.engine.metrics import REJECTED, itl_samples, iteration_log
+from simulator.engine.prefix_cache import PrefixStats
 from simulator.engine.router import ReplicaLoad, Router, check_router, round_robin_split
 from simulator.engine.scheduler import SchedulerConfig
 from simulator.engine.workload import Workload
@@ -48,8 +49,11 @@ NOT_PER_REQUEST = frozenset({"phase_counts"})
 
 
 def _subset(workload: Workload, ids: np.ndarray, label: str) -> Workload:
+    prefix_id, prefix_tokens = workload.prefix_id, workload.prefix_tokens
     return Workload(workload.arrival_seconds[ids], workload.prompt_tokens[ids], workload.output_tokens[ids],
-                    workload.kind, f"{workload.description} ({label})")
+                    workload.kind, f"{workload.description} ({label})",
+                    prefix_id=None if prefix_id is None else prefix_id[ids],
+                    prefix_tokens=None if prefix_tokens is None else prefix_tokens[ids])
 
 
 class Replica(Engine):
@@ -65,6 +69,7 @@ class Replica(Engine):
         self.capacity = capacity
         self.n = 0
         self.global_ids = np.zeros(capacity, dtype=np.int64)
+        self.queued_share = np.zeros(capacity, dtype=np.int64)  # what each queued request adds to queued_blocks
         self.wake: simpy.Event | None = None
         self.queued_blocks = 0  # blocks the queued (routed, not running) requests need to start
 
@@ -79,8 +84,9 @@ class Replica(Engine):
                 setattr(self, name, grown)
         self.capacity = size
 
-    def hand_over(self, rid: int, arrival: float, prompt: int, output: int) -> None:
-        """Request ``rid`` of the cluster's workload, routed here at time ``arrival``."""
+    def hand_over(self, rid: int, arrival: float, prompt: int, output: int, prefix: int = -1,
+                  prefix_tokens: int = 0) -> None:
+        """Request ``rid`` of the cluster's workload, routed here at time ``arrival`` (with its shared prefix, if any)."""
         if self.n == self.capacity:
             self._grow()
         local = self.n
@@ -88,9 +94,11 @@ class Replica(Engine):
         self.reject_reason[local] = 0
         for name in ("first_scheduled", "first_token", "finish", "last_token", "join_time"):
             getattr(self, name)[local] = np.nan
+        self.prefix_id[local] = prefix
+        self.prefix_blocks[local] = max(0, min(prefix_tokens, prompt - 1)) // self.bs if prefix >= 0 else 0
         self.global_ids[local] = rid
         self.n += 1
-        self.queued_blocks += blocks_for(prompt if self.incremental else prompt + output - 1, self.bs)
+        self._queue(local, blocks_for(prompt if self.incremental else prompt + output - 1, self.bs))
         if self.wake is not None and not self.wake.triggered:
             self.wake.succeed()
 
@@ -110,13 +118,18 @@ class Replica(Engine):
         self.cluster.route_until(now)
         super()._arrive(now)
 
+    def _queue(self, rid: int, blocks: int) -> None:
+        self.queued_share[rid] = blocks
+        self.queued_blocks += blocks
+
     def admit(self, rid: int) -> int:
-        self.queued_blocks -= self.admission_blocks(rid)
+        self.queued_blocks -= int(self.queued_share[rid])
         return super().admit(rid)
 
     def _preempt_newest(self) -> None:
         super()._preempt_newest()
-        self.queued_blocks += self.admission_blocks(self.waiting[0])
+        victim = self.waiting[0]
+        self._queue(victim, blocks_for(int(self.target[victim]), self.bs))
 
     def _next_arrival_seconds(self) -> float | None:
         if self.next_arrival < self.n:
@@ -170,7 +183,11 @@ class Cluster:
             at = float(arrival[rid])
             chosen = self.router.choose([replica.load(at) for replica in self.replicas])
             self.assignment[rid] = chosen
-            self.replicas[chosen].hand_over(rid, at, int(workload.prompt_tokens[rid]), int(workload.output_tokens[rid]))
+            prefix, tokens = -1, 0
+            if workload.prefix_id is not None and workload.prefix_tokens is not None:
+                prefix, tokens = int(workload.prefix_id[rid]), int(workload.prefix_tokens[rid])
+            self.replicas[chosen].hand_over(rid, at, int(workload.prompt_tokens[rid]), int(workload.output_tokens[rid]),
+                                            prefix, tokens)
 
     def _arrivals(self, env: simpy.Environment) -> Generator:
         while True:
@@ -234,6 +251,13 @@ def merge(workload: Workload, config: SchedulerConfig, parts: list[EngineResult]
             log.append(**{name: part.log[name] for name in ("end", "seconds", "prefill_tokens", "decode_seqs",
                                                              "blocks_used", "running")})
     first = next((part for part in parts if part.first_prefill_step is not None), parts[0])
+    extra: dict = {"replica": assignment, "replicas": parts}
+    if any("prefix_cache" in part.extra for part in parts):
+        stats = PrefixStats()
+        for part in parts:
+            if "prefix_cache" in part.extra:
+                stats.add(part.extra["prefix_cache"])
+        extra["prefix_cache"] = stats
     return EngineResult(
         workload=workload, config=config, kv_blocks=sum(part.kv_blocks for part in parts), status=status,
         reject_reason=reasons, first_scheduled=first_scheduled, first_token=first_token, finish=finish,
@@ -241,7 +265,7 @@ def merge(workload: Workload, config: SchedulerConfig, parts: list[EngineResult]
         kv_high_water_blocks=sum(part.kv_high_water_blocks for part in parts),
         max_running=sum(part.max_running for part in parts), first_prefill_step=first.first_prefill_step,
         first_decode_step=first.first_decode_step, last_decode_step=first.last_decode_step,
-        wall_seconds=wall_seconds, extra={"replica": assignment, "replicas": parts}, waited_for_kv=waited,
+        wall_seconds=wall_seconds, extra=extra, waited_for_kv=waited,
     )
 
 

@@ -41,6 +41,7 @@ from simulator.engine.metrics import (
     iteration_log,
     itl_samples,
 )
+from simulator.engine.prefix_cache import PrefixAllocator, PrefixCache, reusable_blocks
 from simulator.engine.scheduler import (
     Chunk,
     SchedulerConfig,
@@ -215,6 +216,19 @@ class Engine:
         self.chunked = config.scheduler == "chunked"
         self.alloc = BlockAllocator(kv_blocks)
         self.progress = progress
+        # Prefix caching (simulator.engine.prefix_cache): the prefix each request starts with (-1: none), its
+        # reusable whole blocks, and the blocks of it the request shares with the cache (0: none, or not yet).
+        self.prefixes: PrefixCache | None = None
+        self.prefix_id = np.full(n, -1, dtype=np.int64)
+        self.prefix_blocks = np.zeros(n, dtype=np.int64)
+        self.shared = np.zeros(n, dtype=np.int64)
+        if config.prefix_caching:
+            self.prefixes = PrefixCache()
+            self.alloc = PrefixAllocator(kv_blocks, self.prefixes)
+            if workload.prefix_id is not None and workload.prefix_tokens is not None:
+                self.prefix_id[:] = workload.prefix_id
+                self.prefix_blocks[:] = reusable_blocks(self.prompt, workload.prefix_tokens.astype(np.int64), self.bs)
+                self.prefix_blocks[self.prefix_id < 0] = 0
 
         self.status = np.zeros(n, dtype=np.int8)
         self.reject_reason = self._reject_reasons(kv_blocks)
@@ -280,9 +294,15 @@ class Engine:
             self.waiting.append(rid)
 
     def admission_blocks(self, rid: int) -> int:
+        """Free blocks ``rid`` needs to start (less a cached prefix it shares, plus one it takes back from the free pool)."""
         if self.incremental:
-            return blocks_for(int(self.target[rid]), self.bs)
-        return blocks_for(int(self.prompt[rid] + self.output[rid] - 1), self.bs)
+            blocks = blocks_for(int(self.target[rid]), self.bs)
+        else:
+            blocks = blocks_for(int(self.prompt[rid] + self.output[rid] - 1), self.bs)
+        if self.prefixes is not None and self.prefix_blocks[rid]:
+            hit, retake = self.prefixes.peek(int(self.prefix_id[rid]), int(self.prefix_blocks[rid]))
+            blocks += retake - hit
+        return blocks
 
     def admissible(self, rid: int) -> bool:
         """Would ``rid``'s blocks fit now? (A refusal is counted: see ``waited_for_kv``.)"""
@@ -299,12 +319,17 @@ class Engine:
         assert self.waiting[0] == rid
         self.waiting.popleft()
         blocks = self.admission_blocks(rid)
+        hit = retake = 0
+        if self.prefixes is not None and self.prefix_blocks[rid]:
+            # Claimed before allocating, so the allocation cannot evict the prefix it is about to share.
+            hit, retake = self.prefixes.claim(int(self.prefix_id[rid]), int(self.prefix_blocks[rid]), self.bs)
         self.alloc.allocate(blocks)
-        self.held[rid] = blocks
+        self.held[rid] = blocks - retake  # the request's own blocks (the prefix's belong to the cache)
+        self.shared[rid] = hit
         if self.kv_refusals > self.queued_mark[rid]:
             self.waited_for_kv[rid] = True
         self.status[rid] = PREFILLING
-        self.prefilled[rid] = 0
+        self.prefilled[rid] = hit * self.bs  # a hit's prefill starts after the cached tokens
         self.running += 1
         if self.running > self.max_running:
             self.max_running = self.running
@@ -329,6 +354,11 @@ class Engine:
 
     def _prefill_done(self, rid: int, now: float) -> None:
         """``rid``'s prompt is all cached: it emits a token, then decodes or finishes."""
+        if self.prefixes is not None and self.prefix_blocks[rid] and not self.shared[rid]:
+            blocks = int(self.prefix_blocks[rid])
+            if self.prefixes.register(int(self.prefix_id[rid]), blocks):  # its prefix blocks now belong to the cache
+                self.shared[rid] = blocks
+                self.held[rid] -= blocks
         cached = int(self.target[rid])
         emitted = int(self.emitted[rid]) + 1
         self.emitted[rid] = emitted
@@ -352,6 +382,12 @@ class Engine:
         self.join_time[rid] = now
         self.pending_joins[now] = self.pending_joins.get(now, 0) + 1
 
+    def _drop_prefix(self, rid: int) -> None:
+        if self.shared[rid]:
+            assert self.prefixes is not None
+            self.prefixes.drop(int(self.prefix_id[rid]), self.alloc)
+            self.shared[rid] = 0
+
     def _cached(self, rid: int) -> int:
         return int(self.base_cached[rid]) + self.clock - int(self.base_clock[rid])
 
@@ -364,9 +400,11 @@ class Engine:
         return cached
 
     def _finish(self, rid: int, now: float, blocks: int) -> None:
+        """``rid`` is done: its own ``blocks`` are freed (a shared prefix's only when its last user leaves)."""
         self.status[rid] = DONE
         self.finish[rid] = now
         self.alloc.release(blocks)
+        self._drop_prefix(rid)
         self.running -= 1
         self.done += 1
 
@@ -378,7 +416,7 @@ class Engine:
                 continue  # stale: the sequence was preempted after this entry was pushed
             rid = entry[1]
             cached = self._leave_decode(rid)
-            blocks = blocks_for(cached, self.bs) if self.incremental else int(self.held[rid])
+            blocks = blocks_for(cached, self.bs) - int(self.shared[rid]) if self.incremental else int(self.held[rid])
             self.emitted[rid] = self.output[rid]
             self.last_token[rid] = now
             self._finish(rid, now, blocks)
@@ -422,7 +460,7 @@ class Engine:
                 break
         if self.status[rid] == DECODING:
             ticked = self.clock - int(self.base_clock[rid])
-            blocks = blocks_for(self._leave_decode(rid), self.bs)
+            blocks = blocks_for(self._leave_decode(rid), self.bs) - int(self.shared[rid])
             self.emitted[rid] += ticked
             if ticked:
                 self.last_token[rid] = self.last_tick
@@ -434,6 +472,7 @@ class Engine:
             if rid in self.partials:
                 self.partials.remove(rid)
         self.alloc.release(blocks)
+        self._drop_prefix(rid)
         self.status[rid] = WAITING
         self.running -= 1
         self.preemptions[rid] += 1
@@ -576,7 +615,7 @@ class Engine:
         gone_cached = _prefix_sums(cached_now)[gone]
         context = (self.decode_cached - gone_cached) + batch * (ticks + 1.0)
         if self.incremental:
-            freed = -(-(cached_now + leave_at) // bs)
+            freed = -(-(cached_now + leave_at) // bs) - self.shared[rids]  # a shared prefix is not freed by one user
         else:
             freed = self.held[rids]
         freed_by = _prefix_sums(freed)[gone]
@@ -786,6 +825,7 @@ class Engine:
             last_decode_step=self.last_decode[0] or self.last_decode[1],
             wall_seconds=wall_seconds,
             waited_for_kv=self.waited_for_kv,
+            extra={} if self.prefixes is None else {"prefix_cache": self.prefixes.stats},
         )
 
 

@@ -39,6 +39,8 @@ class SchedulerConfig:
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
     max_batched_tokens: int | None = None
     block_size: int = 16
+    prefix_caching: bool = False
+    """keep and reuse the KV blocks of shared prompt prefixes (simulator.engine.prefix_cache)"""
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
@@ -83,7 +85,8 @@ def plan_static(state) -> list[Chunk] | None:
         admitted.append(state.admit(state.waiting[0]))
     if not admitted:
         return None
-    return [Chunk(rid, int(state.target[rid]), 0, True) for rid in admitted]
+    # A prefix-cache hit starts the prefill at the cached tokens (prefilled is set on admission).
+    return [Chunk(rid, int(state.target[rid] - state.prefilled[rid]), int(state.prefilled[rid]), True) for rid in admitted]
 
 
 def plan_continuous(state) -> list[Chunk] | None:
@@ -97,8 +100,9 @@ def plan_continuous(state) -> list[Chunk] | None:
         if budget is not None and chunks and tokens + need > budget:
             break
         state.admit(head)
-        chunks.append(Chunk(head, need, 0, True))
-        tokens += need
+        cached = int(state.prefilled[head])
+        chunks.append(Chunk(head, need - cached, cached, True))
+        tokens += need - cached
     if chunks:
         return chunks
     return [] if state.decoding else None
@@ -122,9 +126,10 @@ def plan_chunked(state, admit: bool = True) -> list[Chunk] | None:
         room -= take
     while admit and room > 0 and state.waiting and state.running < state.config.max_num_seqs and state.admissible(state.waiting[0]):
         rid = state.admit(state.waiting[0])
-        target = int(state.target[rid])
-        take = min(target, room)
-        chunks.append(Chunk(rid, take, 0, take == target))
+        cached = int(state.prefilled[rid])
+        left = int(state.target[rid]) - cached
+        take = min(left, room)
+        chunks.append(Chunk(rid, take, cached, take == left))
         room -= take
     if chunks or state.decoding:
         return chunks

@@ -66,6 +66,10 @@ class Workload:
     """'closed', 'poisson', 'gamma' or 'trace'"""
     description: str
     notes: tuple[str, ...] = field(default=())
+    prefix_id: np.ndarray | None = None
+    """per request, the shared prefix its prompt starts with (-1: none); None when no request has one"""
+    prefix_tokens: np.ndarray | None = None
+    """per request, that prefix's length in tokens (part of ``prompt_tokens``); see simulator.engine.prefix_cache"""
 
     def __len__(self) -> int:
         return len(self.arrival_seconds)

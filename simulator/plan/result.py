@@ -155,6 +155,7 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
             "name": run.config.scheduler,
             "max_num_seqs": run.config.max_num_seqs,
             "max_batched_tokens": run.config.max_batched_tokens,
+            "prefix_caching": run.config.prefix_caching,
         },
         "slo": {
             "ttft_seconds": None if opts.slo_ttft is None else float(opts.slo_ttft),
@@ -206,6 +207,7 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
         },
         "preemptions": m.preemptions,
         "replica_summaries": replica_summaries(run),
+        "prefix_cache": prefix_cache_dict(run),
         "mfu": m.mfu,
         "mbu": m.mbu,
         "time": {
@@ -219,6 +221,22 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
         },
         "warnings": [*system.model.warnings, *run.notes],
         "operators": {"prefill": prefill_rows, "decode_last": last_rows},
+    }
+
+
+def prefix_cache_dict(run: "EngineRun") -> dict[str, Any]:
+    """Prefix-cache counters (simulator.engine.prefix_cache): admissions with a prefix, hits, prefill tokens saved."""
+    stats = run.result.extra.get("prefix_cache")
+    workload = run.workload
+    shared = 0 if workload.prefix_id is None else int(np.count_nonzero(workload.prefix_id >= 0))
+    return {
+        "enabled": run.config.prefix_caching,
+        "requests_with_prefix": shared,
+        "lookups": 0 if stats is None else stats.lookups,
+        "hits": 0 if stats is None else stats.hits,
+        "hit_rate": 0.0 if stats is None else stats.hit_rate,
+        "saved_prefill_tokens": 0 if stats is None else stats.saved_tokens,
+        "evictions": 0 if stats is None else stats.evictions,
     }
 
 

@@ -21,6 +21,7 @@ from simulator.cost.deployment import Deployment
 from simulator.engine.cluster import simulate_cluster
 from simulator.engine.engine import EngineResult
 from simulator.engine.kvcache import KVCapacity, kv_capacity
+from simulator.engine.prefix_cache import with_shared_prefix
 from simulator.engine.metrics import Aggregates, aggregate
 from simulator.engine.scheduler import SchedulerConfig
 from simulator.engine.workload import (
@@ -108,6 +109,7 @@ def prepare(settings: RunSettings | dict[str, Any]) -> Prepared:
         max_num_seqs=settings.max_num_seqs,
         max_batched_tokens=settings.max_batched_tokens,
         block_size=settings.block_size,
+        prefix_caching=settings.prefix_caching,
     )
     # Only the weights and one ctx-token sequence must fit; the paged cache queues the rest (plan/placement.py).
     deployment = plan_serving(settings.model_dump(), planned_batch, settings.ctx, config, settings.gpu_memory_utilization)
@@ -116,6 +118,8 @@ def prepare(settings: RunSettings | dict[str, Any]) -> Prepared:
         config.max_num_seqs, settings.kv_blocks,
     )
     workload = build_workload(settings, deployment.system.model.max_context)
+    if settings.shared_prefix_tokens is not None:
+        workload = with_shared_prefix(workload, settings.shared_prefix_tokens, settings.shared_prefix_ratio, settings.seed)
     _check_some_request_fits(workload, capacity, deployment)
     return Prepared(settings, deployment, workload, capacity, config)
 

@@ -119,7 +119,7 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
     first_cost = system.step_cost(result.first_decode_step) if result.first_decode_step else None
     last_cost = system.step_cost(result.last_decode_step) if result.last_decode_step else None
     first_step = result.first_prefill_step
-    queued, queued_for_kv = queued_counts(result)
+    _, queued_for_kv = queued_counts(result)
     lines = [
         f"memwall: {model.name} on {tp}x {gpu.name}",
         "",
@@ -162,7 +162,8 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         f"  rejected     {m.rejected:,}" + "".join(
             f"; {count} {REJECT_REASONS[REJECT_KEYS.index(key)]}" for key, count in m.rejected_by_reason.items() if count),
         f"  preemptions  {m.preemptions:,} ({_count(m.preempted_requests, 'request')} recomputed)",
-        f"  queued       {queued:,} waited at least one iteration, {queued_for_kv:,} of them for free KV blocks",
+        f"  KV waits     {_count(queued_for_kv, 'request')} queued while the KV cache had no room for them (preempted ones included)",
+        *prefix_cache_lines(run),
         "",
         "Latency",
         f"  prefill      {fmt_seconds(float(prefill_cost.seconds)) if prefill_cost else '-'}  (first prefill iteration: "
@@ -275,3 +276,14 @@ def replica_table(run: "EngineRun") -> list[str]:
     ]
     headers = ["replica", "requests", "output", "TTFT p50", "TTFT p99", "TPOT p50", "preempted", "KV high water"]
     return ["", "Replicas", *("  " + line for line in _table(headers, rows, align_right=set(range(1, 8))))]
+
+
+def prefix_cache_lines(run: "EngineRun") -> list[str]:
+    """The prefix cache's hits and prefill tokens saved (a hint when prompts share a prefix and caching is off)."""
+    stats = run.result.extra.get("prefix_cache")
+    if stats is not None:
+        return [f"  prefix hits  {stats.hits:,} of {stats.lookups:,} admissions with a prefix ({100 * stats.hit_rate:.0f}%), "
+                f"{stats.saved_tokens:,} prefill tokens saved, {stats.evictions:,} prefixes evicted"]
+    if run.workload.prefix_id is not None and (run.workload.prefix_id >= 0).any():
+        return ["  prefix hits  off: prompts share prefixes but --prefix-caching is off (vLLM V1 and SGLang cache them by default)"]
+    return []

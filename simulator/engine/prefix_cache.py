@@ -1,0 +1,160 @@
+"""Automatic prefix caching: KV blocks of shared prompt prefixes kept and reused across requests.
+
+vLLM's automatic prefix caching (on by default in the V1 engine) and SGLang's RadixAttention
+(on by default) keep the KV blocks of prompts after their requests finish and hand them to later
+requests whose prompts start with the same tokens, which then skip that part of the prefill.
+Modelled as vLLM does it:
+
+- Only whole blocks are shared (vLLM hashes full blocks), and at least one prompt token is
+  always computed (the last token's logits are needed): a request whose prompt starts with a
+  prefix of ``P`` tokens can reuse ``floor(min(P, prompt - 1) / block_size)`` blocks.
+- A prefix becomes reusable once the request that computes it has finished its prefill; a
+  request admitted before that computes its own copy (a miss).
+- Blocks referenced by running requests are in use once, however many share them. Unreferenced
+  cached blocks stay resident but count as free: an allocation that needs them evicts whole
+  prefixes, least recently released first (vLLM's free-block queue is LRU).
+- A hit skips the prefill of the cached tokens: the request's prefill starts at that offset and
+  its attention still reads the cached keys (the step's ``cached`` tokens).
+
+Requests carry a prefix id (-1: none) and its length in tokens (:class:`~simulator.engine.workload.Workload`
+``prefix_id``/``prefix_tokens``): from a trace's ``prefix_id``/``prefix_tokens`` columns, or a shared
+system prompt drawn for a share of a synthetic workload (:func:`with_shared_prefix`).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from simulator.engine.kvcache import BlockAllocator
+from simulator.errors import InputError
+
+
+@dataclass
+class PrefixStats:
+    """Prefix-cache counters of a run: admissions with a prefix, hits, prefill tokens saved, prefixes evicted."""
+
+    lookups: int = 0
+    hits: int = 0
+    saved_tokens: int = 0
+    evictions: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / self.lookups if self.lookups else 0.0
+
+    def add(self, other: "PrefixStats") -> None:
+        self.lookups += other.lookups
+        self.hits += other.hits
+        self.saved_tokens += other.saved_tokens
+        self.evictions += other.evictions
+
+
+class PrefixCache:
+    """Resident prefixes: blocks each holds, running requests referencing it, and the LRU of unreferenced ones."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, int] = {}  # resident prefix id -> blocks
+        self.refs: dict[int, int] = {}  # resident prefix id -> running requests sharing it
+        self.idle: OrderedDict[int, None] = OrderedDict()  # resident, unreferenced; least recently released first
+        self.idle_blocks = 0
+        self.stats = PrefixStats()
+
+    def referenced(self, prefix: int) -> bool:
+        return self.refs.get(prefix, 0) > 0
+
+    def peek(self, prefix: int, blocks: int) -> tuple[int, int]:
+        """(blocks a request wanting ``blocks`` of ``prefix`` would reuse, cached blocks it would take back from the free pool)."""
+        resident = self.blocks.get(prefix, 0)
+        if not resident or not blocks:
+            return 0, 0
+        return min(resident, blocks), resident if self.refs[prefix] == 0 else 0
+
+    def claim(self, prefix: int, blocks: int, block_size: int) -> tuple[int, int]:
+        """An admitted request wants ``blocks`` blocks of ``prefix``: as :meth:`peek`, and the prefix is now referenced.
+
+        A resident copy shorter than wanted is still a hit on its blocks (a prefix of the same
+        tokens). A hit on an unreferenced prefix takes it off the evictable list; its blocks are
+        in use again (the caller allocates them).
+        """
+        self.stats.lookups += 1
+        hit, retake = self.peek(prefix, blocks)
+        if not hit:
+            return 0, 0
+        if retake:
+            del self.idle[prefix]
+            self.idle_blocks -= retake
+        self.refs[prefix] += 1
+        self.stats.hits += 1
+        self.stats.saved_tokens += hit * block_size
+        return hit, retake
+
+    def register(self, prefix: int, blocks: int) -> bool:
+        """A request finished computing ``blocks`` blocks of ``prefix``: they become shared (False if already resident)."""
+        if prefix in self.blocks:
+            return False
+        self.blocks[prefix] = blocks
+        self.refs[prefix] = 1
+        return True
+
+    def drop(self, prefix: int, alloc: BlockAllocator) -> None:
+        """A sharing request left: the last one out leaves the blocks cached but free (evictable)."""
+        left = self.refs[prefix] - 1
+        self.refs[prefix] = left
+        if left == 0:
+            blocks = self.blocks[prefix]
+            alloc.release(blocks)
+            self.idle[prefix] = None
+            self.idle_blocks += blocks
+
+    def evict_to(self, room: int) -> None:
+        """Evict unreferenced prefixes, least recently released first, until they take at most ``room`` blocks."""
+        while self.idle_blocks > room:
+            prefix, _ = self.idle.popitem(last=False)
+            blocks = self.blocks.pop(prefix)
+            del self.refs[prefix]
+            self.idle_blocks -= blocks
+            self.stats.evictions += 1
+
+
+class PrefixAllocator(BlockAllocator):
+    """A block allocator whose free blocks include the cached, unreferenced prefixes (evicted when needed)."""
+
+    __slots__ = ("cache",)
+
+    def __init__(self, total: int, cache: PrefixCache) -> None:
+        super().__init__(total)
+        self.cache = cache
+
+    def allocate(self, blocks: int) -> None:
+        super().allocate(blocks)
+        self.cache.evict_to(self.total - self.used)
+
+
+def reusable_blocks(prompt: np.ndarray, prefix_tokens: np.ndarray, block_size: int) -> np.ndarray:
+    """Whole blocks of each request's prefix that a hit can reuse: floor(min(prefix, prompt - 1) / block size)."""
+    return np.maximum(np.minimum(prefix_tokens, prompt - 1), 0) // block_size
+
+
+def with_shared_prefix(workload, tokens: int, ratio: float, seed: int = 0):
+    """``workload`` with a ``tokens``-long system prompt (prefix id 0) put before the prompts of a ``ratio`` share of its requests.
+
+    The requests that share it are drawn with a generator seeded by ``seed`` (a stream of its own,
+    so arrivals and lengths do not move); their prompts grow by ``tokens``.
+    """
+    if tokens < 1:
+        raise InputError(f"--shared-prefix-tokens: must be >= 1 (got {tokens})")
+    if not 0 < ratio <= 1:
+        raise InputError(f"--shared-prefix-ratio: must be in (0, 1] (got {ratio})")
+    n = len(workload)
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5EED]))
+    shared = rng.random(n) < ratio if ratio < 1 else np.ones(n, dtype=bool)
+    prefix_id = np.where(shared, 0, -1).astype(np.int64)
+    prefix_tokens = np.where(shared, tokens, 0).astype(np.int64)
+    prompts = workload.prompt_tokens + prefix_tokens
+    count = int(shared.sum())
+    note = f"; a {tokens}-token shared system prompt before {count} of them ({100 * count / max(n, 1):.0f}%)"
+    return replace(workload, prompt_tokens=prompts, prefix_id=prefix_id, prefix_tokens=prefix_tokens,
+                   description=workload.description + note)
