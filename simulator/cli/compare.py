@@ -14,6 +14,7 @@ from simulator.cli.options import (
 )
 from simulator.model import load_gpu, load_model
 from simulator.model.precision import parse_precision
+from simulator.plan.deployment import weights_format
 from simulator.plan.settings import DeploymentSettings
 from simulator.report.compare import (
     Comparison,
@@ -104,7 +105,7 @@ def compare_command(contexts: str, batch: int, as_json: bool, as_csv: bool, **op
         link=settings.link_efficiency,
         kernel_launch_seconds=settings.launch_overhead,
     )
-    precision = parse_precision(settings.weights, settings.kv, settings.group_size)
+    precision = parse_precision(weights_format(model, settings.weights), settings.kv, settings.group_size)
     attention = parse_list(variants, "--attention")
     comparison = compare_attention(
         model, gpu, precision, attention, parse_contexts(contexts), batch=batch, tp=settings.tp,

@@ -97,6 +97,11 @@ def engine_from_options(options: dict[str, Any]) -> EngineProfile:
     return profile.eager() if options.get("enforce_eager") else profile
 
 
+def weights_format(model: ModelSpec, weights: str | None) -> str:
+    """The weight format asked for, else the checkpoint's own (its quantization_config), else fp16."""
+    return weights or model.default_weights or "fp16"
+
+
 def deployment_from_options(options: dict[str, Any], batch: int, ctx: int, require_fit: bool = True) -> Deployment:
     """Load configs named by the options and plan the deployment for ``batch`` x ``ctx``."""
     if not options.get("model"):
@@ -110,9 +115,8 @@ def deployment_from_options(options: dict[str, Any], batch: int, ctx: int, requi
         link=options.get("link_efficiency"),
         kernel_launch_seconds=options.get("launch_overhead"),
     )
-    # Without --weights, the checkpoint's own formats (its quantization_config), else fp16.
-    weights = options.get("weights") or model.default_weights or "fp16"
-    precision = parse_precision(weights, options.get("kv") or "fp16", options.get("group_size") or 128)
+    precision = parse_precision(weights_format(model, options.get("weights")), options.get("kv") or "fp16",
+                                options.get("group_size") or 128)
     return plan_deployment(
         model,
         gpu,
