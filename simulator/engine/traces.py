@@ -47,7 +47,8 @@ import math
 import re
 from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import UTC, date, datetime
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ MAX_TIME_SECONDS = 1e12
 """Largest |arrival time| accepted, seconds (~31,700 years): keeps spans finite and catches milliseconds."""
 
 CHUNK_ROWS = 1 << 16
-"""Rows parsed into Python values before they are packed into numpy chunks (bounds memory)."""
+"""Rows held as Python objects (cell text, JSON values) before they are converted into numpy (bounds memory)."""
 
 ARROW_BLOCK_BYTES = 1 << 20
 """pyarrow CSV block size, bytes: 1 MiB keeps its buffers small (16 MiB blocks peaked ~270 MB higher
@@ -72,6 +73,7 @@ _NS_PER_SECOND = 10**9
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 _EPOCH = datetime(1970, 1, 1)
+_EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
 _DIGITS = re.compile(r"\d+")
 _ISO = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})"
@@ -207,16 +209,13 @@ def datetime_ns(text: str) -> int | None:
         stamp = datetime.fromisoformat(text)
     except ValueError:
         return _datetime_ns_regex(text)
-    delta = stamp.replace(tzinfo=None) - _EPOCH
-    offset = stamp.utcoffset()
-    if offset:
-        delta -= offset
+    delta = stamp - (_EPOCH if stamp.tzinfo is None else _EPOCH_UTC)
     ns = ((delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds) * 1000
     # fromisoformat keeps microseconds and drops further digits; add them back.
     dot = text.find(".", 10)
     if dot < 0:
         dot = text.find(",", 10)
-    if dot >= 0:
+    if dot >= 0 and text[dot + 7:dot + 8].isdigit():
         digits = _DIGITS.match(text, dot + 1)
         width = digits.end() - dot - 1 if digits else 0
         if width > 9:
@@ -436,7 +435,7 @@ def _csv_rows(path: Path) -> Generator[tuple[int, list[str]], None, None]:
         reader = csv.reader(handle)
         try:
             for row in reader:
-                if any(cell.strip() for cell in row):
+                if row and (len(row) > 1 or row[0].strip()):  # blank lines are skipped, as pyarrow does
                     yield reader.line_num, row
         except csv.Error as exc:
             raise InputError(f"{path}:{reader.line_num}: not valid CSV ({exc})") from None
@@ -476,25 +475,19 @@ class _CsvChunks:
         self.cells: tuple[list[str], list[str], list[str]] = ([], [], [])
         self.lines: list[int] = []
 
-    def add(self, line: int, row: list[str]) -> None:
+    def add(self, rows: list[list[str]], lines: list[int]) -> None:
+        """Convert ``rows`` (at most CHUNK_ROWS, from ``lines``) column-wise into the columns."""
+        if not rows:
+            return
         ia, ip, io_ = self.index
         if self.times is None:
-            self.times = _TimeColumn(row[ia] if ia is not None else 0.0)
+            self.times = _TimeColumn(rows[0][ia] if ia is not None else 0.0)
             self.columns = _Columns(self.capacity, self.times.dtype)
+        assert self.columns is not None
+        self.cells = (list(map(itemgetter(ia), rows)) if ia is not None else [],
+                      list(map(itemgetter(ip), rows)), list(map(itemgetter(io_), rows)))
+        self.lines = lines
         times, prompts, outputs = self.cells
-        if ia is not None:
-            times.append(row[ia])
-        prompts.append(row[ip])
-        outputs.append(row[io_])
-        self.lines.append(line)
-        if len(prompts) >= CHUNK_ROWS:
-            self.flush()
-
-    def flush(self) -> None:
-        times, prompts, outputs = self.cells
-        if not prompts:
-            return
-        assert self.times is not None and self.columns is not None
         zero_ok = self.fmt.zero_skips
         try:
             if self.index[0] is None:
@@ -512,8 +505,6 @@ class _CsvChunks:
         if not good:
             self.locate()
         _add_checked(self.columns, arrival, prompt, output)
-        for values in (*self.cells, self.lines):
-            values.clear()
 
     def locate(self) -> None:
         """Check the chunk cell by cell and raise the InputError for the first bad one."""
@@ -551,11 +542,17 @@ def _read_csv_python(path: Path, capacity: int) -> Trace:
     fmt, ia, ip, io_ = _detect(path, names)
     chunks = _CsvChunks(path, fmt, names, (ia, ip, io_), capacity)
     width = len(names)
+    batch: list[list[str]] = []
+    lines: list[int] = []
     for line, row in rows:
         if len(row) != width:
             raise InputError(f"{path}:{line}: {len(row)} cells, but the header names {width} columns")
-        chunks.add(line, row)
-    chunks.flush()
+        batch.append(row)
+        lines.append(line)
+        if len(batch) >= CHUNK_ROWS:
+            chunks.add(batch, lines)
+            batch, lines = [], []
+    chunks.add(batch, lines)
     if chunks.columns is None:
         raise InputError(f"{path}: the trace has no requests (a header and no rows)")
     notes = [] if ia is not None else [_untimed_note(path, fmt)]
