@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from simulator.engine import workload
 from simulator.engine.workload import (
     LengthSpec,
     arrival_times,
@@ -158,6 +159,15 @@ def test_memory_guard_refuses_huge_request_counts_up_front():
         open_loop(2**27 + 1, 1.0, LengthSpec("fixed", 1), LengthSpec("fixed", 1))
     with pytest.raises(InputError, match=r"--requests: must be >= 1 \(got 0\)"):
         open_loop(0, 1.0, LengthSpec("fixed", 1), LengthSpec("fixed", 1))
+
+
+def test_memory_guard_applies_to_a_replayed_trace(monkeypatch):
+    monkeypatch.setattr(workload, "MAX_REQUESTS", 3)
+    trace = read_trace(DATA / "vidur_small.csv")  # 4 requests
+    # 4 * 256 bytes = 1,024 bytes = 9.5e-7 GiB.
+    with pytest.raises(InputError, match=r"--trace: 4 requests need about 0.0 GiB \(256 bytes each\), beyond the cap of 3"):
+        trace_workload(trace)
+    assert len(trace_workload(trace, start_seconds=4.4)) == 2  # a window of 2 fits
 
 
 # -- traces -----------------------------------------------------------------------------------------------

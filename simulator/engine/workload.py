@@ -170,7 +170,7 @@ def check_request_count(n: int, option: str = "--requests") -> None:
     if n < 1:
         raise InputError(f"{option}: must be >= 1 (got {n})")
     memory = _physical_memory_bytes()
-    limit, why = MAX_REQUESTS, f"the cap of 2^27 = {MAX_REQUESTS:,} requests"
+    limit, why = MAX_REQUESTS, f"the cap of {MAX_REQUESTS:,} requests"
     if memory is not None and memory // BYTES_PER_REQUEST < limit:
         limit, why = memory // BYTES_PER_REQUEST, f"this machine's {memory / 2**30:.1f} GiB of memory"
     if n > limit:
@@ -348,6 +348,7 @@ def trace_workload(
         moved = int(np.count_nonzero(order != np.arange(len(order))))
         notes.append(f"{trace.path}: arrivals were not sorted; sorted them by time ({moved} requests moved)")
     chosen, label = _window(trace, start_seconds, duration_seconds)
+    check_request_count(len(chosen), "--trace")
     with np.errstate(over="ignore"):
         arrivals = (trace.arrival_seconds[chosen] - start_seconds) / speedup
     if not np.isfinite(arrivals[-1]):
