@@ -27,6 +27,7 @@ import json
 import os
 import re
 import signal
+import time
 import traceback
 import warnings
 from collections.abc import Iterator
@@ -54,14 +55,15 @@ CASE_SECONDS = 60
 # Examples per command: bounded (the normal suite, <= 60 s together) and long (~20,000 in all).
 BOUNDED = {"main": 80, "layers": 12, "compare": 12, "roofline": 12, "explain": 12, "sweep": 12, "validate": 8,
            "calibrate": 12, "models": 4, "gpus": 4, "configs": 30}
-LONG_EXAMPLES = {"main": 8000, "layers": 1500, "compare": 1500, "roofline": 1500, "explain": 1500, "sweep": 1500,
-                 "validate": 1200, "calibrate": 1500, "models": 500, "gpus": 500, "configs": 1300}
+# validate replays each table row through the engine (~2 s a case): fewer of those.
+LONG_EXAMPLES = {"main": 10000, "layers": 2000, "compare": 2000, "roofline": 1500, "explain": 2000, "sweep": 1000,
+                 "validate": 300, "calibrate": 2000, "models": 300, "gpus": 300, "configs": 1500}
 
 pytestmark = [pytest.mark.fuzz] if LONG else []
 
 # A numeric token that is not finite, as text output would show it ("nan", "-inf", "inf%");
-# letters around it (information, inference, Infinity Cache) are not numbers.
-NON_FINITE = re.compile(r"(?<![A-Za-z])[-+]?(nan|inf|infinity)(?![A-Za-z])", re.IGNORECASE)
+# letters around it (information, inference, infinity-fabric) make it a word, not a number.
+NON_FINITE = re.compile(r"(?<![A-Za-z_])[-+]?(nan|inf|infinity)(?![A-Za-z_-])", re.IGNORECASE)
 
 
 class Hang(BaseException):
@@ -108,6 +110,7 @@ class Failure:
 class Tally:
     cases: collections.Counter = field(default_factory=collections.Counter)
     exits: collections.Counter = field(default_factory=collections.Counter)  # (command, exit code)
+    seconds: collections.Counter = field(default_factory=collections.Counter)  # wall time per command (report only)
     failures: list[Failure] = field(default_factory=list)
 
 
@@ -210,7 +213,9 @@ def run_case(command: str, args: list[str], root: Path, env: dict[str, str] | No
 
 def check(command: str, args: list[str], root: Path, env: dict[str, str] | None = None) -> None:
     """Bounded profile: assert the case passes. Long profile: record its failures and go on."""
+    started = time.monotonic()
     failures = run_case(command, args, root, env)
+    TALLY.seconds[command] += time.monotonic() - started
     TALLY.cases[command] += 1
     if LONG:
         TALLY.failures.extend(failures)
@@ -249,6 +254,7 @@ def summary_text(tally: Tally) -> str:
     failed_cases = len({(f.command, tuple(f.args)) for f in tally.failures})
     lines = [
         f"cases: {sum(tally.cases.values())} ({', '.join(f'{k} {v}' for k, v in sorted(tally.cases.items()))})",
+        "seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(tally.seconds.items())),
         "exit codes: " + ", ".join(f"{c} {code}: {n}" for (c, code), n in sorted(tally.exits.items())),
         f"failing cases: {failed_cases}; problems: " + (", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) or "none"),
         "",
