@@ -41,9 +41,10 @@ def test_auto_tp_is_the_smallest_that_holds_weights_and_one_sequence():
     assert "does not fit" in message and "less than one 4096-token sequence" in message
 
 
-def test_nothing_fits_names_every_degree_tried():
-    with pytest.raises(InputError, match=r"does not fit on V100-SXM2-32GB at any tensor-parallel degree tried \(1, 2, 4, 8\)"):
-        prepare({"model": "gpt3-175b", "gpu": "v100", "ctx": 2048})
+def test_nothing_fits_names_every_layout_tried():
+    # gpt3-175b fp16 (325 GiB) on one stage of V100-32GB: at tp 8, 40.7 GiB per GPU > 0.9 x 32 GiB.
+    with pytest.raises(InputError, match=r"does not fit on V100-SXM2-32GB at any layout tried \(tp 1, tp 2, tp 4, tp 8\)"):
+        prepare({"model": "gpt3-175b", "gpu": "v100", "ctx": 2048, "pp": 1})
 
 
 @pytest.fixture(scope="module")

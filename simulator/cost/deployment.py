@@ -11,16 +11,31 @@ from simulator.errors import InputError
 
 @dataclass(frozen=True)
 class Deployment:
-    """A built System with its memory plan; ``auto_tp`` says the TP degree was chosen for the user."""
+    """A built System with its memory plan; ``auto_tp`` says the TP degree was chosen for the user.
+
+    With ``pp`` > 1 the system is a :class:`~simulator.cost.pipeline.PipelineSystem` and the memory
+    plan's per-GPU figures are those of its heaviest stage.
+    """
 
     system: System
     memory: MemoryPlan
     auto_tp: bool
+    pp: int = 1
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one copy of the model: tp x pp."""
+        return self.system.tp * self.pp
 
     @property
     def note(self) -> str:
-        if not self.auto_tp or self.system.tp == 1:
+        if not self.auto_tp or self.gpus == 1:
             return ""
+        if self.pp > 1:
+            return (
+                f"does not fit on one node of {self.system.gpu.max_gpus_per_node} {self.system.gpu.name}; using "
+                f"tensor parallelism within a node and the fewest pipeline stages that fit: --tp {self.system.tp} --pp {self.pp}"
+            )
         return (
             f"does not fit on one {self.system.gpu.name}; using the smallest tensor-parallel degree "
             f"that fits: --tp {self.system.tp}"

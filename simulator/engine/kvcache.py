@@ -71,9 +71,11 @@ def kv_capacity(
     if not 0 < gpu_memory_utilization <= 1:
         raise InputError(f"--gpu-memory-utilization: must be in (0, 1] (got {gpu_memory_utilization})")
     system, plan = deployment.system, deployment.memory
+    # Under pipeline parallelism a GPU holds its stage's layers: the stage's model sizes its cache.
+    model = getattr(system, "stage", system).model
     step_tokens = WORKSPACE_TOKENS if max_batched_tokens is None else max_batched_tokens
-    workspace = workspace_bytes_per_gpu(system.model, system.precision, system.tp, step_tokens, max_num_seqs)
-    per_block = block_size * kv_bytes_per_token_per_gpu(system.model, system.precision, system.tp)
+    workspace = workspace_bytes_per_gpu(model, system.precision, system.tp, step_tokens, max_num_seqs)
+    per_block = block_size * kv_bytes_per_token_per_gpu(model, system.precision, system.tp)
     hbm = system.gpu.hbm_bytes
     budget = hbm * gpu_memory_utilization - plan.weights_bytes_per_gpu - workspace - plan.reserved_bytes_per_gpu
     if blocks_override is not None:

@@ -10,9 +10,13 @@ rule, per GPU:
     weights + activation workspace + runtime reserve + KV of one ``ctx``-token sequence
         <= gpu_memory_utilization x HBM
 
-(the same budget as :func:`simulator.engine.kvcache.kv_capacity`, one formula). With ``tp``
-given, a deployment that breaks the rule is an InputError ("does not fit"); without it, the
-smallest power-of-two degree that keeps it is chosen (``tensor_parallel_candidates``). A batch
+(the same budget as :func:`simulator.engine.kvcache.kv_capacity`, one formula; under pipeline
+parallelism per GPU of the heaviest stage). With ``tp`` given, a deployment that breaks the rule
+is an InputError ("does not fit"); without it, the first layout that keeps it is chosen: tensor
+parallelism first, the smallest power of two dividing the heads up to the GPUs of one node
+(``tensor_parallel_candidates``), then, if even a whole node is too small, the node-wide degree
+with 2, 3, ... pipeline stages (TP needs the node's fast links every layer; PP sends one hidden
+state per stage, so it is the one to span nodes, as Megatron-LM and vLLM deployments do). A batch
 or trace whose KV exceeds the cache then runs with queueing and preemption, and the run says
 how many requests waited for KV blocks (:func:`admission_notes`).
 
@@ -29,7 +33,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from simulator.cost.deployment import Deployment
-from simulator.cost.memory import GIB, tensor_parallel_candidates
+from simulator.cost.memory import GIB, plan_memory, tensor_parallel_candidates
+from simulator.cost.pipeline import PipelineSystem, check_pipeline, stage_model
 from simulator.engine.kvcache import blocks_for, kv_capacity
 from simulator.engine.scheduler import SchedulerConfig
 from simulator.errors import InputError
@@ -60,36 +65,73 @@ def cache_shortfall(deployment: Deployment, config: SchedulerConfig, gpu_memory_
     )
 
 
+MAX_AUTO_PP = 8
+"""Most pipeline stages the automatic layout tries (8 nodes of tensor-parallel GPUs)."""
+
+
+def build_deployment(options: dict[str, Any], batch: int, context_tokens: int, tp: int, pp: int) -> Deployment:
+    """The deployment at ``tp`` x ``pp`` (no fit check); pp > 1: a PipelineSystem sized by its heaviest stage."""
+    base = deployment_from_options({**options, "tp": tp}, batch, context_tokens, require_fit=False)
+    if pp == 1:
+        return base
+    model = base.system.model
+    check_pipeline(model, pp)
+    stage = replace(base.system, model=stage_model(model, pp))
+    plan = plan_memory(stage.model, stage.precision, stage.gpu, tp, batch, context_tokens, stage.operators)
+    # Per-GPU figures are the stage's; the model-wide ones stay the whole model's.
+    plan = replace(plan, weights_bytes=base.memory.weights_bytes, kv_bytes_per_token=base.memory.kv_bytes_per_token,
+                   kv_bytes=base.memory.kv_bytes)
+    return Deployment(PipelineSystem(stage, model, pp), plan, auto_tp=False, pp=pp)
+
+
+def _layouts(options: dict[str, Any]) -> tuple[list[tuple[int, int]], bool]:
+    """(tp, pp) pairs to try in order, and whether the choice is automatic.
+
+    Given tp: that tp at the given pp (default 1). Otherwise tensor parallelism first, within a node
+    (powers of two up to ``max_gpus_per_node`` dividing the heads, as ``tensor_parallel_candidates``),
+    then the largest of those with 2, 3, ... MAX_AUTO_PP stages (pipelines span nodes; TP stays in one).
+    """
+    tp, pp = options.get("tp"), options.get("pp")
+    if tp is not None:
+        return [(tp, pp or 1)], False
+    model = with_attention(load_model(options["model"]), options.get("attention"))
+    gpu = load_gpu(options["gpu"])
+    ep = options.get("ep") or 1
+    degrees = [ep] if ep > 1 else tensor_parallel_candidates(model, gpu, ep)
+    if pp is not None:
+        return [(degree, pp) for degree in degrees], True
+    largest = degrees[-1] if degrees else 1
+    stages = range(2, min(MAX_AUTO_PP, model.num_layers) + 1)
+    return [(degree, 1) for degree in degrees] + [(largest, stage) for stage in stages], True
+
+
 def plan_serving(options: dict[str, Any], batch: int, context_tokens: int, config: SchedulerConfig,
                  gpu_memory_utilization: float) -> Deployment:
-    """The deployment of an engine run: ``options['tp']`` or the smallest degree keeping the serving rule.
+    """The deployment of an engine run: the given layout, or the first of :func:`_layouts` keeping the serving rule.
 
     ``batch`` x ``context_tokens`` sizes the memory plan shown in reports; only one sequence
     of ``context_tokens`` must fit the cache. InputError ("does not fit") when none does.
     """
-    tp = options.get("tp")
-    if tp is not None:
-        deployment = deployment_from_options(options, batch, context_tokens, require_fit=False)
-        why = cache_shortfall(deployment, config, gpu_memory_utilization, context_tokens)
-        if why is not None:
-            raise InputError(f"{deployment.system.model.name} on {tp}x {deployment.system.gpu.name} does not fit: {why}")
-        return deployment
     if not options.get("model") or not options.get("gpu"):
         return deployment_from_options(options, batch, context_tokens)  # says which is missing
-    model = with_attention(load_model(options["model"]), options.get("attention"))
-    gpu = load_gpu(options["gpu"])
-    ep = options.get("ep") or 1
-    candidates = [ep] if ep > 1 else tensor_parallel_candidates(model, gpu, ep)
+    layouts, automatic = _layouts(options)
     why = ""
-    for degree in candidates:
-        deployment = deployment_from_options({**options, "tp": degree}, batch, context_tokens, require_fit=False)
+    for tp, pp in layouts:
+        deployment = build_deployment(options, batch, context_tokens, tp, pp)
         shortfall = cache_shortfall(deployment, config, gpu_memory_utilization, context_tokens)
         if shortfall is None:
-            return replace(deployment, auto_tp=True)
+            return replace(deployment, auto_tp=automatic)
         why = shortfall
+        if not automatic:
+            system = deployment.system
+            layout = f"{tp}x" if pp == 1 else f"{tp}x{pp} (tp x pp)"
+            raise InputError(f"{system.model.name} on {layout} {system.gpu.name} does not fit: {why}")
+    model, gpu = deployment.system.model, deployment.system.gpu
+    tried = ", ".join(f"tp {tp}" if pp == 1 else f"tp {tp} x pp {pp}" for tp, pp in layouts)
+    last_tp, last_pp = layouts[-1]
+    return_layout = f"tp={last_tp}" + (f" pp={last_pp}" if last_pp > 1 else "")
     raise InputError(
-        f"{model.name} does not fit on {gpu.name} at any tensor-parallel degree tried "
-        f"({', '.join(map(str, candidates))}): at tp={candidates[-1] if candidates else 1} {why}"
+        f"{model.name} does not fit on {gpu.name} at any layout tried ({tried}): at {return_layout} {why}"
     )
 
 

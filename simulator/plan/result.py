@@ -90,7 +90,9 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
         "tp_auto": dep.auto_tp and tp > 1,
         "replicas": run.settings.replicas,
         "router": run.settings.router,
-        "gpus": tp * run.settings.replicas,
+        "pp": dep.pp,
+        "gpus": dep.gpus * run.settings.replicas,
+        "pipeline": pipeline_dict(run),
         "batch": len(workload) if workload.kind == "closed" else int(opts.batch),
         "ctx": ctx,
         "gen": gen,
@@ -124,7 +126,7 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
             "workspace_bytes_per_gpu": memory.workspace_bytes_per_gpu,
             "reserved_bytes_per_gpu": memory.reserved_bytes_per_gpu,
             "needed_bytes_per_gpu": memory.needed_bytes_per_gpu,
-            "capacity_bytes": memory.capacity_bytes,
+            "capacity_bytes": memory.capacity_bytes * dep.pp,
             "fits": memory.fits,
         },
         "kv_cache": {
@@ -237,6 +239,27 @@ def prefix_cache_dict(run: "EngineRun") -> dict[str, Any]:
         "hit_rate": 0.0 if stats is None else stats.hit_rate,
         "saved_prefill_tokens": 0 if stats is None else stats.saved_tokens,
         "evictions": 0 if stats is None else stats.evictions,
+    }
+
+
+def pipeline_dict(run: "EngineRun") -> dict[str, Any] | None:
+    """Pipeline parallelism (simulator.cost.pipeline): stages, layers per stage, micro-batches, bubble, stage link."""
+    dep = run.deployment
+    if dep.pp == 1:
+        return None
+    from simulator.cost.pipeline import bubble_fraction
+
+    system = dep.system
+    link = system.link
+    micro = dep.pp  # vLLM's virtual engines: the running batch in pp micro-batches
+    return {
+        "stages": dep.pp,
+        "layers_per_stage": system.stage.model.num_layers,
+        "micro_batches": micro,
+        "bubble_fraction": bubble_fraction(dep.pp, micro),
+        "p2p_bytes_per_second": link.bytes_per_second,
+        "p2p_latency_seconds": link.base_seconds + link.hop_seconds,
+        "across_nodes": link.across_nodes,
     }
 
 

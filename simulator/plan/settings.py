@@ -163,6 +163,12 @@ class DeploymentSettings(BaseModel):
         default=None, description="Serving-engine profile: vllm, sglang, trtllm, ideal (no overhead), or a profile YAML. [default: vllm]",
         json_schema_extra={"metavar": "NAME|PATH"},
     )
+    pp: Annotated[Int | None, Field(ge=1, le=256)] = Field(
+        default=None,
+        description="Pipeline-parallel stages, each a tensor-parallel group of --tp GPUs. Default: 1, or with --tp "
+        "left out the fewest stages that fit once TP fills a node.",
+        json_schema_extra={"flags": ["--pp", "--pipeline-parallel-size"]},
+    )
     ep: Annotated[Int | None, Field(ge=1, le=1024)] = Field(
         default=None, description="Expert-parallel degree for mixture-of-experts models (experts split over GPUs).",
     )
@@ -331,6 +337,7 @@ VLLM_ALIASES: dict[str, Callable[[Any], dict[str, Any]]] = {
     "request_rate": _vllm_request_rate,
     "max_num_batched_tokens": lambda v: {"max_batched_tokens": v},
     "tensor_parallel_size": lambda v: {"tp": v},
+    "pipeline_parallel_size": lambda v: {"pp": v},
     "kv_cache_dtype": _vllm_kv_dtype,
     "enable_chunked_prefill": _vllm_chunked,
     "enable_prefix_caching": lambda v: {"prefix_caching": v},

@@ -256,13 +256,24 @@ def write_per_request_csv(run: "EngineRun", path: str) -> None:
 
 
 def replica_setup_lines(run: "EngineRun") -> list[str]:
-    """The data-parallel line of the setup: replicas, router and GPUs in all (none for one replica)."""
-    replicas = run.settings.replicas
-    if replicas == 1:
-        return []
-    tp = run.deployment.system.tp
-    return [f"  replicas     {replicas} x {tp} GPU{'s' if tp > 1 else ''} behind a {run.settings.router} router "
-            f"= {replicas * tp} GPUs in all (latency and throughput below are the cluster's)"]
+    """The pipeline and data-parallel lines of the setup (none for one stage and one replica)."""
+    from simulator.cost.pipeline import bubble_fraction
+
+    dep, replicas = run.deployment, run.settings.replicas
+    lines = []
+    if dep.pp > 1:
+        system = dep.system
+        link = system.link
+        where = "across nodes over InfiniBand" if link.across_nodes else "within the node"
+        lines.append(
+            f"  pipeline     {dep.pp} stages of up to {system.stage.model.num_layers} layers, up to {dep.pp} micro-batches "
+            f"per iteration (bubble {100 * bubble_fraction(dep.pp, dep.pp):.0f}%), stage to stage {where} at "
+            f"{fmt_rate(link.bytes_per_second / 1e9, 'GB/s')}; {dep.gpus} GPUs per copy")
+    if replicas > 1:
+        gpus = dep.gpus
+        lines.append(f"  replicas     {replicas} x {gpus} GPU{'s' if gpus > 1 else ''} behind a {run.settings.router} router "
+                     f"= {replicas * gpus} GPUs in all (latency and throughput below are the cluster's)")
+    return lines
 
 
 def replica_table(run: "EngineRun") -> list[str]:

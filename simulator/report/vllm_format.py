@@ -154,7 +154,8 @@ def vllm_result_json(run: "EngineRun", percentiles: list[float]) -> dict[str, An
 
 
 def launch_command(run: "EngineRun", engine: str) -> str:
-    """The command that starts this deployment on ``engine`` (vllm or sglang), with the scheduler settings simulated."""
+    """The command that starts one replica of this deployment on ``engine`` (vllm or sglang), with the scheduler
+    settings simulated (prefix caching spelled out: both engines turn it on by default)."""
     system, config, s = run.deployment.system, run.config, run.settings
     model = system.model.name
     # An --attention variant is a what-if with no checkpoint to serve: say so rather than print a model that does not exist.
@@ -164,6 +165,9 @@ def launch_command(run: "EngineRun", engine: str) -> str:
         if config.max_batched_tokens is not None:
             parts.append(f"--max-num-batched-tokens {config.max_batched_tokens}")
         parts.append("--enable-chunked-prefill" if config.scheduler == "chunked" else "--no-enable-chunked-prefill")
+        if run.deployment.pp > 1:
+            parts.append(f"--pipeline-parallel-size {run.deployment.pp}")
+        parts.append("--enable-prefix-caching" if config.prefix_caching else "--no-enable-prefix-caching")
         parts.append(f"--kv-cache-dtype {'fp8' if s.kv == 'fp8' else 'auto'}")
         if s.weights == "fp8":
             parts.append("--quantization fp8")
@@ -178,6 +182,10 @@ def launch_command(run: "EngineRun", engine: str) -> str:
             parts.append("--kv-cache-dtype fp8_e5m2")
         if s.weights == "fp8":
             parts.append("--quantization fp8")
+        if run.deployment.pp > 1:
+            parts.append(f"--pp-size {run.deployment.pp}")
+        if not config.prefix_caching:
+            parts.append("--disable-radix-cache")
         parts.append(f"--mem-fraction-static {s.gpu_memory_utilization:g}")
         return note + " \\\n    ".join(parts)
     raise InputError(f"--launch-command: unknown engine {engine!r}; allowed: vllm, sglang")
