@@ -12,7 +12,7 @@ from simulator.errors import InputError
 from simulator.model import load_gpu, load_model
 from simulator.model.precision import Precision
 from simulator.plan.deployment import plan_deployment
-from simulator.plan.run import simulate_settings
+from simulator.plan.run import run_from_options, simulate_settings
 
 ON = SchedulerConfig("continuous", block_size=16, prefix_caching=True)
 
@@ -131,3 +131,29 @@ def test_blocks_balance_under_sharing_preemption_and_eviction(system, scheduler,
     assert (result.status == DONE).all()
     assert engine.alloc.used == 0 and engine.prefixes.idle_blocks <= engine.alloc.total
     assert all(count == 0 for count in engine.prefixes.refs.values())
+
+
+def test_trace_prefix_columns_reach_the_engine(tmp_path):
+    # Three requests of our format sharing prefix 7 (64 tokens = 4 blocks of 16, all reusable: prompt 100 > 64),
+    # one without: the 2nd and 3rd hit, saving 2 x 64 = 128 prefill tokens.
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_seconds,prompt_tokens,output_tokens,prefix_id,prefix_tokens\n"
+                    "0,100,2,7,64\n1,100,2,7,64\n2,100,2,,\n3,100,2,7,64\n")
+    run = simulate_settings({"model": "llama2-7b", "gpu": "a100", "trace": str(path), "prefix_caching": True,
+                             "block_size": 16})
+    assert run.workload.prefix_id.tolist() == [7, 7, -1, 7]
+    stats = run.result.extra["prefix_cache"]
+    assert (stats.lookups, stats.hits, stats.saved_tokens) == (3, 2, 128)
+    data = run_from_options({"model": "llama2-7b", "gpu": "a100", "trace": str(path), "prefix_caching": True})
+    assert data["prefix_cache"]["hits"] == 2 and data["prefix_cache"]["requests_with_prefix"] == 3
+
+
+@pytest.mark.parametrize("rows,message", [
+    ("0,100,2,7,101\n", "t.csv:2: prefix_tokens 101 exceeds the prompt's 100 tokens"),
+    ("0,100,2,x,10\n", "t.csv:2: prefix_id 'x' is not a whole number >= -1"),
+])
+def test_bad_trace_prefix_cells_name_the_line(tmp_path, rows, message):
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_seconds,prompt_tokens,output_tokens,prefix_id,prefix_tokens\n" + rows)
+    with pytest.raises(InputError, match=message):
+        simulate_settings({"model": "llama2-7b", "gpu": "a100", "trace": str(path), "prefix_caching": True})

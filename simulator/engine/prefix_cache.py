@@ -23,8 +23,13 @@ system prompt drawn for a share of a synthetic workload (:func:`with_shared_pref
 
 from __future__ import annotations
 
+import csv
+import json
+import math
 from collections import OrderedDict
 from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -158,3 +163,76 @@ def with_shared_prefix(workload, tokens: int, ratio: float, seed: int = 0):
     note = f"; a {tokens}-token shared system prompt before {count} of them ({100 * count / max(n, 1):.0f}%)"
     return replace(workload, prompt_tokens=prompts, prefix_id=prefix_id, prefix_tokens=prefix_tokens,
                    description=workload.description + note)
+
+
+PREFIX_COLUMNS = ("prefixid", "prefixtokens")
+"""Our trace format's optional columns (names normalised as the trace reader does: lower case, letters and digits)."""
+
+
+def _normalised(name: str) -> str:
+    return "".join(ch for ch in str(name).lower() if ch.isalnum())
+
+
+def _prefix_rows(path: Path) -> list[tuple[int, Any, Any]] | None:
+    """(line, prefix_id cell, prefix_tokens cell) per data row, or None when the file has no prefix columns."""
+    suffix = path.suffix.lower()
+    with open(path, encoding="utf-8-sig", newline="") as handle:
+        if suffix in (".jsonl", ".ndjson", ".json"):
+            if suffix == ".json":
+                records = json.load(handle)
+                if not isinstance(records, list):
+                    return None  # a vLLM result: no per-request prefixes
+                numbered = list(enumerate(records, start=1))
+            else:
+                numbered = [(line, json.loads(text)) for line, text in enumerate(handle, start=1) if text.strip()]
+            rows = []
+            for line, record in numbered:
+                keys = {_normalised(key): value for key, value in record.items()} if isinstance(record, dict) else {}
+                rows.append((line, keys.get(PREFIX_COLUMNS[0]), keys.get(PREFIX_COLUMNS[1])))
+            return rows if any(cells[1] is not None or cells[2] is not None for cells in rows) else None
+        reader = csv.reader(handle)
+        header = [_normalised(name) for name in next(reader, [])]
+        if not all(column in header for column in PREFIX_COLUMNS):
+            if any(column in header for column in PREFIX_COLUMNS):
+                raise InputError(f"{path}: give both prefix_id and prefix_tokens columns, or neither")
+            return None
+        where = [header.index(column) for column in PREFIX_COLUMNS]
+        return [(line, *(row[i] if i < len(row) else "" for i in where))
+                for line, row in enumerate(reader, start=2) if any(cell.strip() for cell in row)]
+
+
+def _whole(value: Any, path: Path, line: int, column: str, low: int) -> int:
+    text = "" if value is None else str(value).strip()
+    if text == "":
+        return -1 if column == "prefix_id" else 0
+    try:
+        number = float(text)
+    except ValueError:
+        number = math.nan
+    if not (math.isfinite(number) and number.is_integer() and low <= number < 2**31):
+        raise InputError(f"{path}:{line}: {column} {text!r} is not a whole number >= {low}")
+    return int(number)
+
+
+def with_trace_prefixes(trace):
+    """``trace`` with its ``prefix_id``/``prefix_tokens`` columns read, when our format's file has them.
+
+    Both columns or neither; a row without a prefix leaves them empty (or gives -1 and 0). A
+    prefix longer than its prompt is an error (the prefix is the start of the prompt).
+    """
+    if trace.format != "memwall":
+        return trace
+    path = Path(trace.path)
+    rows = _prefix_rows(path)
+    if rows is None:
+        return trace
+    if len(rows) != len(trace):
+        raise InputError(f"{path}: {len(rows)} rows with prefix columns for {len(trace)} requests")
+    ids = np.array([_whole(cells[1], path, cells[0], "prefix_id", -1) for cells in rows], dtype=np.int64)
+    tokens = np.array([_whole(cells[2], path, cells[0], "prefix_tokens", 0) for cells in rows], dtype=np.int64)
+    longer = np.flatnonzero(tokens > trace.prompt_tokens)
+    if len(longer):
+        line = rows[int(longer[0])][0]
+        raise InputError(f"{path}:{line}: prefix_tokens {int(tokens[longer[0]])} exceeds the prompt's "
+                         f"{int(trace.prompt_tokens[longer[0]])} tokens (the prefix is the start of the prompt)")
+    return replace(trace, prefix_id=ids, prefix_tokens=tokens)

@@ -126,6 +126,10 @@ class Trace:
     format: str = "memwall"
     timed: bool = True
     notes: tuple[str, ...] = field(default=())
+    prefix_id: np.ndarray | None = None
+    """our format's optional ``prefix_id`` column (-1: no shared prefix); see simulator.engine.prefix_cache"""
+    prefix_tokens: np.ndarray | None = None
+    """our format's optional ``prefix_tokens`` column: the shared prefix's length, part of the prompt"""
 
     def __len__(self) -> int:
         return len(self.arrival_seconds)

@@ -365,4 +365,6 @@ def trace_workload(
         kind="trace",
         description=f"trace {trace.path.name}{label}: {n} requests over {span:.1f} s (speedup {speedup:g})",
         notes=tuple(notes),
+        prefix_id=None if trace.prefix_id is None or prompt is not None else trace.prefix_id[chosen],
+        prefix_tokens=None if trace.prefix_tokens is None or prompt is not None else trace.prefix_tokens[chosen],
     )

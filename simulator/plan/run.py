@@ -21,7 +21,7 @@ from simulator.cost.deployment import Deployment
 from simulator.engine.cluster import simulate_cluster
 from simulator.engine.engine import EngineResult
 from simulator.engine.kvcache import KVCapacity, kv_capacity
-from simulator.engine.prefix_cache import with_shared_prefix
+from simulator.engine.prefix_cache import with_shared_prefix, with_trace_prefixes
 from simulator.engine.metrics import Aggregates, aggregate
 from simulator.engine.scheduler import SchedulerConfig
 from simulator.engine.workload import (
@@ -77,7 +77,7 @@ def build_workload(settings: RunSettings, max_tokens: int) -> Workload:
     prompt, output = _lengths(settings)
     seed = settings.seed
     if settings.trace is not None:
-        trace = read_trace(settings.trace)
+        trace = with_trace_prefixes(read_trace(settings.trace))
         if settings.qps is None:
             return trace_workload(trace, settings.trace_speedup, prompt, output, seed, max_tokens)
         n = settings.requests or len(trace.arrival_seconds)
