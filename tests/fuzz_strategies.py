@@ -276,7 +276,7 @@ def scenario_file(draw: st.DrawFn, files: FileFactory) -> str:
         {"search": {"max_qps_under_slo": {"low": 0.1, "high": float("inf")}}, "slo": {"ttft_p99_seconds": 1.0}},
         {"cost": {"usd_per_gpu_hour": {"a100": float("nan")}}},
         {"output": {"path": ""}},
-        {"output": {"path": "/nonexistent/dir/x.csv"}},
+        {"output": {"path": str(files.root / "missing" / "dir" / "x.csv")}},
         {"sweep": {"zip": {"batch": [1, 2], "ctx": [256]}}},
     )
     if draw(st.integers(0, 3)) == 0:
@@ -426,7 +426,8 @@ def option_choices(name: str, param: click.Parameter, files: FileFactory) -> tup
         name in ("input_tokens", "output_tokens") and isinstance(param.type, (click.types.IntParamType, click.IntRange))
     ):
         return numbers[name], edge_numbers
-    junk_paths = st.sampled_from(("", ".", "/", "/nonexistent/x.csv", "nosuch.yaml", "x.txt"))
+    # Junk outputs stay inside the fuzz folder: calibrate creates a missing folder for its outputs.
+    junk_paths = st.sampled_from(("", ".", "/", str(files.root / "missing" / "x.csv"), "nosuch.yaml", "x.txt"))
     named: dict[str, tuple[st.SearchStrategy[str], st.SearchStrategy[str]]] = {
         "model": (st.one_of(st.sampled_from(MODELS), _valid_model_file(files)),
                   st.one_of(model_file(files), st.sampled_from(("nosuch", "", "llama", "x.yaml", "/")))),
