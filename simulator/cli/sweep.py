@@ -286,7 +286,8 @@ def summary_text(scenario: Scenario, outcome: SweepOutcome, where: str, limit: i
         lines += _table(headers, table)
         target = next((r.get("search.min_gpus_for_qps.target_qps") for r in rows if "search.min_gpus_for_qps.target_qps" in r), None)
         if target is not None:
-            lines.append(f"  target QPS {target:g}; GPUs = ceil(target / max QPS of one replica) x GPUs per replica")
+            lines.append(f"  target QPS {target:g}; GPUs = fewest replicas whose cluster run at the target meets the SLO "
+                         "(searched from ceil(target / max QPS)) x GPUs per replica")
     best = best_per_objective(rows, has_slo)
     if best:
         lines += ["", "Best per objective" + (" (throughput and cost among points meeting the SLO)" if has_slo else "")]
