@@ -504,7 +504,12 @@ class Embedding:
 
 @dataclass(frozen=True)
 class AllReduce:
-    """Tensor-parallel all-reduce of the hidden state (tokens x hidden) across ``tp`` GPUs."""
+    """Tensor-parallel all-reduce of the hidden state (tokens x hidden) across ``tp`` GPUs.
+
+    ``link_bytes`` is the message each GPU holds; :mod:`simulator.cost.collectives` alone turns it
+    into seconds (ring, tree, one-shot or two-shot by the engine's policy, the group size and the
+    interconnect's latencies and bandwidth).
+    """
 
     name: str
     count: int
