@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import codecs
 import csv
+import gc
 import json
 import math
 import re
@@ -548,15 +549,22 @@ def _read_csv_python(path: Path, capacity: int) -> Trace:
     width = len(names)
     batch: list[list[str]] = []
     lines: list[int] = []
-    for line, row in rows:
-        if len(row) != width:
-            raise InputError(f"{path}:{line}: {len(row)} cells, but the header names {width} columns")
-        batch.append(row)
-        lines.append(line)
-        if len(batch) >= CHUNK_ROWS:
-            chunks.add(batch, lines)
-            batch, lines = [], []
-    chunks.add(batch, lines)
+    # Row lists hold no cycles; the cyclic collector rescanning a chunk of them cost ~17% of the time.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for line, row in rows:
+            if len(row) != width:
+                raise InputError(f"{path}:{line}: {len(row)} cells, but the header names {width} columns")
+            batch.append(row)
+            lines.append(line)
+            if len(batch) >= CHUNK_ROWS:
+                chunks.add(batch, lines)
+                batch, lines = [], []
+        chunks.add(batch, lines)
+    finally:
+        if collecting:
+            gc.enable()
     if chunks.columns is None:
         raise InputError(f"{path}: the trace has no requests (a header and no rows)")
     notes = [] if ia is not None else [_untimed_note(path, fmt)]
