@@ -181,11 +181,14 @@ def test_replicas_split_the_load_and_multiply_throughput(tmp_path):
 
 
 def test_prompts_are_capped_with_a_note(tmp_path):
-    rows = table(tmp_path, row(mode="serving", regime="serving", batch="", request_rate="inf", num_prompts=5000,
-                               metric="request_throughput", input_tokens=64, output_tokens=8))
+    serving = {"mode": "serving", "regime": "serving", "batch": "", "num_prompts": 5000, "metric": "request_throughput",
+               "input_tokens": 64, "output_tokens": 8}
+    rows = table(tmp_path, row(request_rate=100, **serving), row(id="2", request_rate="inf", max_num_seqs=16, **serving))
     with Replayer(max_prompts=20) as replayer:
-        prediction = replayer.predict(rows[0], EXACT)
-    assert "20 of the source's 5000 requests simulated" in prediction.notes
+        at_rate, at_once = (replayer.predict(r, EXACT) for r in rows)
+    assert "20 of the source's 5000 requests simulated" in at_rate.notes
+    # all at once: two waves of max_num_seqs = 2 x 16 = 32 requests, more than the cap of 20
+    assert "32 of the source's 5000 requests simulated" in at_once.notes
 
 
 # --- lengths ----------------------------------------------------------------------------------------

@@ -15,8 +15,10 @@ the same figure off the run's aggregates:
 - anything else (serving at a rate, or an offline run of ``num_prompts`` requests at once):
   the requests are written to a small trace file (arrival times Poisson at ``request_rate``,
   all at t = 0 for ``inf`` or static mode; lengths drawn from ``input_dist``/``output_dist``
-  with a fixed seed) and replayed with the row's engine settings. At most
-  :data:`MAX_PROMPTS` requests are simulated (a note says so when the source ran more).
+  with a fixed seed) and replayed with the row's engine settings (where the source states none,
+  the engine profile's scheduler defaults: :func:`scheduler_settings`). At most
+  :data:`MAX_PROMPTS` requests are simulated, or two waves of ``max_num_seqs`` when all
+  arrive at once (a note says so when the source ran more).
 
 Static metrics: ``ttft_seconds`` mean TTFT, ``tpot_seconds`` mean TPOT, ``e2e_seconds`` the
 whole batch's wall time, ``output_tokens_per_second``/``total_tokens_per_second`` over the run,
@@ -533,6 +535,48 @@ def metric_value(metric: str, m: Aggregates, batch: int, replicas: int = 1) -> f
     return float(getattr(summary, "mean" if stat in ("", "mean") else stat))
 
 
+def _profile_scheduler(profile: str) -> Any:
+    """The engine profile's scheduler defaults (kind, max_num_seqs, max_batched_tokens, block_size), or None."""
+    try:
+        from simulator.model.engine_profile import load_engine_profile
+    except ImportError:  # pragma: no cover - a tree without engine profiles
+        return None
+    try:
+        return load_engine_profile(profile).scheduler
+    except InputError:
+        return None
+
+
+def scheduler_settings(row: Row, profile: str) -> dict[str, Any]:
+    """Scheduler settings of a non-static row: what the source states, else its engine profile's defaults.
+
+    ``chunked_prefill`` true/false picks chunked/continuous; a token budget is passed to the
+    continuous scheduler only when the source states one (it refuses longer prompts), and is
+    never below ``max_num_seqs`` (every running decode takes one token of it).
+    """
+    defaults = _profile_scheduler(profile)
+    out: dict[str, Any] = {}
+    if row.chunked_prefill is not None:
+        out["scheduler"] = "chunked" if row.chunked_prefill else "continuous"
+    elif defaults is not None:
+        out["scheduler"] = defaults.kind
+    seqs = row.max_num_seqs
+    if seqs is None and row.mode == "static" and row.batch is not None:
+        seqs = row.batch
+    if seqs is None and defaults is not None:
+        seqs = defaults.max_num_seqs
+    if seqs is not None:
+        out["max_num_seqs"] = seqs
+    budget = row.max_batched_tokens
+    if budget is None and out.get("scheduler") == "chunked" and defaults is not None:
+        budget = defaults.max_batched_tokens
+    if budget is not None:
+        out["max_batched_tokens"] = max(budget, seqs or 1)
+    if defaults is not None:
+        out["block_size"] = defaults.block_size
+    return out
+
+
 class Replayer:
     """Runs rows through the engine and remembers each run by (run, efficiencies): rows of one run share it."""
 
@@ -617,7 +661,12 @@ class Replayer:
             else:
                 replicas = row.replicas
                 stated = None if row.num_prompts is None else -(-row.num_prompts // replicas)
-                n = min(stated or self.max_prompts, self.max_prompts)
+                at_once = row.request_rate in (None, math.inf)
+                scheduler = scheduler_settings(row, profile)
+                # All at once, the engine runs up to max_num_seqs together: simulate at least two such waves,
+                # or the capped run would measure a smaller batch than the source's
+                cap = max(self.max_prompts, 2 * int(scheduler.get("max_num_seqs", 0))) if at_once else self.max_prompts
+                n = min(stated or cap, cap)
                 if replicas > 1:
                     notes.append(f"one of {replicas} replicas simulated at 1/{replicas} of the load (random routing splits "
                                  f"Poisson arrivals into {replicas} Poisson streams); throughputs x {replicas}")
@@ -626,18 +675,10 @@ class Replayer:
                 elif stated > n:
                     notes.append(f"{n} of the source's {row.num_prompts} requests simulated"
                                  + (" on one replica" if replicas > 1 else ""))
-                at_once = row.request_rate in (None, math.inf)
                 trace, longest, trace_notes = self._trace(row, n, model.max_context, at_once)
                 notes.extend(trace_notes)
                 serving: dict[str, Any] = dict(options, trace=str(trace), ctx=max(2, longest), gen=1)
-                if row.chunked_prefill is not None:
-                    serving["scheduler"] = "chunked" if row.chunked_prefill else "continuous"
-                if row.max_num_seqs is not None:
-                    serving["max_num_seqs"] = row.max_num_seqs
-                if row.max_batched_tokens is not None:
-                    serving["max_batched_tokens"] = max(row.max_batched_tokens, row.max_num_seqs or 256)
-                if row.mode == "static" and row.batch is not None and row.max_num_seqs is None:
-                    serving["max_num_seqs"] = row.batch
+                serving.update(scheduler)
                 result = simulate_settings(serving)
                 requests = n
         except InputError as exc:
