@@ -49,7 +49,7 @@ def test_nothing_fits_names_every_layout_tried():
 
 @pytest.fixture(scope="module")
 def system():
-    exact = dict(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
+    exact = {"compute": 1.0, "memory": 1.0, "link": 1.0, "kernel_launch_seconds": 0.0, "allreduce_latency_seconds": 0.0}
     gpu = load_gpu("a100").with_efficiency(**exact)
     return plan_deployment(load_model("llama2-7b"), gpu, Precision(), batch=1, context_tokens=1024, tp=1).system
 

@@ -106,8 +106,8 @@ def test_four_replicas_at_four_times_the_rate_give_four_times_the_throughput():
     # Evenly spaced arrivals (gamma shape 1000): one tp-2 replica gets 100 requests at 4/s over T = 25 s, four get
     # 400 at 16/s over the same 25 s. Output tokens/s = tokens / (T + the last request's latency e), so the ratio is
     # 4 (T + e1) / (T + e4); with e1, e4 under 3 s (a lightly loaded replica) it lies in [4 x 25/28, 4 x 28/25].
-    base = dict(model="llama2-13b", gpu="a100", tp=2, prompt_tokens="512", output_tokens="uniform:64:192",
-                arrival="gamma", burstiness=1000)
+    base = {"model": "llama2-13b", "gpu": "a100", "tp": 2, "prompt_tokens": "512", "output_tokens": "uniform:64:192",
+                "arrival": "gamma", "burstiness": 1000}
     one = simulate_settings({**base, "qps": 4, "requests": 100})
     four = simulate_settings({**base, "qps": 16, "requests": 400, "replicas": 4, "router": "least_outstanding"})
     assert one.metrics.e2e.p99 < 3 and four.metrics.e2e.p99 < 3

@@ -2,7 +2,12 @@
 
 import pytest
 
-from simulator.cost.pipeline import bubble_fraction, micro_batch, pipeline_slots, stage_model
+from simulator.cost.pipeline import (
+    bubble_fraction,
+    micro_batch,
+    pipeline_slots,
+    stage_model,
+)
 from simulator.engine.scheduler import SchedulerConfig
 from simulator.errors import InputError
 from simulator.model import load_model

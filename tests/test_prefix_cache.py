@@ -5,7 +5,12 @@ import pytest
 
 from simulator.engine.cluster import simulate_cluster
 from simulator.engine.engine import simulate
-from simulator.engine.prefix_cache import PrefixAllocator, PrefixCache, reusable_blocks, with_shared_prefix
+from simulator.engine.prefix_cache import (
+    PrefixAllocator,
+    PrefixCache,
+    reusable_blocks,
+    with_shared_prefix,
+)
 from simulator.engine.scheduler import SchedulerConfig
 from simulator.engine.workload import LengthSpec, Workload, closed_batch
 from simulator.errors import InputError
@@ -19,7 +24,7 @@ ON = SchedulerConfig("continuous", block_size=16, prefix_caching=True)
 
 @pytest.fixture(scope="module")
 def system():
-    exact = dict(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
+    exact = {"compute": 1.0, "memory": 1.0, "link": 1.0, "kernel_launch_seconds": 0.0, "allreduce_latency_seconds": 0.0}
     gpu = load_gpu("a100").with_efficiency(**exact)
     return plan_deployment(load_model("llama2-7b"), gpu, Precision(), batch=1, context_tokens=1024, tp=1).system
 
@@ -103,8 +108,8 @@ def test_cosimulated_replicas_carry_the_prefixes(system):
 
 
 def test_a_shared_system_prompt_cuts_ttft_when_caching_is_on():
-    base = dict(model="llama3-8b", gpu="h100", qps=4, requests=200, prompt_tokens="200", output_tokens="100",
-                shared_prefix_tokens=1000)
+    base = {"model": "llama3-8b", "gpu": "h100", "qps": 4, "requests": 200, "prompt_tokens": "200", "output_tokens": "100",
+                "shared_prefix_tokens": 1000}
     off = simulate_settings(base)
     on = simulate_settings({**base, "prefix_caching": True})
     # 1000 of each 1200-token prompt are cached (62 whole blocks = 992 tokens) for all but the first request.

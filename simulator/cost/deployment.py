@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from simulator.cost.memory import MemoryPlan
 from simulator.cost.system import System
 from simulator.errors import InputError
+
+if TYPE_CHECKING:
+    from simulator.cost.pipeline import PipelineSystem
 
 
 @dataclass(frozen=True)
@@ -17,7 +21,7 @@ class Deployment:
     plan's per-GPU figures are those of its heaviest stage.
     """
 
-    system: System
+    system: System | PipelineSystem
     memory: MemoryPlan
     auto_tp: bool
     pp: int = 1

@@ -38,7 +38,12 @@ from typing import Any
 import numpy as np
 
 from simulator.cost.collectives import point_to_point_seconds
-from simulator.cost.step_cost import COMMUNICATION_KINDS, OperatorCost, StepCost, StepTotals
+from simulator.cost.step_cost import (
+    COMMUNICATION_KINDS,
+    OperatorCost,
+    StepCost,
+    StepTotals,
+)
 from simulator.cost.system import System
 from simulator.errors import InputError
 from simulator.model.architecture import ModelSpec
@@ -193,7 +198,8 @@ class PipelineSystem:
         return StepCost(tuple(operators), whole.overhead_seconds)
 
     def step_seconds(self, step: Step) -> float:
-        return self.step_totals(step).seconds
+        """Wall time of one iteration of ``step`` (a scalar step)."""
+        return float(self.step_totals(step).seconds)
 
     def describe(self) -> str:
         return f"{self.stage.describe()}, {self.pp} pipeline stages"

@@ -29,15 +29,22 @@ bound of what was held at one time across the cluster).
 from __future__ import annotations
 
 import time
-from typing import Callable, Generator
+from collections.abc import Callable, Generator
 
 import numpy as np
 import simpy
 
+from simulator.cost.pipeline import PipelineSystem
 from simulator.cost.system import System
-from simulator.engine.engine import Engine, EngineResult, Totals, reject_reasons, simulate
+from simulator.engine.engine import (
+    Engine,
+    EngineResult,
+    Totals,
+    reject_reasons,
+    simulate,
+)
 from simulator.engine.kvcache import blocks_for
-from simulator.engine.metrics import REJECTED, itl_samples, iteration_log
+from simulator.engine.metrics import REJECTED, iteration_log, itl_samples
 from simulator.engine.prefix_cache import PrefixStats
 from simulator.engine.router import ReplicaLoad, Router, check_router, round_robin_split
 from simulator.engine.scheduler import SchedulerConfig
@@ -59,7 +66,7 @@ def _subset(workload: Workload, ids: np.ndarray, label: str) -> Workload:
 class Replica(Engine):
     """An engine whose requests are handed over by a :class:`Cluster` router as they arrive."""
 
-    def __init__(self, cluster: "Cluster", index: int, system: System, config: SchedulerConfig, kv_blocks: int,
+    def __init__(self, cluster: Cluster, index: int, system: System | PipelineSystem, config: SchedulerConfig, kv_blocks: int,
                  capacity: int) -> None:
         empty = Workload(np.zeros(capacity), np.ones(capacity, dtype=np.int64), np.ones(capacity, dtype=np.int64),
                          cluster.workload.kind, "")
@@ -158,7 +165,7 @@ class Replica(Engine):
 class Cluster:
     """The router and the replicas of a co-simulated run (see the module docstring)."""
 
-    def __init__(self, system: System, workload: Workload, config: SchedulerConfig, kv_blocks: int,
+    def __init__(self, system: System | PipelineSystem, workload: Workload, config: SchedulerConfig, kv_blocks: int,
                  replicas: int, router: str, admitted: np.ndarray) -> None:
         self.workload = workload
         self.router = Router(router, replicas)
@@ -270,7 +277,7 @@ def merge(workload: Workload, config: SchedulerConfig, parts: list[EngineResult]
 
 
 def simulate_cluster(
-    system: System,
+    system: System | PipelineSystem,
     workload: Workload,
     config: SchedulerConfig,
     kv_blocks: int,
@@ -317,6 +324,6 @@ def simulate_cluster(
     return merge(workload, config, parts, ids, assignment, reasons, time.perf_counter() - started)
 
 
-def _idle(system: System, workload: Workload, config: SchedulerConfig, kv_blocks: int) -> EngineResult:
+def _idle(system: System | PipelineSystem, workload: Workload, config: SchedulerConfig, kv_blocks: int) -> EngineResult:
     """The result of a replica that got no request."""
     return Engine(system, workload, config, kv_blocks).result()

@@ -24,7 +24,7 @@ import heapq
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Generator
+from typing import TYPE_CHECKING, Callable, Generator
 
 import numpy as np
 import simpy
@@ -51,6 +51,9 @@ from simulator.engine.scheduler import (
 )
 from simulator.engine.workload import Workload
 from simulator.model.step import Step
+
+if TYPE_CHECKING:
+    from simulator.cost.pipeline import PipelineSystem
 
 STRETCH_MAX = 4096
 """Most decode iterations costed in one vectorised call (bounds the arrays' size)."""
@@ -199,7 +202,7 @@ class Engine:
 
     def __init__(
         self,
-        system: System,
+        system: "System | PipelineSystem",
         workload: Workload,
         config: SchedulerConfig,
         kv_blocks: int,
@@ -697,12 +700,11 @@ class Engine:
             return
         now = env.now
         batch, contexts = plan.batch[:steps].astype(float), plan.context[:steps]
-        arrival_due = next_arrival is not None
         budget = next_arrival - now if next_arrival is not None else np.inf
         seconds, flops, moved, compute_bound, memory_bound, communication = self._stretch_costs(batch, contexts, budget)
         steps = min(steps, len(seconds))
         ends = now + np.cumsum(seconds)
-        if arrival_due:
+        if next_arrival is not None:
             first_after = int(np.searchsorted(ends, next_arrival, side="left"))
             steps = min(steps, first_after + 1)
         ends, seconds = ends[:steps], seconds[:steps]
@@ -830,7 +832,7 @@ class Engine:
 
 
 def simulate(
-    system: System,
+    system: "System | PipelineSystem",
     workload: Workload,
     config: SchedulerConfig,
     kv_blocks: int,

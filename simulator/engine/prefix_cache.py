@@ -50,7 +50,7 @@ class PrefixStats:
     def hit_rate(self) -> float:
         return self.hits / self.lookups if self.lookups else 0.0
 
-    def add(self, other: "PrefixStats") -> None:
+    def add(self, other: PrefixStats) -> None:
         self.lookups += other.lookups
         self.hits += other.hits
         self.saved_tokens += other.saved_tokens
@@ -196,9 +196,13 @@ def _prefix_rows(path: Path) -> list[tuple[int, Any, Any]] | None:
             if any(column in header for column in PREFIX_COLUMNS):
                 raise InputError(f"{path}: give both prefix_id and prefix_tokens columns, or neither")
             return None
-        where = [header.index(column) for column in PREFIX_COLUMNS]
-        return [(line, *(row[i] if i < len(row) else "" for i in where))
-                for line, row in enumerate(reader, start=2) if any(cell.strip() for cell in row)]
+        id_at, tokens_at = (header.index(column) for column in PREFIX_COLUMNS)
+
+        def cell(row: list[str], index: int) -> str:
+            return row[index] if index < len(row) else ""
+
+        return [(line, cell(row, id_at), cell(row, tokens_at))
+                for line, row in enumerate(reader, start=2) if any(text.strip() for text in row)]
 
 
 def _whole(value: Any, path: Path, line: int, column: str, low: int) -> int:

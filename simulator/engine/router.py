@@ -22,7 +22,8 @@ start), so idle replicas share a light load instead of replica 0 taking everythi
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -73,8 +74,9 @@ class Router:
         if self.policy == "round_robin":
             chosen = self.start
         else:
+            keys: list[float]
             if self.policy == "least_outstanding":
-                keys = [load.outstanding for load in loads]
+                keys = [float(load.outstanding) for load in loads]
             else:
                 keys = [load.kv_load for load in loads]
             best = min(keys)

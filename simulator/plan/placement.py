@@ -35,6 +35,7 @@ import numpy as np
 from simulator.cost.deployment import Deployment
 from simulator.cost.memory import GIB, plan_memory, tensor_parallel_candidates
 from simulator.cost.pipeline import PipelineSystem, check_pipeline, stage_model
+from simulator.cost.system import System
 from simulator.engine.kvcache import blocks_for, kv_capacity
 from simulator.engine.scheduler import SchedulerConfig
 from simulator.errors import InputError
@@ -74,6 +75,7 @@ def build_deployment(options: dict[str, Any], batch: int, context_tokens: int, t
     base = deployment_from_options({**options, "tp": tp}, batch, context_tokens, require_fit=False)
     if pp == 1:
         return base
+    assert isinstance(base.system, System)  # deployment_from_options builds plain systems
     model = base.system.model
     check_pipeline(model, pp)
     stage = replace(base.system, model=stage_model(model, pp))
@@ -135,7 +137,7 @@ def plan_serving(options: dict[str, Any], batch: int, context_tokens: int, confi
     )
 
 
-def queued_counts(result: "EngineResult") -> tuple[int, int]:
+def queued_counts(result: EngineResult) -> tuple[int, int]:
     """(requests that waited in the queue at least one iteration, of which those that waited for KV blocks).
 
     A request waited when its first admission came after its arrival or when it was preempted
@@ -149,7 +151,7 @@ def queued_counts(result: "EngineResult") -> tuple[int, int]:
     return int(np.count_nonzero(waited)), for_kv
 
 
-def admission_notes(result: "EngineResult", workload: "Workload", tokens_in_cache: int) -> list[str]:
+def admission_notes(result: EngineResult, workload: Workload, tokens_in_cache: int) -> list[str]:
     """A warning when requests waited for KV blocks: how many, how long, and why."""
     _, for_kv = queued_counts(result)
     if not for_kv:

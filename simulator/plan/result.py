@@ -244,12 +244,12 @@ def prefix_cache_dict(run: "EngineRun") -> dict[str, Any]:
 
 def pipeline_dict(run: "EngineRun") -> dict[str, Any] | None:
     """Pipeline parallelism (simulator.cost.pipeline): stages, layers per stage, micro-batches, bubble, stage link."""
-    dep = run.deployment
-    if dep.pp == 1:
-        return None
-    from simulator.cost.pipeline import bubble_fraction
+    from simulator.cost.pipeline import PipelineSystem, bubble_fraction
 
+    dep = run.deployment
     system = dep.system
+    if not isinstance(system, PipelineSystem):
+        return None
     link = system.link
     micro = dep.pp  # vLLM's virtual engines: the running batch in pp micro-batches
     return {

@@ -257,12 +257,12 @@ def write_per_request_csv(run: "EngineRun", path: str) -> None:
 
 def replica_setup_lines(run: "EngineRun") -> list[str]:
     """The pipeline and data-parallel lines of the setup (none for one stage and one replica)."""
-    from simulator.cost.pipeline import bubble_fraction
+    from simulator.cost.pipeline import PipelineSystem, bubble_fraction
 
     dep, replicas = run.deployment, run.settings.replicas
     lines = []
-    if dep.pp > 1:
-        system = dep.system
+    system = dep.system
+    if isinstance(system, PipelineSystem):
         link = system.link
         where = "across nodes over InfiniBand" if link.across_nodes else "within the node"
         lines.append(
