@@ -27,7 +27,9 @@ def test_json_latencies_are_percentiles_and_engine_keys_are_added():
         assert set(summary) == {"mean", "p50", "p90", "p99"}
         assert summary["p50"] <= summary["p90"] <= summary["p99"]
     assert data["requests"]["total"] == 40 and data["requests"]["completed"] == 40
-    assert data["workload"]["kind"] == "poisson" and data["scheduler"]["name"] == "continuous"
+    # The default engine profile is vLLM V1 (configs/engines/vllm.yaml): chunked prefill, 2048-token budget.
+    assert data["workload"]["kind"] == "poisson" and data["scheduler"]["name"] == "chunked"
+    assert data["scheduler"]["max_batched_tokens"] == 2048
     assert isinstance(data["preemptions"], int)
     assert 0 < data["mfu"] < 1 and 0 < data["mbu"] < 1
     throughput = data["throughput"]

@@ -34,6 +34,8 @@ from simulator.engine.workload import (
     trace_workload,
 )
 from simulator.errors import InputError
+from simulator.model.engine_profile import EngineProfile
+from simulator.plan.deployment import engine_from_options
 from simulator.plan.placement import admission_notes, plan_serving
 from simulator.plan.settings import RunSettings, parse_settings
 
@@ -100,17 +102,31 @@ def as_settings(settings: RunSettings | dict[str, Any]) -> RunSettings:
     return parse_settings(RunSettings, dict(settings))
 
 
+def scheduler_config(settings: RunSettings, profile: EngineProfile) -> SchedulerConfig:
+    """The run's scheduler: what the settings give, else the engine profile's defaults.
+
+    The profile's token budget applies only to the profile's own scheduler kind, so
+    ``--scheduler continuous`` under the vLLM profile runs without a budget (vLLM V0 style).
+    """
+    defaults = profile.scheduler
+    kind = settings.scheduler or defaults.kind
+    budget = settings.max_batched_tokens
+    if budget is None and kind == defaults.kind:
+        budget = defaults.max_batched_tokens
+    return SchedulerConfig(
+        scheduler=kind,
+        max_num_seqs=settings.max_num_seqs or defaults.max_num_seqs,
+        max_batched_tokens=budget,
+        block_size=settings.block_size or defaults.block_size,
+        prefix_caching=settings.prefix_caching,
+    )
+
+
 def prepare(settings: RunSettings | dict[str, Any]) -> Prepared:
     """Plan the deployment, size the KV cache, build the workload; InputError on any problem."""
     settings = as_settings(settings)
     planned_batch = settings.closed_batch_size if settings.qps is None and settings.trace is None else settings.batch
-    config = SchedulerConfig(
-        scheduler=settings.scheduler,
-        max_num_seqs=settings.max_num_seqs,
-        max_batched_tokens=settings.max_batched_tokens,
-        block_size=settings.block_size,
-        prefix_caching=settings.prefix_caching,
-    )
+    config = scheduler_config(settings, engine_from_options(settings.model_dump()))
     # Only the weights and one ctx-token sequence must fit; the paged cache queues the rest (plan/placement.py).
     deployment = plan_serving(settings.model_dump(), planned_batch, settings.ctx, config, settings.gpu_memory_utilization)
     capacity = kv_capacity(

@@ -246,15 +246,21 @@ class ServingSettings(BaseModel):
         default=None, description="Output lengths: N, uniform:LO:HI or normal:MEAN:STD. [default: gen, or the trace's]",
         json_schema_extra={"flags": ["--output-tokens", "--output-len"], "metavar": "SPEC"},
     )
-    scheduler: Literal["static", "continuous", "chunked"] = Field(
-        default="continuous", description="static batches, continuous (Orca/vLLM V0) or chunked prefill (Sarathi, vLLM V1).",
+    scheduler: Literal["static", "continuous", "chunked"] | None = Field(
+        default=None, description="static batches, continuous (Orca/vLLM V0: prefill first, no token budget) or chunked "
+        "prefill under a token budget mixed with decodes (Sarathi, vLLM V1). [default: the engine profile's; vllm: chunked]",
     )
-    max_num_seqs: Annotated[Int, Field(ge=1, le=MAX_BATCH)] = Field(default=256, description="Most sequences running at once.")
+    max_num_seqs: Annotated[Int | None, Field(ge=1, le=MAX_BATCH)] = Field(
+        default=None, description="Most sequences running at once. [default: the engine profile's; vllm: 256]",
+    )
     max_batched_tokens: Annotated[Int | None, Field(ge=1, le=MAX_CONTEXT_TOKENS)] = Field(
-        default=None, description="Token budget per iteration. [default: 2048 chunked, none continuous]",
+        default=None, description="Token budget per iteration. [default: the engine profile's for its own scheduler "
+        "(vllm: 2048); 2048 for chunked otherwise; none for continuous]",
         json_schema_extra={"flags": ["--max-batched-tokens", "--max-num-batched-tokens"]},
     )
-    block_size: Annotated[Int, Field(ge=1, le=4096)] = Field(default=16, description="Tokens per KV-cache block.")
+    block_size: Annotated[Int | None, Field(ge=1, le=4096)] = Field(
+        default=None, description="Tokens per KV-cache block. [default: the engine profile's; vllm: 16]",
+    )
     gpu_memory_utilization: Annotated[Float, Field(gt=0.0, le=1.0)] = Field(
         default=0.9, description="Fraction of GPU memory the server may use, in (0, 1].",
     )

@@ -644,7 +644,7 @@ class Replayer:
                                     f"({model.max_context}); the source's engine ran past the model's positions")
                 # the source ran the batch as one: a KV cache that holds it (the static scheduler reserves whole requests)
                 blocks = batch * (-(-context // 16) + 1)
-                static = dict(options, scheduler="static", max_num_seqs=batch, kv_blocks=blocks,
+                static = dict(options, scheduler="static", max_num_seqs=batch, kv_blocks=blocks, block_size=16,
                               prompt_tokens=str(context - row.output_tokens), output_tokens=str(row.output_tokens))
                 try:
                     result = simulate_settings(dict(static, batch=batch))
