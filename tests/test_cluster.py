@@ -70,16 +70,17 @@ def test_least_kv_and_least_outstanding_part_on_a_long_context(system):
     assert emptiest.extra["replica"].tolist() == [0, 1, 1]
 
 
-@pytest.mark.parametrize("scheduler", ["continuous", "chunked"])
-def test_cosimulated_round_robin_equals_the_upfront_split(system, scheduler):
+@pytest.mark.parametrize("scheduler", ["static", "continuous", "chunked"])
+@pytest.mark.parametrize("blocks", [60, 400])  # 60 blocks of 16 force preemptions under continuous and chunked
+def test_cosimulated_round_robin_equals_the_upfront_split(system, scheduler, blocks):
     # Round-robin ignores state, so running every replica in one simpy environment with the router must give
     # what running each share alone gives: a check that replicas see their arrivals when a lone engine would.
     rng = np.random.default_rng(3)
     n = 120
     load = workload(np.cumsum(rng.exponential(0.05, n)), rng.integers(20, 600, n), rng.integers(2, 200, n))
     config = SchedulerConfig(scheduler)
-    split = simulate_cluster(system, load, config, 400, replicas=3)
-    together = simulate_cluster(system, load, config, 400, replicas=3, cosimulate=True)
+    split = simulate_cluster(system, load, config, blocks, replicas=3)
+    together = simulate_cluster(system, load, config, blocks, replicas=3, cosimulate=True)
     assert together.extra["replica"].tolist() == split.extra["replica"].tolist()
     for name in ("first_scheduled", "first_token", "finish"):
         np.testing.assert_allclose(getattr(together, name), getattr(split, name), rtol=1e-12, atol=1e-12)
