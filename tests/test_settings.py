@@ -29,8 +29,8 @@ def parse(**values):
         ({"compute_efficiency": 1e-320}, "--compute-efficiency: must be >= 0.001"),
         ({"seed": -1}, "--seed: must be >= 0 (got -1)"),
         ({"qps": 1e-320}, "--qps: must be >= 0.000001"),
-        ({"requests": 2**63}, "--requests: must be <= 67108864"),
-        ({"requests": 3_000_000_000}, "--requests: must be <= 67108864"),
+        ({"requests": 2**63}, "--requests: must be <= 134217728"),
+        ({"requests": 3_000_000_000}, "--requests: must be <= 134217728"),
         ({"kv_blocks": 10**20}, "--kv-blocks: must be <= 1099511627776"),
         ({"burstiness": math.inf}, "--burstiness: must be a finite number"),
         ({"gpu_memory_utilization": 1.5}, "--gpu-memory-utilization: must be <= 1"),
@@ -98,3 +98,19 @@ def test_cli_synonyms_give_the_same_run():
 def test_json_and_csv_together_is_an_error():
     result = CliRunner().invoke(main, ["--model", "llama2-7b", "--gpu", "a100", "--json", "--csv"])
     assert result.exit_code == 2 and "--json and --csv: choose one" in result.output
+
+
+def test_trace_window_replays_the_arrivals_inside_it():
+    from simulator.plan.run import prepare
+
+    # tests/data/azure_trace_small.csv arrives at 46.68059, 46.981, 47.18059, 48.68059, 49.0, 50.68059 s past
+    # 18:15; from the first arrival: 0, 0.30041, 0.5, 2.0, 2.31941, 4.0 s. The window [0.4, 2.4) s holds the
+    # 3rd, 4th and 5th requests, rebased to the window start: 0.1, 1.6, 1.91941 s.
+    prep = prepare({**BASE, "trace": "tests/data/azure_trace_small.csv", "trace_start": 0.4, "trace_duration": 2.0})
+    assert prep.workload.prompt_tokens.tolist() == [879, 91, 1200]
+    assert prep.workload.arrival_seconds.tolist() == pytest.approx([0.1, 1.6, 1.91941], abs=1e-6)
+
+
+def test_trace_window_settings_need_a_trace():
+    with pytest.raises(InputError, match="--trace-start: applies only with trace|trace_start: applies only with trace"):
+        parse(trace_start=5.0)

@@ -12,7 +12,7 @@ the KV cache then holds what memory allows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -81,12 +81,15 @@ def build_workload(settings: RunSettings, max_tokens: int) -> Workload:
     if settings.trace is not None:
         trace = with_trace_prefixes(read_trace(settings.trace))
         if settings.qps is None:
-            return trace_workload(trace, settings.trace_speedup, prompt, output, seed, max_tokens)
+            return trace_workload(trace, settings.trace_speedup, prompt, output, seed, max_tokens,
+                                  settings.trace_start, settings.trace_duration)
         n = settings.requests or len(trace.arrival_seconds)
-        return open_loop(
+        workload = open_loop(
             n, settings.qps, prompt or trace.prompt_tokens, output or trace.output_tokens,
             settings.arrival, settings.burstiness, seed, max_tokens,
         )
+        # The trace's own notes (rows skipped as failed requests) still describe the lengths drawn from it.
+        return replace(workload, notes=(*trace.notes, *workload.notes))
     prompt = prompt or LengthSpec("fixed", settings.ctx - settings.gen)
     output = output or LengthSpec("fixed", settings.gen)
     if settings.qps is None:

@@ -30,7 +30,7 @@ import pydantic
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from simulator.engine.scheduler import SCHEDULERS
-from simulator.engine.workload import parse_length_spec
+from simulator.engine.workload import MAX_REQUESTS, parse_length_spec
 from simulator.errors import InputError
 from simulator.model.layers import ATTENTION_KERNELS, FUSIONS
 from simulator.model.precision import KV_DTYPES, parse_precision
@@ -39,7 +39,6 @@ from simulator.model.precision import KV_DTYPES, parse_precision
 # real deployment, so a value outside is a typo or a fuzzer, never a plan.
 MAX_BATCH = 1 << 20
 MAX_CONTEXT_TOKENS = 1 << 24
-MAX_REQUESTS = 1 << 26  # ~67 M requests: ~100 bytes of state each is ~7 GB
 MAX_KV_BLOCKS = 1 << 40
 MAX_SECONDS = 1e6
 
@@ -238,6 +237,12 @@ class ServingSettings(BaseModel):
         json_schema_extra={"metavar": "PATH"},
     )
     trace_speedup: Annotated[Float, Field(ge=1e-6, le=1e6)] = Field(default=1.0, description="Replay the trace this many times faster.")
+    trace_start: Annotated[Float, Field(ge=0.0, le=1e12)] = Field(
+        default=0.0, description="Replay the trace from this many seconds after its first arrival (arrivals rebased to it).",
+    )
+    trace_duration: Annotated[Float | None, Field(gt=0.0, le=1e12)] = Field(
+        default=None, description="Replay only this many seconds of the trace (from --trace-start). [default: to its end]",
+    )
     prompt_tokens: LengthSpecText | None = Field(
         default=None, description="Prompt lengths: N, uniform:LO:HI or normal:MEAN:STD. [default: ctx - gen, or the trace's]",
         json_schema_extra={"flags": ["--prompt-tokens", "--input-len"], "metavar": "SPEC"},
@@ -408,8 +413,11 @@ class RunSettings(ServingSettings, StepSettings):
             raise ValueError(f"batch: sizes a closed batch at t=0; with {source} the load is set by {source} and requests")
         if self.qps is not None and self.trace is not None and self.requests is None:
             pass  # qps over a trace's lengths: the trace's count is the default
-        if self.trace is None and ("trace_speedup" in given):
-            raise ValueError("trace_speedup: applies only with trace")
+        for name in ("trace_speedup", "trace_start", "trace_duration"):
+            if self.trace is None and name in given:
+                raise ValueError(f"{name}: applies only with trace")
+        if self.qps is not None and given & {"trace_speedup", "trace_start", "trace_duration"}:
+            raise ValueError("qps: with a trace, qps draws new arrivals from the trace's lengths; a window or speed-up of the trace's own times does not apply")
         if self.arrival != "poisson" and self.qps is None:
             raise ValueError(f"arrival: {self.arrival} arrivals need qps")
         if "shared_prefix_ratio" in given and self.shared_prefix_tokens is None:
