@@ -30,12 +30,17 @@ def test_a_closed_batch_larger_than_the_cache_runs_with_queueing_and_a_note():
     assert any("waited for free KV blocks" in note for note in run.notes)
 
 
-def test_auto_tp_is_the_smallest_that_holds_weights_and_one_sequence():
-    # llama2-70b fp16 weights: 68,976,648,192 x 2 B = 128.5 GiB. tp 1: above 0.9 x 80 = 72 GiB. tp 2: 64.2 GiB
-    # of weights + ~1.2 GiB workspace + 1 GiB runtime leaves ~5.6 GiB, more than one 4096-token sequence
-    # (4096 x 327,680 / 2 B = 0.625 GiB per GPU). The batch's 64 x 4096 tokens (80 GiB) need not fit.
+def test_auto_tp_prefers_the_smallest_that_holds_the_batch_else_one_sequence():
+    # llama2-70b fp16 weights: 68,976,648,192 x 2 B = 128.5 GiB. KV 327,680 B/token.
+    # Batch 64 x 4096 tokens = 80 GiB of KV. tp 2: 64.2 GiB weights + 40 GiB KV per GPU > 80 GiB;
+    # tp 4: 32.1 + 20 GiB fits, so the planned batch runs without queueing at tp 4.
     prep = prepare({"model": "llama2-70b", "gpu": "a100", "batch": 64, "ctx": 4096})
-    assert prep.deployment.system.tp == 2 and prep.deployment.auto_tp
+    assert prep.deployment.system.tp == 4 and prep.deployment.auto_tp
+    # Batch 2048 x 4096 = 2,560 GiB of KV fits no single node (8 x 80 GiB): the smallest degree that serves
+    # with queueing is chosen. tp 1: weights above 0.9 x 80 = 72 GiB. tp 2: 64.2 GiB of weights + ~1.2 GiB
+    # workspace + 1 GiB runtime leaves ~5.6 GiB, more than one 4096-token sequence (0.625 GiB per GPU).
+    prep = prepare({"model": "llama2-70b", "gpu": "a100", "batch": 2048, "ctx": 4096})
+    assert prep.deployment.system.tp == 2
     assert prep.capacity.tokens >= 4096
     message = fit_error({"model": "llama2-70b", "gpu": "a100", "batch": 64, "ctx": 4096, "tp": 1})
     assert "does not fit" in message and "less than one 4096-token sequence" in message

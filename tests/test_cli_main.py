@@ -7,8 +7,9 @@ from click.testing import CliRunner
 
 from simulator.cli import main
 
-# The whole batch's KV fits at once on tp 4 (32.1 GiB weights + 20 GiB KV per GPU), so nothing waits for blocks.
-CARD = ["--model", "llama2-70b", "--gpu", "a100", "--batch", "64", "--ctx", "4096", "--tp", "4"]
+# The card command. Auto TP: at tp 2, 64.2 GiB of weights + 40 GiB of KV (64 x 4096 x 327,680 B / 2) exceed
+# 80 GiB per GPU; at tp 4, 32.1 + 20 GiB hold the whole batch, so tp 4 is chosen and nothing waits for blocks.
+CARD = ["--model", "llama2-70b", "--gpu", "a100", "--batch", "64", "--ctx", "4096"]
 
 
 def invoke(args):

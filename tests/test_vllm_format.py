@@ -69,15 +69,14 @@ def test_percentiles_are_checked():
 def test_launch_commands_carry_the_simulated_settings():
     run = simulate_settings({"model": "llama2-70b", "gpu": "a100", "batch": 64, "ctx": 4096, "gen": 8,
                              "scheduler": "chunked", "max_batched_tokens": 4096, "max_num_seqs": 128})
-    # Weights 128.5 GiB. TP 1 cannot hold them in 0.9 x 80 = 72 GiB; TP 2 holds 64.2 GiB of weights plus
-    # ~1.2 GiB workspace and 1 GiB runtime, leaving ~5.6 GiB for KV, more than one 4096-token sequence needs
-    # (4096 x 327,680 / 2 B = 0.625 GiB per GPU): the planner picks 2 and the paged cache queues the rest.
+    # Weights 128.5 GiB; KV 327,680 B/token x 64 x 4096 = 80 GiB. TP 2: 64.2 + 40 > 80 GiB per GPU;
+    # TP 4: 32.1 + 20 GiB holds the whole batch, so the planner picks 4.
     command = launch_command(run, "vllm")
-    for part in ("vllm serve llama2-70b", "--tensor-parallel-size 2", "--max-num-seqs 128",
+    for part in ("vllm serve llama2-70b", "--tensor-parallel-size 4", "--max-num-seqs 128",
                  "--max-num-batched-tokens 4096", "--enable-chunked-prefill"):
         assert part in command
     sglang = launch_command(run, "sglang")
-    assert "--tp 2" in sglang and "--chunked-prefill-size 4096" in sglang and "--max-running-requests 128" in sglang
+    assert "--tp 4" in sglang and "--chunked-prefill-size 4096" in sglang and "--max-running-requests 128" in sglang
 
 
 def test_cli_save_result_writes_json_and_checks_the_path_first(tmp_path):

@@ -14,7 +14,9 @@ rule, per GPU:
 parallelism per GPU of the heaviest stage). With ``tp`` given, a deployment that breaks the rule
 is an InputError ("does not fit"); without it, the first layout that keeps it is chosen: tensor
 parallelism first, the smallest power of two dividing the heads up to the GPUs of one node
-(``tensor_parallel_candidates``), then, if even a whole node is too small, the node-wide degree
+(``tensor_parallel_candidates``) — among those, the smallest whose KV cache holds the whole planned
+closed batch (``batch`` x ``ctx``) at once when one does, else the smallest that keeps the rule —
+then, if even a whole node is too small, the node-wide degree
 with 2, 3, ... pipeline stages (TP needs the node's fast links every layer; PP sends one hidden
 state per stage, so it is the one to span nodes, as Megatron-LM and vLLM deployments do). A batch
 or trace whose KV exceeds the cache then runs with queueing and preemption, and the run says
@@ -118,16 +120,30 @@ def plan_serving(options: dict[str, Any], batch: int, context_tokens: int, confi
         return deployment_from_options(options, batch, context_tokens)  # says which is missing
     layouts, automatic = _layouts(options)
     why = ""
+    kept: list[Deployment] = []
     for tp, pp in layouts:
+        if kept and pp > 1:
+            break  # pipeline stages only when no single-node degree serves at all
         deployment = build_deployment(options, batch, context_tokens, tp, pp)
         shortfall = cache_shortfall(deployment, config, gpu_memory_utilization, context_tokens)
         if shortfall is None:
-            return replace(deployment, auto_tp=automatic)
+            if not automatic:
+                return deployment
+            kept.append(deployment)
+            # A degree whose cache holds the whole planned batch at once is what a planner asks for
+            # ("batch B at context T"): prefer the smallest such single-node degree over queueing.
+            if deployment.memory.fits or pp > 1:
+                break
+            continue
         why = shortfall
         if not automatic:
             system = deployment.system
             layout = f"{tp}x" if pp == 1 else f"{tp}x{pp} (tp x pp)"
             raise InputError(f"{system.model.name} on {layout} {system.gpu.name} does not fit: {why}")
+    if kept:
+        # The smallest layout whose cache holds the whole batch, else the smallest that serves it with queueing.
+        chosen = next((d for d in kept if d.memory.fits), kept[0])
+        return replace(chosen, auto_tp=True)
     model, gpu = deployment.system.model, deployment.system.gpu
     tried = ", ".join(f"tp {tp}" if pp == 1 else f"tp {tp} x pp {pp}" for tp, pp in layouts)
     last_tp, last_pp = layouts[-1]
