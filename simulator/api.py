@@ -23,21 +23,40 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+import pydantic
 from pydantic import BaseModel
 
 from simulator.errors import InputError
 from simulator.plan.result import SimulationResult
 from simulator.plan.run import simulate_settings
 from simulator.plan.scenario import Scenario, load_scenario
-from simulator.plan.settings import DeploymentSettings, RunSettings, ServingSettings, ShapeSettings, parse_settings
+from simulator.plan.settings import (
+    DeploymentSettings,
+    RunSettings,
+    ServingSettings,
+    ShapeSettings,
+    parse_settings,
+    resolve_aliases,
+    validation_error,
+)
 from simulator.plan.sweep import InlineExecutor, SweepOutcome, run_sweep
 
 
-class Deployment(DeploymentSettings):
+class _Group(BaseModel):
+    """A group of run settings; vLLM spellings accepted, problems raised as InputError naming the setting."""
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**resolve_aliases(data))
+        except pydantic.ValidationError as exc:
+            raise validation_error(exc, str) from None
+
+
+class Deployment(_Group, DeploymentSettings):
     """What runs where: ``model``, ``gpu``, precision, parallelism, kernels (see RunSettings for every field)."""
 
 
-class Workload(ShapeSettings, ServingSettings):
+class Workload(_Group, ShapeSettings, ServingSettings):
     """What the deployment serves: a closed batch (``batch``, ``ctx``, ``gen``) or arrivals (``qps``, ``trace``)."""
 
 

@@ -56,3 +56,12 @@ def test_python_m_simulator_runs_the_cli():
 
     out = subprocess.run([sys.executable, "-m", "simulator", "--help"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "Usage:" in out.stdout
+
+
+def test_groups_take_vllm_spellings_and_raise_input_errors():
+    ours = Workload(qps=4, requests=20, prompt_tokens=300, output_tokens=30)
+    vllm = Workload(request_rate=4, num_prompts=20, input_len=300, output_len=30)
+    assert ours == vllm
+    with pytest.raises(simulator.InputError, match="tp: unknown setting"):
+        Workload(tensor_parallel_size=2)  # parallelism belongs to the Deployment
+    assert Deployment(model="llama2-7b", gpu="a100", tensor_parallel_size=2).tp == 2
