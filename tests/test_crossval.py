@@ -247,3 +247,14 @@ def test_calibrate_from_benchmark_writes_an_overlay_that_loads(tmp_path):
 
 def test_defaults_are_the_gpu_module_defaults():
     assert DEFAULT_EFFICIENCIES == Efficiencies(0.70, 0.80)
+
+
+def test_runs_spread_over_processes_give_the_same_predictions(small, monkeypatch):
+    from simulator.plan import validate
+
+    rows, v = small
+    monkeypatch.setattr(validate, "PARALLEL_MIN_RUNS", 1)
+    with Replayer() as replayer:
+        w = cross_validate(rows, replayer, workers=2)
+    assert [(s.in_sample.value, s.out_of_sample.value) for s in w.scored] == [
+        (s.in_sample.value, s.out_of_sample.value) for s in v.scored]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -217,14 +218,21 @@ def _check_outputs(plot_path: Path | None, bands_out: Path | None, write: bool) 
         check_output_path(bands_out or bands_file(), "--bands-out" if bands_out else "--write-bands", (".json",))
 
 
-def run_validation(table: Path) -> tuple[Validation, float]:
+def run_validation(table: Path, jobs: int = 1) -> tuple[Validation, float]:
     started = time.perf_counter()
     rows = load_table(table)
     if not rows:
         raise InputError(f"--csv: {table}: the table has no rows")
     with Replayer() as replayer:
-        result = cross_validate(rows, replayer)
+        result = cross_validate(rows, replayer, workers=jobs)
     return result, time.perf_counter() - started
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on every platform
+        return os.cpu_count() or 1
 
 
 def _text(v: Validation, table: Path, seconds: float, no_rows: bool) -> str:
@@ -255,13 +263,15 @@ def _text(v: Validation, table: Path, seconds: float, no_rows: bool) -> str:
 @click.option("--write-bands", is_flag=True, help="Write the out-of-sample error bands (validation/error_bands.json).")
 @click.option("--bands-out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="With --write-bands: write them here instead of the shipped file.")
+@click.option("--jobs", type=click.IntRange(min=1, max=256), default=None,
+              help="Processes that simulate the runs (same results). [default: the CPUs available]")
 @reports_input_errors
 def validate_command(table: Path | None, as_json: bool, no_rows: bool, plot_path: Path | None, write_bands: bool,
-                     bands_out: Path | None) -> None:
+                     bands_out: Path | None, jobs: int | None) -> None:
     """Replay published measurements through the engine; in-sample and out-of-sample error."""
     table = default_table() if table is None else table
     _check_outputs(plot_path, bands_out, write_bands)
-    v, seconds = run_validation(table)
+    v, seconds = run_validation(table, jobs or _cpus())
     if write_bands:
         target = bands_out or bands_file()
         document = bands_document(residuals(v.scored), {

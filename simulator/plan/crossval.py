@@ -307,17 +307,20 @@ class Validation:
 
 def cross_validate(rows: list[Row], replayer: Replayer, progress: Callable[[str], None] | None = None,
                    out_of_sample: bool = True, group: Callable[[Row], str] | None = None,
-                   include_serving: bool = False, fallback: Efficiencies = DEFAULT_EFFICIENCIES) -> Validation:
+                   include_serving: bool = False, fallback: Efficiencies = DEFAULT_EFFICIENCIES,
+                   workers: int = 1) -> Validation:
     """In-sample and leave-one-group-out predictions of every row (groups: ``source_id`` unless ``group`` says).
 
-    ``include_serving`` and ``fallback`` are for a user's calibration (see :func:`calibration_role`, :func:`fit`).
+    The fits come first (in this process: they share per-row solutions); the predictions they
+    call for are then simulated in ``workers`` processes. ``include_serving`` and ``fallback``
+    are for a user's calibration (see :func:`calibration_role`, :func:`fit`).
     """
     group = group or (lambda row: row.source_id)
     solver = Solver(replayer, include_serving)
     full = fit(rows, solver, fallback=fallback)
-    in_sample = {row.id: replayer.predict(row, efficiencies_for(full, row, fallback)) for row in rows}
+    wanted = {row.id: efficiencies_for(full, row, fallback) for row in rows}
     fold_fits: dict[str, Fit] = {}
-    outside: dict[str, Prediction] = {}
+    held_out: dict[str, Efficiencies] = {}
     if out_of_sample:
         groups = sorted({group(row) for row in rows})
         for number, name in enumerate(groups, start=1):
@@ -327,7 +330,11 @@ def cross_validate(rows: list[Row], replayer: Replayer, progress: Callable[[str]
             fold_fits[name] = fold
             for row in rows:
                 if group(row) == name:
-                    outside[row.id] = replayer.predict(row, efficiencies_for(fold, row, fallback))
+                    held_out[row.id] = efficiencies_for(fold, row, fallback)
+    by_id = {row.id: row for row in rows}
+    replayer.prefetch([(row, wanted[row.id]) for row in rows] + [(by_id[i], e) for i, e in held_out.items()], workers)
+    in_sample = {row.id: replayer.predict(row, wanted[row.id]) for row in rows}
+    outside = {i: replayer.predict(by_id[i], e) for i, e in held_out.items()}
     scored = tuple(
         Scored(row, in_sample[row.id], outside.get(row.id, Prediction(None, "out-of-sample not computed")), solver.role(row))
         for row in rows

@@ -39,7 +39,11 @@ from __future__ import annotations
 import csv
 import functools
 import math
+import multiprocessing
+import os
 import tempfile
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
@@ -535,6 +539,23 @@ def metric_value(metric: str, m: Aggregates, batch: int, replicas: int = 1) -> f
     return float(getattr(summary, "mean" if stat in ("", "mean") else stat))
 
 
+PARALLEL_MIN_RUNS = 32
+"""Fewer runs than this are simulated in-process (starting workers costs more than they save)."""
+
+_WORKER_REPLAYER: Replayer | None = None
+
+
+def _replay_in_worker(job: tuple[Row, Efficiencies, str, int]) -> Replayed:
+    """One run in a pool worker, with a replayer of its own (trace files under the parent's folder)."""
+    global _WORKER_REPLAYER
+    row, eff, folder, max_prompts = job
+    if _WORKER_REPLAYER is None:
+        workdir = Path(folder) / f"worker-{os.getpid()}"
+        workdir.mkdir(exist_ok=True)
+        _WORKER_REPLAYER = Replayer(workdir, max_prompts)
+    return _WORKER_REPLAYER.run(row, eff)
+
+
 def _profile_scheduler(profile: str) -> Any:
     """The engine profile's scheduler defaults (kind, max_num_seqs, max_batched_tokens, block_size), or None."""
     try:
@@ -617,6 +638,30 @@ class Replayer:
         if key not in self._runs:
             self._runs[key] = self._simulate(row, eff)
         return self._runs[key]
+
+    def prefetch(self, pairs: Iterable[tuple[Row, Efficiencies]], workers: int = 1) -> None:
+        """Simulate the runs ``pairs`` need that are not remembered yet, in ``workers`` processes.
+
+        Runs are independent, so they are spread over a process pool (fork, where the platform
+        has it); each worker writes its trace files under this replayer's folder. Results are
+        the same as running them here, one by one.
+        """
+        todo: dict[tuple, tuple[Row, Efficiencies]] = {}
+        for row, eff in pairs:
+            key = (row.run_key(), eff)
+            if key not in self._runs:
+                todo.setdefault(key, (row, eff))
+        if workers <= 1 or len(todo) < PARALLEL_MIN_RUNS:
+            for row, eff in todo.values():
+                self.run(row, eff)
+            return
+        methods = multiprocessing.get_all_start_methods()
+        context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+        jobs = [(row, eff, str(self.workdir), self.max_prompts) for row, eff in todo.values()]
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            for key, replayed in zip(todo, pool.map(_replay_in_worker, jobs, chunksize=4)):
+                self._runs[key] = replayed
+                self.engine_runs += replayed.metrics is not None
 
     def _simulate(self, row: Row, eff: Efficiencies) -> Replayed:
         from simulator.plan.run import simulate_settings
