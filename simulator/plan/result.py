@@ -91,8 +91,10 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
         "replicas": run.settings.replicas,
         "router": run.settings.router,
         "pp": dep.pp,
-        "gpus": dep.gpus * run.settings.replicas,
+        "gpus": gpus_of(run),
         "pipeline": pipeline_dict(run),
+        "speculative": speculative_dict(run),
+        "disaggregation": disaggregation_dict(run),
         "batch": len(workload) if workload.kind == "closed" else int(opts.batch),
         "ctx": ctx,
         "gen": gen,
@@ -223,6 +225,83 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
         },
         "warnings": [*system.model.warnings, *run.notes],
         "operators": {"prefill": prefill_rows, "decode_last": last_rows},
+    }
+
+
+def gpus_of(run: "EngineRun") -> int:
+    """GPUs of the whole run: tp x pp x replicas, or both pools' GPUs when prefill and decode are disaggregated."""
+    from simulator.plan.disaggregation import disaggregation_summary
+
+    split = disaggregation_summary(run)
+    return split.gpus if split is not None else run.deployment.gpus * run.settings.replicas
+
+
+def _summary(summary: Any) -> dict[str, float]:
+    return summary.as_dict()
+
+
+def speculative_dict(run: "EngineRun") -> dict[str, Any] | None:
+    """Speculative decoding (simulator.cost.speculative): the draft, tokens per iteration, memory, and what it
+    bought against the same run without it; the crossover batch where it turns into a slow-down (None: none
+    up to ``crossover_limit_batch``, the sequences of ctx tokens the cache holds)."""
+    stats = run.result.extra.get("speculative")
+    if stats is None:
+        return None
+    baseline = stats.baseline
+    return {
+        "method": stats.method,
+        "draft": stats.draft,
+        "num_speculative_tokens": stats.tokens,
+        "acceptance": list(stats.acceptance),
+        "expected_tokens_per_iteration": stats.expected_tokens_per_iteration,
+        "tokens_per_iteration": stats.tokens_per_iteration,
+        "draft_weights_bytes_per_gpu": stats.draft_weights_bytes_per_gpu,
+        "draft_kv_bytes_per_token_per_gpu": stats.draft_kv_bytes_per_token_per_gpu,
+        "kv_blocks_without_draft": stats.kv_blocks_without_draft,
+        "mean_decode_batch": stats.mean_decode_batch,
+        "step_speedup": stats.step_speedup,
+        "step_speedup_batch_1": stats.step_speedup_batch1,
+        "crossover_batch": stats.crossover_batch,
+        "crossover_limit_batch": stats.crossover_limit_batch,
+        "crossover_context_tokens": stats.context_tokens,
+        "tpot_speedup": stats.tpot_speedup,
+        "throughput_speedup": stats.throughput_speedup,
+        "without": None if baseline is None else {
+            "tpot_seconds": _summary(baseline.tpot),
+            "ttft_seconds": _summary(baseline.ttft),
+            "output_tokens_per_second": baseline.output_tokens_per_second,
+            "goodput_requests_per_second": baseline.goodput_requests_per_second,
+        },
+    }
+
+
+def disaggregation_dict(run: "EngineRun") -> dict[str, Any] | None:
+    """Disaggregated prefill/decode (simulator.engine.disaggregated): each pool, the KV link, the transfers."""
+    from simulator.plan.disaggregation import disaggregation_summary
+
+    split = disaggregation_summary(run)
+    if split is None:
+        return None
+
+    def pool(part: Any) -> dict[str, Any]:
+        return {
+            "gpu": part.gpu, "tp": part.tp, "replicas": part.replicas, "gpus": part.gpus,
+            "kv_blocks_per_replica": part.kv_blocks_per_replica, "busy_fraction": part.busy_fraction,
+            "queue_seconds": _summary(part.queue_seconds), "latency_seconds": _summary(part.latency_seconds),
+            "preemptions": part.preemptions, "kv_high_water_fraction": part.kv_high_water_fraction,
+        }
+
+    link = split.link
+    return {
+        "ratio": split.ratio,
+        "prefill": pool(split.prefill),
+        "decode": pool(split.decode),
+        "link": {"name": link.name, "across_nodes": link.across_nodes, "links": link.links,
+                 "bytes_per_second_per_link": link.bytes_per_second, "latency_seconds": link.latency_seconds},
+        "transfers": split.transfers,
+        "kv_bytes_mean": split.kv_bytes_mean,
+        "transfer_seconds": _summary(split.transfer_seconds),
+        "link_wait_seconds": _summary(split.link_wait_seconds),
     }
 
 

@@ -169,7 +169,17 @@ def simulate_settings(
     settings: RunSettings | dict[str, Any], progress: Callable[[int, int], None] | None = None
 ) -> EngineRun:
     """Prepare and run the engine; ``progress(finished, total requests)`` is called now and then."""
+    settings = as_settings(settings)
+    # Disaggregated prefill/decode and speculative decoding run in their own modules (h10).
+    if settings.disaggregate is not None:
+        from simulator.plan.disaggregation import simulate_disaggregated
+
+        return simulate_disaggregated(settings, progress)
     prep = prepare(settings)
+    if settings.speculative is not None:
+        from simulator.plan.speculative import simulate_speculative
+
+        return simulate_speculative(prep, progress)
     system = prep.deployment.system
     replicas = prep.settings.replicas
     result = simulate_cluster(system, prep.workload, prep.config, prep.capacity.blocks, replicas,

@@ -29,6 +29,7 @@ from typing import Annotated, Any, Callable, Literal
 import pydantic
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from simulator.cost.speculative import MAX_SPECULATIVE_TOKENS, parse_acceptance, parse_method
 from simulator.engine.scheduler import SCHEDULERS
 from simulator.engine.workload import MAX_REQUESTS, parse_length_spec
 from simulator.errors import InputError
@@ -302,6 +303,128 @@ class ServingSettings(BaseModel):
     )
 
 
+def _speculative(value: str) -> str:
+    parse_method(value)
+    return value.strip()
+
+
+def _acceptance(value: Any) -> Any:
+    """A rate or a per-position list (number, list, or "0.8,0.7,0.6") as canonical text, each rate in [0, 1]."""
+    if value is None:
+        return value
+    value = _reject_bool(value)
+    parts = [str(part).strip() for part in value] if isinstance(value, (list, tuple)) else str(value).split(",")
+    text = ",".join(part.strip() for part in parts)
+    _checked_by(lambda spec: parse_acceptance(spec, len(parts)))(text)
+    return text
+
+
+_RATIO = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
+
+
+def _ratio(value: Any) -> Any:
+    if value is None:
+        return value
+    if not isinstance(value, str):
+        # YAML 1.1 reads an unquoted 1:3 as the sexagesimal number 63, so a number here is never what was meant.
+        raise ValueError(f"got the number {value!r}; give P:D as text, quoted in YAML ('1:3')")
+    match = _RATIO.match(value)
+    if not match or min(int(match.group(1)), int(match.group(2))) < 1 or max(int(match.group(1)), int(match.group(2))) > 1024:
+        raise ValueError(f"cannot read {value!r}; give prefill:decode replicas as P:D with 1 <= P, D <= 1024 (e.g. 1:3)")
+    return f"{int(match.group(1))}:{int(match.group(2))}"
+
+
+class SpeculativeSettings(BaseModel):
+    """Speculative decoding (simulator.cost.speculative): the draft, the tokens it drafts, how often they are accepted."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    speculative: Annotated[str | None, AfterValidator(_checked_by(_speculative))] = Field(
+        default=None,
+        description="Speculative decoding: draft:MODEL (a smaller model with the same tokenizer), eagle (an EAGLE "
+        "draft head) or mtp (DeepSeek's multi-token prediction head); both heads are one extra decoder layer.",
+        json_schema_extra={"metavar": "draft:MODEL|eagle|mtp"},
+    )
+    num_speculative_tokens: Annotated[Int | None, Field(ge=1, le=MAX_SPECULATIVE_TOKENS)] = Field(
+        default=None, description="Tokens drafted per iteration, k (vLLM's num_speculative_tokens). [default: the "
+        "length of an --acceptance list]",
+    )
+    acceptance: Annotated[str | None, BeforeValidator(_acceptance)] = Field(
+        default=None,
+        description="Acceptance rate of a drafted token, in [0, 1], or one per position (0.8,0.7,0.6); measure it "
+        "on your traffic (vLLM logs it; DeepSeek-V3 reports 0.85-0.90 for its MTP head). Needed with --speculative.",
+        json_schema_extra={"metavar": "RATE|R1,R2,..."},
+    )
+
+    @model_validator(mode="after")
+    def _speculation_complete(self) -> "SpeculativeSettings":
+        if self.speculative is None:
+            for name in ("num_speculative_tokens", "acceptance"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name}: applies only with speculative")
+            return self
+        if self.acceptance is None:
+            raise ValueError("acceptance: needed with speculative (the rate at which drafted tokens are accepted, "
+                             "e.g. 0.7, or one per position 0.8,0.7,0.6)")
+        try:
+            parse_acceptance(self.acceptance, self.num_speculative_tokens)
+        except InputError as exc:
+            raise ValueError(re.sub(r"^--([\w-]+)", lambda m: m.group(1).replace("-", "_"), str(exc))) from None
+        return self
+
+    @property
+    def acceptance_rates(self) -> tuple[float, ...]:
+        """Per-position acceptance a_1 .. a_k (empty without speculation)."""
+        if self.speculative is None or self.acceptance is None:
+            return ()
+        return parse_acceptance(self.acceptance, self.num_speculative_tokens)
+
+
+class DisaggregationSettings(BaseModel):
+    """Disaggregated prefill and decode (simulator.engine.disaggregated): two pools of replicas and the KV link."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    disaggregate: Annotated[str | None, BeforeValidator(_ratio)] = Field(
+        default=None,
+        description="Prefill and decode on separate replicas, P:D (e.g. 1:3): P prefill replicas hand each "
+        "request's KV cache over NVLink or InfiniBand to D decode replicas (Splitwise, DistServe, Mooncake; "
+        "vLLM and SGLang P/D). Each replica is --tp GPUs unless --prefill-tp/--decode-tp say otherwise.",
+        json_schema_extra={"metavar": "P:D"},
+    )
+    prefill_gpu: Annotated[str | None, AfterValidator(_checked_by(_name))] = Field(
+        default=None, description="GPU of the prefill replicas. [default: --gpu]", json_schema_extra={"metavar": "NAME|PATH"},
+    )
+    decode_gpu: Annotated[str | None, AfterValidator(_checked_by(_name))] = Field(
+        default=None, description="GPU of the decode replicas. [default: --gpu]", json_schema_extra={"metavar": "NAME|PATH"},
+    )
+    prefill_tp: Annotated[Int | None, Field(ge=1, le=1024)] = Field(
+        default=None, description="Tensor-parallel degree of a prefill replica. [default: --tp, else the smallest that fits]",
+    )
+    decode_tp: Annotated[Int | None, Field(ge=1, le=1024)] = Field(
+        default=None, description="Tensor-parallel degree of a decode replica. [default: --tp, else the smallest that fits]",
+    )
+
+    @model_validator(mode="after")
+    def _pools(self) -> "DisaggregationSettings":
+        if self.disaggregate is None:
+            for name in ("prefill_gpu", "decode_gpu", "prefill_tp", "decode_tp"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name}: applies only with disaggregate")
+            return self
+        if getattr(self, "replicas", 1) != 1:
+            raise ValueError("replicas: with disaggregate the replicas are the P:D pools; give one or the other")
+        return self
+
+    @property
+    def pools(self) -> tuple[int, int] | None:
+        """(prefill replicas, decode replicas), or None when prefill and decode share the replicas."""
+        if self.disaggregate is None:
+            return None
+        prefill, decode = self.disaggregate.split(":")
+        return int(prefill), int(decode)
+
+
 def _vllm_goodput(value: Any) -> dict[str, float]:
     """vLLM's ``--goodput ttft:MS tpot:MS e2el:MS`` (milliseconds) -> SLO fields in seconds."""
     given = [value] if isinstance(value, str) else list(value)
@@ -373,7 +496,7 @@ def _fixed_length(spec: str | None) -> int | None:
     return int(spec) if spec is not None and spec.isdigit() else None
 
 
-class RunSettings(ServingSettings, StepSettings):
+class RunSettings(DisaggregationSettings, SpeculativeSettings, ServingSettings, StepSettings):
     """Everything one engine run needs (see the module docstring for names, units and aliases).
 
     Workload rules, one meaning each:
@@ -428,6 +551,10 @@ class RunSettings(ServingSettings, StepSettings):
     def closed_batch_size(self) -> int:
         """Requests of the closed batch (``requests`` or ``batch``); only meaningful without qps/trace."""
         return self.requests if self.requests is not None else self.batch
+
+
+class ExplainSettings(SpeculativeSettings, StepSettings):
+    """``simulate explain``: a step's settings, and the speculative decoding to measure as a lever."""
 
 
 def field_flag(name: str) -> str:
@@ -495,7 +622,8 @@ def check_field(cls: type[BaseModel], name: str, value: Any) -> Any:
 
 
 __all__ = [
-    "DeploymentSettings", "RunSettings", "ServingSettings", "ShapeSettings", "StepSettings",
+    "DeploymentSettings", "DisaggregationSettings", "ExplainSettings", "RunSettings", "ServingSettings", "ShapeSettings",
+    "SpeculativeSettings", "StepSettings",
     "VLLM_ALIASES", "check_field", "field_flag", "parse_settings", "resolve_aliases", "validation_error", "value_problem",
     "KV_DTYPES", "SCHEDULERS", "ATTENTION_KERNELS", "FUSIONS",
 ]

@@ -13,6 +13,7 @@ from simulator.engine.metrics import REJECT_KEYS, REJECT_REASONS, REJECTED, STAT
 from simulator.files import atomic_write
 from simulator.plan.result import architecture_dict, per_request_arrays
 from simulator.plan.placement import queued_counts
+from simulator.report import serving_modes
 from simulator.units import fmt_bytes, fmt_count, fmt_rate, fmt_seconds
 
 if TYPE_CHECKING:
@@ -132,6 +133,7 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         f"  parallelism  tensor parallel {tp}" + (f", expert parallel {system.ep}" if system.ep > 1 else "")
         + (f"  ({dep.note})" if dep.note else ""),
         *replica_setup_lines(run),
+        *serving_modes.setup_lines(run),
         f"  precision    {prec.label()}",
         f"  kernels      {system.attention_kernel} attention, fusion {system.fusion}",
         *time_model_lines(system),
@@ -191,6 +193,7 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         f"{100 * m.communication_share:.0f}% communication, {100 * m.overhead_share:.0f}% engine overhead (host CPU)",
     ]
     lines += replica_table(run)
+    lines += serving_modes.speculative_lines(run) + serving_modes.disaggregation_lines(run)
     if last_cost is not None:
         lines += ["", f"Top operators, last decode step (ridge {ridge:.0f} FLOP/byte; "
                   f"kernel launches {fmt_seconds(float(last_cost.launch_seconds))} of it)",
