@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from simulator.cost.system import System
 from simulator.model import load_gpu, load_model
 from simulator.model.gpu import OpEfficiency
 from simulator.model.precision import Precision
 from simulator.model.step import Step
-from simulator.cost.system import System
 
 # Deliberately not the shipped defaults (and not 1.0 either, so a factor left out shows).
 EFFICIENCY = dict(compute=0.61, memory=0.73, link=0.55, kernel_launch_seconds=4e-6, allreduce_latency_seconds=9e-6)
@@ -101,4 +101,20 @@ def test_memoised_shares_give_the_same_totals_as_a_fresh_system():
         fresh.totals_memo.clear()
         assert memoised == fresh.step_totals(step)
         assert memoised.seconds == pytest.approx(system.step_cost(step).seconds, rel=1e-12)
-    assert len(system.totals_memo) == sum(op.works_from_tokens for op in system.operators)
+    # One share per token-only operator (keyed by its index), plus their sum for the batch and the field check.
+    per_operator = [key for key in system.totals_memo if isinstance(key, tuple) and isinstance(key[0], int)]
+    assert len(per_operator) == sum(op.works_from_tokens for op in system.operators)
+    assert ("fixed", 32.0, 32.0, True) in system.totals_memo
+
+
+@pytest.mark.parametrize("system", _systems(), ids=lambda s: s.describe())
+def test_an_array_step_equals_its_entries_costed_alone_bit_for_bit(system):
+    """The engine's decode stretches rely on it: one order of summation for scalar and array steps."""
+    rng = np.random.default_rng(11)
+    shrinking = Step.decode(np.repeat([40.0, 37.0, 30.0], [3, 4, 5]), rng.integers(1, 9000, 12).astype(float))
+    constant = Step.decode(64.0, rng.integers(1, 9000, 12).astype(float))
+    for step in (_random_step(rng, 12), _random_step(rng, 12), shrinking, constant):
+        together = system.step_totals(step)
+        for i in range(12):
+            alone = system.step_totals(Step(*(float(np.broadcast_to(value, (12,))[i]) for value in vars(step).values())))
+            assert [float(np.broadcast_to(part, (12,))[i]) for part in together] == list(alone), i

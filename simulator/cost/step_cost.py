@@ -508,6 +508,90 @@ def operator_totals(op: Operator, step: Step, gpu: GPUSpec, rates: OperatorRates
 MEMO_MAX = 100_000
 """Per-operator shares remembered by :func:`step_totals` (cleared when full)."""
 
+_TOKEN_FIELDS_OK = "token fields checked"
+"""memo key: do the token-only operators read only ``step.tokens`` / ``step.logit_tokens`` (see _fixed_key_ok)?"""
+
+
+def _fixed_key_ok(operators: tuple[Operator, ...], memo: dict) -> bool:
+    """Is (tokens, logit tokens, graph capture) a valid key for the summed share of the token-only operators?
+
+    True when each operator with ``works_from_tokens`` takes its token count from ``step.tokens`` or
+    ``step.logit_tokens`` (checked once per memo on a probe step whose fields all differ).
+    """
+    ok = memo.get(_TOKEN_FIELDS_OK)
+    if ok is None:
+        probe = Step(*(float(k + 1) for k in range(8)))
+        ok = memo[_TOKEN_FIELDS_OK] = all(
+            op.tokens(probe) in (probe.tokens, probe.logit_tokens) for op in operators if op.works_from_tokens)
+    return ok
+
+
+def _sum_shares(shares) -> tuple:
+    """Shares summed component by component, in order, starting from 0.0 (one summation order for every path)."""
+    seconds = flops = moved = compute_bound = communication = 0.0
+    for op_seconds, op_flops, op_bytes, op_compute_bound, op_communication in shares:
+        seconds = seconds + op_seconds
+        flops = flops + op_flops
+        moved = moved + op_bytes
+        compute_bound = compute_bound + op_compute_bound
+        communication = communication + op_communication
+    return seconds, flops, moved, compute_bound, communication
+
+
+def _memo_share(index: int, op: Operator, step: Step, gpu: GPUSpec, op_rates: OperatorRates | None, captured: bool,
+                model: TimeModel | None, memo: dict) -> tuple:
+    """A token-only operator's share at a scalar step, remembered by (operator, token count, graph capture)."""
+    key = (index, op.tokens(step), captured)
+    share = memo.get(key)
+    if share is None:
+        if len(memo) >= MEMO_MAX:
+            memo.clear()
+        share = memo[key] = operator_totals(op, step, gpu, op_rates, captured, model)
+    return share
+
+
+def _fixed_scalar(operators, step: Step, gpu: GPUSpec, rates, captured: bool, model: TimeModel | None,
+                  memo: dict, group: bool) -> tuple:
+    """Summed share of the token-only operators at a step whose token counts and capture are scalars."""
+    key = ("fixed", step.tokens, step.logit_tokens, captured) if group else None
+    fixed = memo.get(key) if group else None
+    if fixed is None:
+        fixed = _sum_shares(_memo_share(index, op, step, gpu, op_rates, captured, model, memo)
+                            for index, (op, op_rates) in enumerate(zip(operators, rates)) if op.works_from_tokens)
+        if group:
+            if len(memo) >= MEMO_MAX:
+                memo.clear()
+            memo[key] = fixed
+    return fixed
+
+
+def _fixed_runs(operators, step: Step, gpu: GPUSpec, rates, captured: Number, model: TimeModel | None,
+                memo: dict) -> tuple:
+    """:func:`_fixed_scalar` for an array step whose token counts (or capture) vary: once per run of equal
+    (tokens, logit tokens, capture) entries, repeated over the run (the engine's decode stretches
+    hold a few runs: the batch only shrinks as decoders finish)."""
+    columns = [np.asarray(column) for column in (step.tokens, step.logit_tokens, captured)]
+    size = max(column.size for column in columns if column.ndim)
+    columns = [np.broadcast_to(column, (size,)) for column in columns]
+    change = np.zeros(size, dtype=bool)
+    change[0] = True
+    for column in columns:
+        change[1:] |= column[1:] != column[:-1]
+    starts = np.flatnonzero(change)
+    tokens, logits, capture = (column[starts].tolist() for column in columns)
+    values = []
+    for t, logit, cap in zip(tokens, logits, capture):
+        scalar = Step(tokens=t, prefill_tokens=0.0, sequences=0.0, logit_tokens=logit, attention_pairs=0.0,
+                      prefill_attention_pairs=0.0, score_elements=0.0, context_tokens=0.0)
+        # Token-only operators read only tokens and logit tokens (checked by _fixed_key_ok), so a step
+        # with just those fields set has their shares.
+        values.append(_fixed_scalar(operators, scalar, gpu, rates, cap, model, memo, True))
+    if len(values) == 1:
+        return values[0]
+    lengths = np.diff(np.append(starts, size))
+    table = np.array(values, dtype=float)
+    return tuple(np.repeat(table[:, k], lengths) for k in range(5))
+
 
 def step_totals(
     operators: tuple[Operator, ...],
@@ -520,47 +604,31 @@ def step_totals(
     """The totals of :func:`step_cost` without building a cost record per operator (the engine's hot path).
 
     The same work and the same :func:`roofline` as :func:`step_cost`, so the results equal StepCost's
-    properties up to the order of summation (tests check it on random steps to 1e-12): operators whose
-    share varies over the steps of an array step (in a decode stretch only attention) are summed apart
-    from the scalar ones, so each total needs a few array additions rather than one per operator.
+    properties up to the order of summation (tests check it on random steps to 1e-12). One order for
+    every path: the shares of the token-only operators (``works_from_tokens``: every operator but
+    attention) in operator order, then the others in operator order. So an array step equals its
+    entries costed one at a time as scalar steps, bit for bit (elementwise IEEE arithmetic in the
+    same order), which the engine's decode stretches rely on.
 
-    ``memo`` (a dict owned by the caller, e.g. the System) remembers the share of each operator whose
-    work depends only on its token count (``works_from_tokens``) by that count and whether the step is
-    replayed from a CUDA graph: consecutive decode steps differ only in their context, which only
-    attention reads.
+    ``memo`` (a dict owned by the caller, e.g. the System) remembers each token-only operator's share by
+    its token count and whether the step is replayed from a CUDA graph, and their sum by (tokens, logit
+    tokens, capture): consecutive decode steps differ only in their context, which only attention reads,
+    so a decode tick costs one attention evaluation. An array step whose token counts vary (a stretch in
+    which decoders finish) looks the sum up once per run of equal entries.
     """
     captured = _captured(model, step)
-    seconds = flops = moved = compute_bound = communication = 0.0  # scalar parts
-    varying = []  # shares that are arrays over the steps of an array step
-    memo_ok = memo is not None and not isinstance(captured, np.ndarray)
-    for index, (op, op_rates) in enumerate(zip(operators, rates)):
-        share = None
-        if memo_ok and op.works_from_tokens:
-            tokens = op.tokens(step)
-            if not isinstance(tokens, np.ndarray):
-                key = (index, tokens, captured)
-                share = memo.get(key)  # type: ignore[union-attr]
-                if share is None:
-                    if len(memo) >= MEMO_MAX:  # type: ignore[arg-type]
-                        memo.clear()  # type: ignore[union-attr]
-                    share = memo[key] = operator_totals(op, step, gpu, op_rates, captured, model)  # type: ignore[index]
-        if share is None:
-            share = operator_totals(op, step, gpu, op_rates, captured, model)
-            if any(isinstance(part, np.ndarray) for part in share):
-                varying.append(share)
-                continue
-        op_seconds, op_flops, op_bytes, op_compute_bound, op_communication = share
-        seconds += op_seconds
-        flops += op_flops
-        moved += op_bytes
-        compute_bound += op_compute_bound
-        communication += op_communication
-    for op_seconds, op_flops, op_bytes, op_compute_bound, op_communication in varying:
-        seconds = seconds + op_seconds
-        flops = flops + op_flops
-        moved = moved + op_bytes
-        compute_bound = compute_bound + op_compute_bound
-        communication = communication + op_communication
+    memo_ok = memo is not None and _fixed_key_ok(operators, memo)
+    varying = any(isinstance(part, np.ndarray) for part in (step.tokens, step.logit_tokens, captured))
+    if memo is None or (varying and not memo_ok):
+        fixed = _sum_shares(operator_totals(op, step, gpu, op_rates, captured, model)
+                            for op, op_rates in zip(operators, rates) if op.works_from_tokens)
+    elif varying:
+        fixed = _fixed_runs(operators, step, gpu, rates, captured, model, memo)
+    else:
+        fixed = _fixed_scalar(operators, step, gpu, rates, captured, model, memo, memo_ok)
+    rest = _sum_shares(operator_totals(op, step, gpu, op_rates, captured, model)
+                       for op, op_rates in zip(operators, rates) if not op.works_from_tokens)
+    seconds, flops, moved, compute_bound, communication = (a + b for a, b in zip(fixed, rest))
     overhead = _overhead(model, step, seconds)
     return StepTotals(seconds + overhead, flops, moved, compute_bound, seconds - compute_bound - communication,
                       communication)

@@ -636,39 +636,19 @@ class Engine:
                 steps = int(short[0])
         return Stretch(steps, batch, context, needs, freed_by, leave_at)
 
-    def _stretch_costs(self, batch: np.ndarray, contexts: np.ndarray, budget: float = np.inf) -> list[np.ndarray]:
+    def _stretch_costs(self, batch: np.ndarray, contexts: np.ndarray) -> list[np.ndarray]:
         """Cost totals (see :meth:`System.step_totals`) of decode ticks with ``batch`` decoders attending ``contexts`` keys.
 
-        The cost model is several times cheaper per call when the batch is a scalar, so a stretch
-        with few distinct batch sizes is costed one constant-batch segment at a time (a segment of
-        one or two ticks tick by tick: a scalar step costs about half an array step). Costing stops
-        after the segment in which the ticks' seconds reach ``budget`` (the ticks after it would be
-        cut off by the next arrival), so the columns may be shorter than ``batch``.
+        One vectorised call: a constant batch is passed as a scalar, and a batch that shrinks as
+        decoders finish costs the token-only operators once per batch size (step_totals' memo), so
+        every tick equals the same tick costed alone, bit for bit.
         """
-        # The batch only shrinks within a stretch (decoders leave), so equal ends mean a constant batch.
-        changes = (np.flatnonzero(np.diff(batch)) + 1).tolist() if batch[0] != batch[-1] else []
-        if len(changes) > 4:
-            self.totals.cost_calls += 1
-            ones = np.ones(len(batch))
-            return [ones * value for value in self.system.step_totals(_decode_step(batch, contexts))]
-        parts = []
-        elapsed = 0.0
-        for start, stop in zip([0, *changes], [*changes, len(batch)]):
-            size = float(batch[start])
-            if stop - start <= 2:
-                ticks = [self._cost_scalar(_decode_step(size, float(contexts[tick]))) for tick in range(start, stop)]
-                part = [np.array(column) for column in zip(*ticks)]
-            else:
-                self.totals.cost_calls += 1
-                ones = np.ones(stop - start)
-                part = [ones * value for value in self.system.step_totals(_decode_step(size, contexts[start:stop]))]
-            parts.append(part)
-            elapsed += float(part[0].sum())
-            if elapsed >= budget:
-                break
-        if len(parts) == 1:
-            return parts[0]
-        return [np.concatenate(columns) for columns in zip(*parts)]
+        self.totals.cost_calls += 1
+        size = float(batch[0]) if batch[0] == batch[-1] else batch  # the batch only shrinks within a stretch
+        totals = self.system.step_totals(_decode_step(size, contexts))
+        shape = contexts.shape
+        return [value if isinstance(value, np.ndarray) and value.shape == shape else np.broadcast_to(value, shape)
+                for value in totals]
 
     def _plain_stretch(self, horizon: int) -> "Stretch":
         """:meth:`_plan_stretch` when nobody finishes within ``horizon`` ticks (the common case: fewer numpy calls)."""
@@ -700,9 +680,7 @@ class Engine:
             return
         now = env.now
         batch, contexts = plan.batch[:steps].astype(float), plan.context[:steps]
-        budget = next_arrival - now if next_arrival is not None else np.inf
-        seconds, flops, moved, compute_bound, memory_bound, communication = self._stretch_costs(batch, contexts, budget)
-        steps = min(steps, len(seconds))
+        seconds, flops, moved, compute_bound, memory_bound, communication = self._stretch_costs(batch, contexts)
         ends = now + np.cumsum(seconds)
         if next_arrival is not None:
             first_after = int(np.searchsorted(ends, next_arrival, side="left"))
