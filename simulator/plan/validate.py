@@ -9,9 +9,10 @@ the same figure off the run's aggregates:
 - a *static batch* (``mode`` static, one batch of fixed lengths, ``num_prompts`` blank or equal
   to ``batch``): ``batch`` requests at t = 0 under the static scheduler with ``max_num_seqs =
   batch``, so they prefill together (TTFT of the batch = its prefill) and decode in lockstep,
-  as the vendor benchmarks ran. When the simulator's memory plan says the batch does not fit,
-  it is run anyway with a KV cache forced to hold it (flagged ``fits=False``): the published
-  run did fit on its hardware.
+  as the vendor benchmarks ran. The KV cache is the memory plan's: when it holds fewer
+  sequences than the batch, the static scheduler runs the batch in smaller ones, as an engine
+  must (flagged ``fits=False`` with a note). When the deployment itself is refused for lack of
+  memory, the batch is run with a KV cache forced to hold it (flagged too).
 - anything else (serving at a rate, or an offline run of ``num_prompts`` requests at once):
   the requests are written to a small trace file (arrival times Poisson at ``request_rate``,
   all at t = 0 for ``inf`` or static mode; lengths drawn from ``input_dist``/``output_dist``
@@ -687,9 +688,7 @@ class Replayer:
                 if context > model.max_context:
                     return Replayed(None, skipped=f"input + output = {context} tokens exceed {model.name}'s maximum context "
                                     f"({model.max_context}); the source's engine ran past the model's positions")
-                # the source ran the batch as one: a KV cache that holds it (the static scheduler reserves whole requests)
-                blocks = batch * (-(-context // 16) + 1)
-                static = dict(options, scheduler="static", max_num_seqs=batch, kv_blocks=blocks, block_size=16,
+                static = dict(options, scheduler="static", max_num_seqs=batch,
                               prompt_tokens=str(context - row.output_tokens), output_tokens=str(row.output_tokens))
                 try:
                     result = simulate_settings(dict(static, batch=batch))
@@ -700,8 +699,14 @@ class Replayer:
                     fits = False
                     notes.append("does not fit in the simulator's memory plan; run with a KV cache that holds the batch")
                     trace = self._trace(row, batch, model.max_context, at_once=True)[0]
-                    result = simulate_settings(dict(static, trace=str(trace), ctx=max(2, context), gen=1,
-                                                    prompt_tokens=None, output_tokens=None))
+                    blocks = batch * (-(-context // 16) + 1)  # the static scheduler reserves whole requests
+                    result = simulate_settings(dict(static, trace=str(trace), ctx=max(2, context), gen=1, kv_blocks=blocks,
+                                                    block_size=16, prompt_tokens=None, output_tokens=None))
+                if result.metrics.max_running < batch:
+                    # An engine cannot run more sequences than its KV cache holds: the hardware decides
+                    fits = False
+                    notes.append(f"the KV cache holds {result.metrics.max_running} of the batch's {batch} sequences: "
+                                 "the static scheduler runs it in smaller batches")
                 requests = batch
             else:
                 replicas = row.replicas
