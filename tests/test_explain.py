@@ -48,7 +48,8 @@ def test_ridge_batch_is_near_the_ridge_point_times_bw_over_2():
 
 def test_biggest_throughput_lever_at_batch_1_is_a_bigger_batch(batch_1):
     levers = {lv.lever: lv for lv in batch_1.levers}
-    assert set(levers) == {"bigger batch", "fewer KV heads", "lower precision", "more GPUs"}
+    assert set(levers) == {"bigger batch", "fewer KV heads", "lower precision", "more GPUs", "speculative decoding",
+                           "disaggregate prefill"}
     best = max(batch_1.levers, key=lambda lv: lv.throughput_gain)
     assert best.lever == "bigger batch"
     assert "Biggest lever for throughput: bigger batch" in batch_1.paragraph

@@ -14,7 +14,7 @@ from simulator.cli.options import (
     settings_options,
 )
 from simulator.plan.deployment import deployment_from_options
-from simulator.plan.settings import StepSettings
+from simulator.plan.settings import ExplainSettings
 from simulator.report.compare import text_table
 from simulator.report.explain import explain_run, kernel_choices, kernel_choices_text
 from simulator.tabular import to_json
@@ -29,20 +29,22 @@ Examples:
 
 
 @click.command("explain", epilog=EPILOG)
-@apply_options(settings_options(StepSettings))
+@apply_options(settings_options(ExplainSettings))
 @click.option("--json", "as_json", is_flag=True, help="Print the paragraph, the facts behind it and the levers as JSON (SI units).")
 @reports_input_errors
 def explain_command(as_json: bool, **options: Any) -> None:
     """Explain a run in words: what is memory-bound, intensity vs ridge, the biggest lever.
 
-    The levers (bigger batch, fewer KV heads, lower precision, more GPUs) are measured
-    with the cost model, not guessed. Below the paragraph: attention bytes per layer for
+    The levers (bigger batch, fewer KV heads, lower precision, more GPUs, speculative
+    decoding, disaggregated prefill) are measured with the cost model, not guessed;
+    --speculative/--acceptance choose the speculation measured (default: a one-layer
+    draft head, k 1, acceptance 0.85). Below the paragraph: attention bytes per layer for
     both attention kernels, and kernels and activation bytes per layer for each fusion level.
     """
-    settings = settings_from_cli(StepSettings, options)
+    settings = settings_from_cli(ExplainSettings, options)
     batch, ctx_tokens, gen = settings.batch, settings.ctx, settings.gen
     deployment = deployment_from_options(settings.model_dump(), batch, ctx_tokens)
-    explanation = explain_run(deployment, batch, ctx_tokens, gen)
+    explanation = explain_run(deployment, batch, ctx_tokens, gen, settings)
     choices = kernel_choices(deployment.system, batch, ctx_tokens, gen)
     if as_json:
         click.echo(to_json({**explanation.as_dict(), "kernel_choices": choices}, indent=2))

@@ -23,12 +23,17 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from simulator.cost.deployment import Deployment
+from simulator.cost.kv_transfer import kv_link, kv_transfer_seconds
+from simulator.cost.memory import kv_bytes_per_sequence
+from simulator.cost.speculative import SpeculativeSystem
 from simulator.cost.step_cost import StepCost
 from simulator.cost.system import System
 from simulator.errors import InputError
 from simulator.model.architecture import with_attention
 from simulator.model.layers import ATTENTION_KERNELS, FUSIONS, check_tensor_parallel
 from simulator.model.step import Step
+from simulator.plan.settings import SpeculativeSettings
+from simulator.plan.speculative import draft_system
 from simulator.report.compare import max_batch_that_fits
 from simulator.units import fmt_bytes, fmt_seconds
 
@@ -54,6 +59,8 @@ class Lever:
     throughput_gain: float
     latency_gain: float
     caveat: str = ""
+    latency_only: bool = False
+    """measured for latency only (disaggregation: its tokens/s per GPU depends on the pools, not on one step)"""
 
     @property
     def tokens_per_second_per_gpu(self) -> float:
@@ -140,7 +147,8 @@ def _rebuild(system: System, **changes: Any) -> System | None:
         return None
 
 
-def measure_levers(deployment: Deployment, batch: int, ctx: int, largest_batch: int, ridge: int | None) -> list[Lever]:
+def measure_levers(deployment: Deployment, batch: int, ctx: int, largest_batch: int, ridge: int | None,
+                   speculative: SpeculativeSettings | None = None, gen: int = 1) -> list[Lever]:
     system = deployment.system
     model, gpu, precision = system.model, system.gpu, system.precision
     base_step = _usable_step(_step(system, batch, ctx), system)
@@ -175,7 +183,67 @@ def measure_levers(deployment: Deployment, batch: int, ctx: int, largest_batch: 
         lever = _lever("more GPUs", f"tensor parallel {2 * system.tp}", wider, batch, ctx, base_step, base_rate)
         if lever is not None:
             levers.append(replace(lever, caveat=f"{2 * lever.throughput_gain:.2f}x the deployment's tokens/s on 2x the GPUs"))
+    levers.append(speculative_lever(system, batch, ctx, base_step, base_rate, speculative))
+    levers.append(disaggregation_lever(system, batch, ctx, gen, base_step))
     return [lever for lever in levers if lever is not None]
+
+
+DEFAULT_SPECULATION = SpeculativeSettings(speculative="eagle", num_speculative_tokens=1, acceptance="0.85")
+"""The speculation explain measures when none is asked for: a one-layer draft head (EAGLE, DeepSeek MTP) drafting
+one token accepted 85% of the time, the low end of DeepSeek-V3's measured MTP acceptance (0.85-0.90, DeepSeek-V3
+technical report, section 5.4.3)."""
+
+
+def speculative_lever(system: System, batch: int, ctx: int, base_step: float, base_rate: float,
+                      settings: SpeculativeSettings | None) -> Lever | None:
+    """Speculative decoding (simulator.cost.speculative): an iteration's time per expected token as the step."""
+    given = settings is not None and settings.speculative is not None
+    chosen = settings if given and settings is not None else DEFAULT_SPECULATION
+    try:
+        method, name, draft = draft_system(chosen, system)
+    except InputError:
+        return None
+    spec = SpeculativeSystem(system, draft, method, chosen.acceptance_rates, name)
+    iteration = float(spec.step_seconds(Step.decode(batch, ctx)))
+    tokens = spec.expected_tokens
+    step = iteration / tokens
+    if not (math.isfinite(step) and step > 0):
+        return None
+    rate = batch / step
+    what = f"draft {name}" if method == "draft" else f"{method} head"
+    caveat = (f"{tokens:.2f} tokens per {fmt_seconds(iteration)} iteration"
+              + ("" if given else "; assumes a trained draft head accepted 85% of the time (DeepSeek-V3's MTP: 85-90%)"))
+    return Lever("speculative decoding", f"{what}, k {spec.tokens}", batch, system.tp, step, rate,
+                 (rate / system.tp) / base_rate, base_step / step, caveat)
+
+
+def disaggregation_lever(system: System, batch: int, ctx: int, gen: int, base_step: float) -> Lever | None:
+    """Disaggregated prefill/decode: the decode step alone against one that carries a prefill chunk.
+
+    Colocated under chunked prefill (the engine profile's token budget) a decode iteration that a new
+    prompt joins also runs a chunk of budget - batch prompt tokens; without a budget the decodes wait
+    for the whole prefill. Moving prefill to its own GPUs leaves the decode step alone, at the price of
+    sending each prompt's KV cache (simulator.cost.kv_transfer) over the node's links.
+    """
+    prompt = max(1, ctx - gen)
+    budget = system.engine.scheduler.max_batched_tokens if system.engine.scheduler.kind == "chunked" else None
+    if budget is None:
+        stalled = float(system.step_seconds(Step.prefill(1, prompt))) + base_step
+    else:
+        chunk = min(prompt, budget - batch)
+        if chunk < 1:
+            return None
+        stalled = float(system.step_seconds(Step.decode(batch, ctx) + Step.prefill(1, chunk, emits_token=chunk == prompt)))
+    if not (math.isfinite(stalled) and stalled > base_step):
+        return None
+    link = kv_link(system.gpu, system.gpu, system.tp, system.tp, 2 * system.tp)
+    moved = kv_bytes_per_sequence(system.model, system.precision, prompt)
+    caveat = (f"the decode iterations that carry a prefill chunk go from {fmt_seconds(stalled)} to {fmt_seconds(base_step)} "
+              f"(the TPOT tail); "
+              f"needs prefill GPUs of its own (--disaggregate P:D) and sends {fmt_bytes(moved)} of KV per request "
+              f"({fmt_seconds(float(kv_transfer_seconds(moved, link)))} over {link.name})")
+    return Lever("disaggregate prefill", "prefill on separate GPUs", batch, system.tp, base_step, batch / base_step,
+                 1.0, stalled / base_step, caveat, latency_only=True)
 
 
 def _count(n: int, noun: str) -> str:
@@ -211,7 +279,8 @@ def beyond_roofline(system: System, decode: StepCost, step: float) -> dict[str, 
             "engine_overhead_share": overhead}
 
 
-def explain_run(deployment: Deployment, batch: int, ctx: int, gen: int) -> Explanation:
+def explain_run(deployment: Deployment, batch: int, ctx: int, gen: int,
+                speculative: SpeculativeSettings | None = None) -> Explanation:
     """One paragraph on the run's last decode step and prefill, with the levers measured."""
     if gen >= ctx:
         raise InputError(f"--gen: {gen} must be < --ctx {ctx} (the prompt is ctx - gen tokens)")
@@ -236,7 +305,7 @@ def explain_run(deployment: Deployment, batch: int, ctx: int, gen: int) -> Expla
     prefill_bound = "compute-bound" if prefill_intensity >= achievable_ridge else "memory-bound"
     reach = ridge_batch(system, ctx)
     largest = max_batch_that_fits(model, precision, gpu, system.tp, ctx, system)
-    levers = measure_levers(deployment, batch, ctx, largest, reach)
+    levers = measure_levers(deployment, batch, ctx, largest, reach, speculative, gen)
 
     where = f"{model.name} on {system.tp}x {gpu.name} ({precision.weights} weights, {precision.kv} KV cache)"
     text = [
@@ -272,21 +341,25 @@ def explain_run(deployment: Deployment, batch: int, ctx: int, gen: int) -> Expla
     if beyond["text"]:
         text.append(beyond["text"])
     if levers:
-        by_throughput = sorted(levers, key=lambda lv: lv.throughput_gain, reverse=True)
-        best = by_throughput[0]
-        text.append(
-            f"Biggest lever for throughput: {best.lever} ({best.change}: {best.throughput_gain:.2f}x decode tokens/s per GPU, "
-            f"step {fmt_seconds(best.step_seconds)}" + (f"; {best.caveat}" if best.caveat else "") + ")"
-        )
-        if len(by_throughput) > 1:
-            runner = by_throughput[1]
-            text[-1] += f", then {runner.lever} ({runner.change}: {runner.throughput_gain:.2f}x)"
-        text[-1] += "."
+        by_throughput = sorted((lv for lv in levers if not lv.latency_only), key=lambda lv: lv.throughput_gain, reverse=True)
+        if by_throughput:
+            best = by_throughput[0]
+            text.append(
+                f"Biggest lever for throughput: {best.lever} ({best.change}: {best.throughput_gain:.2f}x decode tokens/s per GPU, "
+                f"step {fmt_seconds(best.step_seconds)}" + (f"; {best.caveat}" if best.caveat else "") + ")"
+            )
+            if len(by_throughput) > 1:
+                runner = by_throughput[1]
+                text[-1] += f", then {runner.lever} ({runner.change}: {runner.throughput_gain:.2f}x)"
+            text[-1] += "."
         by_latency = sorted((lv for lv in levers if lv.lever != "bigger batch"), key=lambda lv: lv.latency_gain, reverse=True)
         if by_latency and by_latency[0].latency_gain > 1.0:
             fast = by_latency[0]
-            text.append(f"For latency: {fast.lever} ({fast.change}) cuts the step to {fmt_seconds(fast.step_seconds)} "
-                        f"({fast.latency_gain:.2f}x faster).")
+            if fast.latency_only:
+                text.append(f"For latency: {fast.lever}: {fast.caveat} ({fast.latency_gain:.2f}x).")
+            else:
+                text.append(f"For latency: {fast.lever} ({fast.change}) cuts the step to {fmt_seconds(fast.step_seconds)} "
+                            f"({fast.latency_gain:.2f}x faster).")
     facts = {
         "decode_step_seconds": step,
         "memory_bound_share": memory_share,
