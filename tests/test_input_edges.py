@@ -178,3 +178,11 @@ def test_explain_with_a_vanishing_memory_efficiency_is_one_line(tmp_path):
     deployment = plan_deployment(load_model("llama2-7b"), gpu, Precision(), 1, 512)
     with pytest.raises(InputError, match="explain: the decode step time is inf s"):
         explain_run(deployment, 1, 512, 128)
+
+
+def test_an_hf_config_field_of_the_wrong_type_is_one_line(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "mixtral", "hidden_size": 256, "num_attention_heads": 4,
+                                "num_hidden_layers": 2, "vocab_size": 100, "num_local_experts": {"a": 1}}), encoding="utf-8")
+    with pytest.raises(InputError, match=r"config.json: a config.json field has a value of the wrong type"):
+        load_model(str(path))

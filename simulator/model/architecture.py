@@ -277,7 +277,13 @@ def load_model_file(path: Path) -> ModelSpec:
         # A folder's config.json is named after its folder; a loose file after itself.
         fallback = path.parent.name if path.name == "config.json" else path.stem
         name = data.get("_name_or_path") or fallback or path.stem
-        data = from_hf_config(data, str(name))
+        try:
+            data = from_hf_config(data, str(name))
+        except InputError:
+            raise
+        except (TypeError, ValueError, AttributeError, ArithmeticError) as exc:
+            # The mapping does arithmetic on the file's fields; a field of the wrong type lands here.
+            raise InputError(f"{path}: a config.json field has a value of the wrong type or range ({exc})") from None
     return validate(ModelSpec, data, str(path), plausible=True)
 
 
