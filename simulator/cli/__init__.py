@@ -119,8 +119,10 @@ def main(click_ctx: click.Context, **values: Any) -> None:
     else:
         click.echo(engine_run_text(run, shown["top"]))
     if shown["launch_command"]:
-        click.echo("")
-        click.echo(launch_command(run, shown["launch_command"]))
+        # After --json/--csv the command goes to stderr: stdout stays one parseable document.
+        machine = shown["as_json"] or shown["as_csv"]
+        click.echo("", err=machine)
+        click.echo(launch_command(run, shown["launch_command"]), err=machine)
 
 
 PRESENTATION_NAMES = (
