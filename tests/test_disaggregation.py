@@ -127,3 +127,41 @@ def test_cli_disaggregated_run():
                                        "--prompt-tokens", "512", "--output-tokens", "16", "--disaggregate", "1:1", "-q"])
     assert result.exit_code == 0, result.output
     assert "Disaggregated prefill : decode = 1:1" in result.output and "KV transfer" in result.output
+
+
+def _scenario(tmp_path, axis: str):
+    from simulator.plan.scenario import load_scenario
+
+    path = tmp_path / "ratio.yaml"
+    path.write_text(
+        "base: {model: llama3-8b, gpu: h100, qps: 4.0, requests: 12, prompt_tokens: 256, output_tokens: 8}\n"
+        f"sweep:\n  grid:\n    disaggregate: {axis}\n"
+    )
+    return load_scenario(path, out=str(tmp_path / "rows.csv"))
+
+
+def test_a_sweep_axis_over_ratios(tmp_path):
+    from simulator.plan.sweep import InlineExecutor, run_sweep
+
+    outcome = run_sweep(_scenario(tmp_path, '["1:1", "1:2"]'), InlineExecutor())
+    rows = sorted(outcome.rows, key=lambda row: row["point"])
+    assert [row["disaggregation.ratio"] for row in rows] == ["1:1", "1:2"]
+    assert [row["gpus"] for row in rows] == [2, 3]  # llama3-8b at tp 1: 1 + 1, 1 + 2 GPUs
+
+
+def test_an_unquoted_ratio_in_yaml_is_explained(tmp_path):
+    # YAML 1.1 reads 1:3 as 1 x 60 + 3 = 63.
+    with pytest.raises(InputError, match="63; give P:D as text, quoted in YAML"):
+        _scenario(tmp_path, "[1:3]")
+
+
+def test_a_speculative_decode_pool():
+    run = simulate_settings({"model": "llama3-8b", "gpu": "h100", "qps": 2.0, "requests": 16, "prompt_tokens": 256,
+                             "output_tokens": 32, "disaggregate": "1:1", "speculative": "eagle",
+                             "num_speculative_tokens": 3, "acceptance": 0.8})
+    data = engine_run_dict(run)
+    assert data["disaggregation"]["ratio"] == "1:1"
+    # 1 + 0.8 + 0.64 + 0.512 = 2.952 tokens per iteration expected.
+    assert data["speculative"]["expected_tokens_per_iteration"] == pytest.approx(2.952)
+    assert data["speculative"]["tpot_speedup"] > 1.0
+    assert run.metrics.output_tokens == 16 * 32

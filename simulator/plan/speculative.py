@@ -256,8 +256,8 @@ def simulate_speculative(prep: Prepared, progress: Callable[[int, int], None] | 
     """The run of ``prep`` with speculative decoding; ``compare``: also the same run without it (for the speed-up)."""
     from simulator.plan.run import EngineRun, simulate_settings
 
+    prep, setup = _with_room_for_the_draft(prep)
     settings = prep.settings
-    setup = speculative_setup(settings, prep.deployment, prep.capacity, settings.ctx)
     real = prep.workload
     engine_workload, iterations = speculative_engine_workload(real, setup.system.acceptance, settings.seed)
     blocks = engine_blocks(setup.capacity.blocks, setup.capacity.block_size, real, iterations)
@@ -272,6 +272,24 @@ def simulate_speculative(prep: Prepared, progress: Callable[[int, int], None] | 
     # Reports cost the run's steps with the deployment's system: here one step is a speculative iteration.
     deployment = replace(prep.deployment, system=system)
     return EngineRun(settings, deployment, real, setup.capacity, prep.config, result, metrics, per_replica)
+
+
+def _with_room_for_the_draft(prep: Prepared) -> tuple[Prepared, SpeculativeSetup]:
+    """``prep`` and its speculative setup; with the tensor-parallel degree chosen automatically, the next
+    larger degree (up to a node) while the draft leaves no room for one sequence (the comparison run then
+    uses the same degree)."""
+    from simulator.plan.run import prepare
+
+    settings = prep.settings
+    while True:
+        try:
+            return prep, speculative_setup(settings, prep.deployment, prep.capacity, settings.ctx)
+        except InputError:
+            tp = prep.deployment.system.tp
+            if settings.tp is not None or prep.deployment.pp > 1 or 2 * tp > prep.deployment.system.gpu.max_gpus_per_node:
+                raise
+            prep = prepare(settings.model_copy(update={"tp": 2 * tp}))
+            prep = replace(prep, deployment=replace(prep.deployment, auto_tp=True))
 
 
 def run_metrics(result: EngineResult, system: Any, settings: RunSettings, replicas: int) -> tuple[Aggregates, tuple[Aggregates, ...]]:
