@@ -189,7 +189,11 @@ def serve_disaggregated(
         progress(n, n)
     transfers = Transfers(np.where(np.isin(np.arange(n), moved), kv_bytes, 0.0), seconds, wait, arrival, link)
     pools_result = PoolResults(prefill, decode, order, transfers, p, d)
-    return _combine(workload, prefill, decode, order, pools_result, time.perf_counter() - started)
+    combined = _combine(workload, prefill, decode, order, pools_result, time.perf_counter() - started)
+    if prefill_system != decode_system:
+        # Reports cost the recorded steps with one (the decode pool's) system: a prefill step would be costed wrongly.
+        combined.first_prefill_step = None
+    return combined
 
 
 def _with_real_outputs(result: EngineResult, outputs: np.ndarray) -> EngineResult:
