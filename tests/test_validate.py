@@ -159,6 +159,20 @@ def test_unknown_models_and_over_long_static_rows_are_skipped_with_the_reason(tm
     assert too_long.value is None and "2176 tokens exceed" in too_long.skipped
 
 
+def test_a_static_batch_beyond_hbm_runs_in_smaller_batches_one_within_hbm_as_one(tmp_path):
+    """llama2-13b fp16 KV per token: 2 x 40 layers x 5120 x 2 bytes = 819,200 bytes; weights ~13.0e9 x 2 = 26 GB.
+    Batch 64 of 4096 tokens: 64 x 4096 x 819,200 = 214.7 GB of KV, beyond the A100's 85.9 GB (80 GiB): smaller batches.
+    Batch 16: 16 x 4096 x 819,200 = 53.7 GB + 26 GB = 79.7 GB <= 85.9 GB: one batch, though the simulator's
+    budget (0.9 utilization, workspace, reserve) holds fewer."""
+    assert 2 * 40 * 5120 * 2 == 819_200
+    rows = table(tmp_path, *(row(id=str(b), model="llama2-13b", batch=b, input_tokens=2048, output_tokens=2048)
+                             for b in (64, 16)))
+    with Replayer() as replayer:
+        beyond, within = (replayer.predict(r, EXACT) for r in rows)
+    assert not beyond.fits and any("exceeds HBM" in n for n in beyond.notes)
+    assert not within.fits and any("run as one batch" in n for n in within.notes)
+
+
 # --- replay: serving rows ---------------------------------------------------------------------------
 
 def test_replicas_split_the_load_and_multiply_throughput(tmp_path):

@@ -9,10 +9,12 @@ the same figure off the run's aggregates:
 - a *static batch* (``mode`` static, one batch of fixed lengths, ``num_prompts`` blank or equal
   to ``batch``): ``batch`` requests at t = 0 under the static scheduler with ``max_num_seqs =
   batch``, so they prefill together (TTFT of the batch = its prefill) and decode in lockstep,
-  as the vendor benchmarks ran. The KV cache is the memory plan's: when it holds fewer
-  sequences than the batch, the static scheduler runs the batch in smaller ones, as an engine
-  must (flagged ``fits=False`` with a note). When the deployment itself is refused for lack of
-  memory, the batch is run with a KV cache forced to hold it (flagged too).
+  as the vendor benchmarks ran. When the memory plan's KV cache holds fewer sequences than the
+  batch (flagged ``fits=False`` with a note): if weights plus the batch's KV fit in HBM, the
+  batch runs as one (the simulator's budget is stricter than the engine that ran it); if not,
+  no engine could have, and the static scheduler runs it in smaller batches. When the
+  deployment itself is refused for lack of memory, the batch is run with a KV cache forced to
+  hold it (flagged too).
 - anything else (serving at a rate, or an offline run of ``num_prompts`` requests at once):
   the requests are written to a small trace file (arrival times Poisson at ``request_rate``,
   all at t = 0 for ``inf`` or static mode; lengths drawn from ``input_dist``/``output_dist``
@@ -703,10 +705,20 @@ class Replayer:
                     result = simulate_settings(dict(static, trace=str(trace), ctx=max(2, context), gen=1, kv_blocks=blocks,
                                                     block_size=16, prompt_tokens=None, output_tokens=None))
                 if result.metrics.max_running < batch:
-                    # An engine cannot run more sequences than its KV cache holds: the hardware decides
                     fits = False
-                    notes.append(f"the KV cache holds {result.metrics.max_running} of the batch's {batch} sequences: "
-                                 "the static scheduler runs it in smaller batches")
+                    cap = result.capacity
+                    kv_bytes = batch * context * cap.bytes_per_block_per_gpu / cap.block_size
+                    if cap.weights_bytes_per_gpu + kv_bytes <= cap.hbm_bytes_per_gpu:
+                        # Weights and the batch's KV fit in HBM: the simulator's budget (utilization, workspace,
+                        # reserve) is stricter than the engine that ran it, so run it as one batch
+                        notes.append(f"the simulator's KV budget holds {result.metrics.max_running} of the batch's "
+                                     f"{batch} sequences, HBM holds them all: run as one batch")
+                        blocks = batch * (-(-context // cap.block_size) + 1)
+                        result = simulate_settings(dict(static, batch=batch, kv_blocks=blocks))
+                    else:
+                        # No engine can run more sequences than HBM holds: smaller batches, as the static scheduler does
+                        notes.append(f"the batch's KV cache exceeds HBM: the KV cache holds {result.metrics.max_running} "
+                                     f"of its {batch} sequences, run in smaller batches")
                 requests = batch
             else:
                 replicas = row.replicas
