@@ -30,6 +30,7 @@ import numpy as np
 import simpy
 
 from simulator.cost.system import System
+from simulator.cost.tracing import trace_scalar
 from simulator.engine.kvcache import BlockAllocator, blocks_for
 from simulator.engine.metrics import (
     DECODING,
@@ -60,6 +61,12 @@ STRETCH_MAX = 4096
 
 COST_CACHE_MAX = 200_000
 """Scalar steps remembered (identical steps recur in closed batches and fixed-length workloads)."""
+
+SCALAR_TICKS = 64
+"""A decode stretch planned at most this many ticks long is planned, costed and replayed in plain Python
+(numpy's per-call overhead dominates arrays this short); a longer one takes the vectorised path. Both
+give the same run bit for bit (tests/test_engine.py)."""
+
 
 
 @dataclass
@@ -127,11 +134,16 @@ class Stretch:
 @dataclass(frozen=True)
 class InFlight:
     """A decode stretch under way: tick end times, blocks in use during each tick, and the tick
-    index at which each finishing decoder is gone (see :class:`Stretch`)."""
+    index at which each finishing decoder is gone (see :class:`Stretch`); numpy arrays or lists."""
 
-    ends: np.ndarray
-    used: np.ndarray
-    leave_at: np.ndarray
+    ends: np.ndarray | list[float]
+    used: np.ndarray | list[int]
+    leave_at: np.ndarray | list[int]
+
+
+def _in_order(values: np.ndarray) -> float:
+    """The sum of ``values`` added left to right (np.sum adds pairwise, in another order)."""
+    return float(np.cumsum(values)[-1])
 
 
 def _prefix_sums(values: np.ndarray) -> np.ndarray:
@@ -141,7 +153,7 @@ def _prefix_sums(values: np.ndarray) -> np.ndarray:
     return sums
 
 
-def _decode_step(batch: float, context: float | np.ndarray) -> Step:
+def _decode_step(batch: float | np.ndarray, context: float | np.ndarray) -> Step:
     """``batch`` decoding sequences whose keys (cache + the new token) sum to ``context``.
 
     Fields that do not vary over the ticks stay scalars (a Step may mix scalars and arrays), so
@@ -151,6 +163,13 @@ def _decode_step(batch: float, context: float | np.ndarray) -> Step:
         tokens=batch, prefill_tokens=0.0, sequences=batch, logit_tokens=batch, attention_pairs=context,
         prefill_attention_pairs=0.0, score_elements=context, context_tokens=context,
     )
+
+
+def _as_step(step: Step | tuple[int, float] | None) -> Step | None:
+    """A remembered decode step as a Step (see Engine._note_decode_step)."""
+    if isinstance(step, tuple):
+        return _decode_step(float(step[0]), float(step[1]))
+    return step
 
 
 def iteration_step(chunks: list[Chunk], decoders: int, decode_cached: int) -> Step:
@@ -271,10 +290,14 @@ class Engine:
         self.itl = itl_samples()
         self.totals = Totals()
         self.cost_cache: dict[tuple, tuple] = {}
+        # A decode tick's totals as a function of the keys it attends, per batch (simulator.cost.tracing; None:
+        # not traceable, the vectorised cost model instead).
+        self.tick_costs: dict[int, Callable[[float], tuple[float, ...]] | None] = {}
         self.first_prefill_step: Step | None = None
-        # First and last decode steps, decode-only ones preferred over mixed ones (index 0: decode-only).
-        self.first_decode: list[Step | None] = [None, None]
-        self.last_decode: list[Step | None] = [None, None]
+        # First and last decode steps, decode-only ones preferred over mixed ones (index 0: decode-only); a
+        # decode-only step is kept as (batch, keys attended) and built once the run is over.
+        self.first_decode: list[Step | tuple[int, float] | None] = [None, None]
+        self.last_decode: list[Step | tuple[int, float] | None] = [None, None]
 
     # -- admission -----------------------------------------------------------------------------------------
 
@@ -501,7 +524,7 @@ class Engine:
                 preempted += 1
         return preempted
 
-    def _ticks(self, ends: np.ndarray) -> None:
+    def _ticks(self, ends: np.ndarray | list[float]) -> None:
         """Bookkeeping after ``len(ends)`` decode ticks ending at times ``ends`` (blocks already allocated)."""
         first = float(ends[0])
         joined = sum(self.pending_joins.values())
@@ -513,7 +536,8 @@ class Engine:
                 self.itl.append(seconds=first - when, weight=count)
         self.pending_joins.clear()
         if len(ends) > 1:
-            self.itl.append(seconds=np.diff(ends), weight=self.decoding)
+            gaps = np.diff(ends) if isinstance(ends, np.ndarray) else [b - a for a, b in zip(ends, ends[1:])]
+            self.itl.append(seconds=gaps, weight=self.decoding)
         self.last_tick = float(ends[-1])
         self.clock += len(ends)
         self.decode_cached += self.decoding * len(ends)
@@ -532,7 +556,8 @@ class Engine:
             self.cost_cache[key] = value
         return value
 
-    def _note_decode_step(self, step: Step, mixed: bool) -> None:
+    def _note_decode_step(self, step: Step | tuple[int, float], mixed: bool) -> None:
+        """Remember a decode step: a mixed iteration's Step, or a decode tick's (batch, keys attended)."""
         kind = 1 if mixed else 0
         if self.first_decode[kind] is None:
             self.first_decode[kind] = step
@@ -542,9 +567,10 @@ class Engine:
                 decode: bool) -> None:
         t = self.totals
         if isinstance(seconds, np.ndarray):  # arrays over the iterations of a stretch
-            seconds, flops, moved = float(seconds.sum()), float(flops.sum()), float(moved.sum())
-            compute_bound, memory_bound = float(compute_bound.sum()), float(memory_bound.sum())
-            communication = float(communication.sum())
+            # Summed in tick order (cumsum), as the scalar path adds tick by tick: both paths agree bit for bit.
+            seconds, flops, moved = _in_order(seconds), _in_order(flops), _in_order(moved)
+            compute_bound, memory_bound = _in_order(compute_bound), _in_order(memory_bound)
+            communication = _in_order(communication)
         else:
             seconds, flops, moved = float(seconds), float(flops), float(moved)
             compute_bound, memory_bound, communication = float(compute_bound), float(memory_bound), float(communication)
@@ -671,6 +697,11 @@ class Engine:
             # Costing ticks past the next arrival is wasted work: plan a little beyond where it lands.
             gap = next_arrival - env.now
             limit = max(1, min(STRETCH_MAX, int(1.25 * gap / self.last_decode_seconds) + 4))
+        self._clean_heap()
+        reach = limit if across_completions else min(self.finish_heap[0][0] - self.clock, limit)
+        if reach <= SCALAR_TICKS:
+            yield from self._short_stretch(env, next_arrival, across_completions, limit)
+            return
         plan = self._plan_stretch(across_completions, limit)
         steps = plan.steps
         if steps == 0:
@@ -689,9 +720,9 @@ class Engine:
         self.last_decode_seconds = float(seconds[-1])
         self._charge(seconds, flops[:steps], moved[:steps], compute_bound[:steps], memory_bound[:steps],
                      communication[:steps], steps, True)
-        self._note_decode_step(_decode_step(float(batch[0]), float(contexts[0])), mixed=False)
+        self._note_decode_step((int(batch[0]), float(contexts[0])), mixed=False)
         if steps > 1:
-            self._note_decode_step(_decode_step(float(batch[steps - 1]), float(contexts[steps - 1])), mixed=False)
+            self._note_decode_step((int(batch[steps - 1]), float(contexts[steps - 1])), mixed=False)
         used = self.alloc.used - plan.freed_by[:steps]
         if plan.needs is not None:
             used = used + np.cumsum(plan.needs[:steps])
@@ -713,6 +744,137 @@ class Engine:
             self._ticks(ends[start:stop])
             self._finish_decoders(float(ends[stop - 1]))
             start = stop
+
+    def _short_stretch(self, env: simpy.Environment, next_arrival: float | None, across_completions: bool,
+                       limit: int) -> Generator:
+        """:meth:`_stretch` for a stretch of at most :data:`SCALAR_TICKS` ticks, in plain Python.
+
+        The same plan as :meth:`_plan_stretch` (walked tick by tick: decoders leave at their finish
+        tick, a tick needs a block for every decoder whose cache fills its last block), the same costs
+        (looked up by (batch, keys attended); from the first tick not seen before, the rest are costed
+        in one vectorised call), the same cut at the next arrival and the same replay.
+        """
+        clock, bs, incremental = self.clock, self.bs, self.incremental
+        first = self.finish_heap[0][0] - clock
+        if across_completions:
+            horizon = limit
+            leaving = self._finishing_by(clock + horizon)
+            if len(leaving) == self.decoding:
+                horizon = leaving[-1][0] - clock  # everyone finishes inside the horizon
+        else:
+            horizon = min(first, limit)
+            leaving = self._finishing_by(first + clock) if first <= horizon else []
+        leave_at = [finish - clock for finish, _ in leaving]  # first tick index each is gone
+        phase_counts = self.phase_counts.tolist() if incremental else []
+        base_cached, base_clock = self.base_cached, self.base_clock
+        decoding, cached_sum, free = self.decoding, self.decode_cached, self.alloc.free
+        used_before, running_before = self.alloc.used, self.running
+        batches: list[int] = []
+        contexts: list[float] = []
+        needed_by: list[int] = []  # new blocks of ticks 0..j
+        used: list[int] = []
+        gone = gone_cached = freed = needed = 0
+        k, count = 0, len(leaving)
+        next_leave = leave_at[0] if count else horizon + 1
+        steps = horizon
+        for j in range(horizon):
+            while next_leave <= j:
+                rid = leaving[k][1]
+                start_phase = int(base_cached[rid]) - int(base_clock[rid])
+                cached_now = start_phase + clock
+                gone += 1
+                gone_cached += cached_now
+                if incremental:
+                    freed += -(-(cached_now + next_leave) // bs) - int(self.shared[rid])
+                    phase_counts[start_phase % bs] -= 1
+                else:
+                    freed += int(self.held[rid])
+                k += 1
+                next_leave = leave_at[k] if k < count else horizon + 1
+            batch = decoding - gone
+            if incremental:
+                needed += phase_counts[(-(clock + j)) % bs]
+                if needed > free + freed:
+                    steps = j  # this tick's blocks are not free
+                    break
+            batches.append(batch)
+            contexts.append((cached_sum - gone_cached) + batch * (j + 1.0))
+            needed_by.append(needed)
+            used.append(used_before - freed + needed)
+        if steps == 0:
+            self._make_room_for_decode()
+            if self.decoding:
+                yield from self._iteration(env, [], decode=True)
+            return
+        now = env.now
+        ends: list[float] = []
+        seconds: list[float] = []
+        elapsed = flops = moved = compute_bound = memory_bound = communication = 0.0
+        fresh: list[tuple] | None = None
+        fresh_from = 0
+        cost_batch, cost = -1, None
+        for j in range(steps):
+            if fresh is None:
+                if batches[j] != cost_batch:
+                    cost_batch = batches[j]
+                    cost = self._tick_cost(cost_batch)
+                if cost is None:
+                    fresh, fresh_from = self._cost_ticks(batches[j:steps], contexts[j:steps]), j
+                    value = fresh[0]
+                else:
+                    value = cost(contexts[j])
+            else:
+                value = fresh[j - fresh_from]
+            tick_seconds = value[0]
+            elapsed += tick_seconds
+            end = now + elapsed
+            ends.append(end)
+            seconds.append(tick_seconds)
+            flops += value[1]
+            moved += value[2]
+            compute_bound += value[3]
+            memory_bound += value[4]
+            communication += value[5]
+            if next_arrival is not None and end >= next_arrival:
+                steps = j + 1  # the first iteration boundary at or after the next arrival
+                break
+        self.last_decode_seconds = seconds[-1]
+        self._charge(elapsed, flops, moved, compute_bound, memory_bound, communication, steps, True)
+        self._note_decode_step((batches[0], contexts[0]), mixed=False)
+        if steps > 1:
+            self._note_decode_step((batches[steps - 1], contexts[steps - 1]), mixed=False)
+        del batches[steps:], used[steps:]
+        self.in_flight = InFlight(ends, used, leave_at)
+        yield env.timeout(ends[-1] - now)
+        self.in_flight = None
+        self._now = env.now
+        self.log.append(end=ends, seconds=seconds, prefill_tokens=0, decode_seqs=batches, blocks_used=used,
+                        running=[running_before - (decoding - batch) for batch in batches])
+        start = 0
+        for stop in [*dict.fromkeys(tick for tick in leave_at if tick <= steps), steps]:
+            if stop <= start:
+                continue
+            if incremental:
+                self.alloc.allocate(needed_by[stop - 1] - (needed_by[start - 1] if start else 0))
+            self._ticks(ends[start:stop])
+            self._finish_decoders(ends[stop - 1])
+            start = stop
+
+    def _cost_ticks(self, batches: list[int], contexts: list[float]) -> list[tuple]:
+        """Totals of decode ticks in one vectorised call (see :meth:`_stretch_costs`), one tuple per tick."""
+        columns = self._stretch_costs(np.array(batches, dtype=float), np.array(contexts))
+        return list(zip(*(column.tolist() for column in columns)))
+
+    def _tick_cost(self, batch: int) -> Callable[[float], tuple[float, ...]] | None:
+        """The totals of a decode tick of ``batch`` sequences as a function of the keys attended, traced from
+        the cost model once per batch (equal to step_totals bit for bit; None where it cannot be traced)."""
+        if batch in self.tick_costs:
+            return self.tick_costs[batch]
+        system, size = self.system, float(batch)
+        self.totals.cost_calls += 1
+        cost = trace_scalar(lambda keys: system.step_totals(_decode_step(size, keys)), (size, 1e3 * size, 1e6 * size))
+        self.tick_costs[batch] = cost
+        return cost
 
     def _serve(self, env: simpy.Environment) -> Generator:
         scheduler = self.config.scheduler
@@ -801,8 +963,8 @@ class Engine:
             kv_high_water_blocks=self.alloc.high_water,
             max_running=self.max_running,
             first_prefill_step=self.first_prefill_step,
-            first_decode_step=self.first_decode[0] or self.first_decode[1],
-            last_decode_step=self.last_decode[0] or self.last_decode[1],
+            first_decode_step=_as_step(self.first_decode[0] or self.first_decode[1]),
+            last_decode_step=_as_step(self.last_decode[0] or self.last_decode[1]),
             wall_seconds=wall_seconds,
             waited_for_kv=self.waited_for_kv,
             extra={} if self.prefixes is None else {"prefix_cache": self.prefixes.stats},

@@ -51,10 +51,10 @@ class Columns:
         self._capacity = capacity
 
     def append(self, **values) -> None:
-        """Append one row (scalars) or several (equal-length arrays; scalars broadcast)."""
+        """Append one row (scalars) or several (equal-length arrays or lists; scalars broadcast)."""
         count = 1
         for value in values.values():
-            if isinstance(value, np.ndarray):
+            if isinstance(value, (np.ndarray, list)):
                 count = len(value)
                 break
         start = self.size

@@ -1,0 +1,71 @@
+"""Traced cost functions (simulator.cost.tracing) equal the cost model they were traced from, bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_step_totals import _systems
+
+from simulator.cost.pipeline import PipelineSystem
+from simulator.cost.system import System
+from simulator.cost.tracing import trace_scalar
+from simulator.model import load_gpu, load_model
+from simulator.model.engine_profile import load_engine_profile
+from simulator.model.precision import Precision
+from simulator.model.step import Step
+
+
+def _decode(batch: float):
+    return lambda keys: Step(tokens=batch, prefill_tokens=0.0, sequences=batch, logit_tokens=batch,
+                             attention_pairs=keys, prefill_attention_pairs=0.0, score_elements=keys, context_tokens=keys)
+
+
+def _realistic() -> list:
+    vllm, sglang = load_engine_profile("vllm"), load_engine_profile("sglang")
+    a100, h100 = load_gpu("a100"), load_gpu("h100")
+    stage = System(load_model("llama2-13b"), a100, Precision(), tp=2, engine=vllm, collectives="auto",
+                   kernel_efficiency="shape")
+    return [
+        System(load_model("llama3-8b"), h100, Precision(), engine=vllm, collectives="auto", kernel_efficiency="shape"),
+        System(load_model("llama2-70b"), h100, Precision(weights="fp8"), tp=4, engine=sglang, collectives="auto",
+               kernel_efficiency="shape"),  # overlapped host time: max(0, f cpu - gpu) depends on the keys
+        System(load_model("mistral-7b"), a100, Precision(), engine=vllm.eager(), kernel_efficiency="shape"),
+        PipelineSystem(stage, load_model("llama2-13b"), 2),
+    ]
+
+
+@pytest.mark.parametrize("system", _systems() + _realistic(), ids=lambda s: s.describe())
+def test_a_traced_decode_tick_equals_step_totals_bit_for_bit(system):
+    rng = np.random.default_rng(5)
+    for batch in (1.0, 7.0, 64.0, 300.0):
+        step = _decode(batch)
+        traced = trace_scalar(lambda keys, step=step: system.step_totals(step(keys)), (batch, 1e3 * batch))
+        assert traced is not None
+        # Keys from one per sequence to 32k per sequence: both sides of every max() in the roofline.
+        for keys in batch * np.exp(rng.uniform(0.0, np.log(32768.0), 200)).round():
+            assert traced(float(keys)) == tuple(float(v) for v in system.step_totals(step(float(keys))))
+
+
+def test_what_cannot_be_traced_gives_none():
+    assert trace_scalar(lambda x: (x if x > 1.0 else 2.0,), (1.0,)) is None  # a branch on the value
+    assert trace_scalar(lambda x: (float(x) * 2.0,), (1.0,)) is None  # a conversion to a Python number
+    assert trace_scalar(lambda x: (np.sum(np.stack([x, x])),), (1.0,)) is None  # a reduction
+    assert trace_scalar(lambda x: (np.exp(x),), (1.0,)) is None  # a ufunc without a one-to-one Python form
+
+
+def test_a_trace_follows_max_where_and_comparisons():
+    traced = trace_scalar(lambda x: (np.maximum(2.0 * x, 3.0), np.where(x >= 1.5, x / 4.0, 0.0), 7.0), (1.0, 2.0))
+    assert traced is not None
+    # 2*1 = 2 < 3 -> 3; 1 < 1.5 -> 0.0.  2*2 = 4 > 3 -> 4; 2 >= 1.5 -> 2/4 = 0.5.  The constant output stays 7.0.
+    assert traced(1.0) == (3.0, 0.0, 7.0)
+    assert traced(2.0) == (4.0, 0.5, 7.0)
+
+
+def test_a_trace_that_disagrees_with_its_function_on_a_sample_is_refused():
+    calls = []
+
+    def drifting(x):
+        calls.append(x)
+        return (x * 2.0 if len(calls) == 1 else x * 3.0,)  # traced as 2x, then the function answers 3x
+
+    assert trace_scalar(drifting, (1.0,)) is None
