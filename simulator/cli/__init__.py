@@ -27,7 +27,7 @@ from simulator.cli.roofline import roofline_command
 from simulator.cli.sweep import sweep_command
 from simulator.cli.validate import validate_command
 from simulator.errors import InputError
-from simulator.files import check_output_path
+from simulator.files import atomic_write, check_output_path
 from simulator.plan.result import engine_run_dict
 from simulator.plan.run import simulate_settings
 from simulator.plan.settings import RunSettings
@@ -105,11 +105,7 @@ def main(click_ctx: click.Context, **values: Any) -> None:
         except OSError as exc:
             raise InputError(f"--per-request: cannot write {shown['per_request']}: {exc.strerror}") from None
     if shown["save_result"]:
-        try:
-            with open(shown["save_result"], "w", encoding="utf-8") as handle:
-                handle.write(to_json(vllm_result_json(run, percentiles)))
-        except OSError as exc:
-            raise InputError(f"--save-result: cannot write {shown['save_result']}: {exc.strerror}") from None
+        atomic_write(shown["save_result"], to_json(vllm_result_json(run, percentiles)), "--save-result")
     if shown["as_json"]:
         click.echo(to_json(engine_run_dict(run), indent=2))
     elif shown["as_csv"]:

@@ -31,7 +31,7 @@ Every cell is checked: times finite (within +-1e12 s), token counts whole number
 [1, 2^31) (0 allowed where the format skips such rows); an error names the file, line and
 column. Files are UTF-8, with or without a byte-order mark.
 
-CSV is read column-wise by pyarrow when it is installed (``pip install memwall[traces]``)
+CSV is read column-wise by pyarrow when it is installed (from the clone: ``pip install '.[traces]'``, or ``pip install pyarrow``)
 and otherwise by the csv module into numpy arrays chunk by chunk; both give identical
 arrays (the columnar path hands any file it finds a fault in to the csv path, so error
 messages come from one place). JSONL (``.jsonl``/``.ndjson``: one object per line) and
@@ -763,5 +763,5 @@ def read_trace(path: str | Path, reader: str = "auto") -> Trace:
             try:
                 import pyarrow  # noqa: F401
             except ImportError:
-                raise InputError("trace reader 'arrow' needs pyarrow: pip install 'memwall[traces]'") from None
+                raise InputError("trace reader 'arrow' needs pyarrow: pip install pyarrow (or, from the clone, pip install '.[traces]')") from None
     return _read_csv_python(path, lines)
