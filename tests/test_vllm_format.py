@@ -89,3 +89,12 @@ def test_cli_save_result_writes_json_and_checks_the_path_first(tmp_path):
     assert json.loads(out.read_text())["total_output_tokens"] == 4 * 16
     bad = CliRunner().invoke(main, args[:-1] + [str(tmp_path / "missing" / "r.json")])
     assert bad.exit_code == 2 and "does not exist" in bad.output
+
+
+def test_launch_commands_carry_speculative_decoding():
+    run = simulate_settings({"model": "llama3-70b", "gpu": "h100", "batch": 1, "ctx": 2176, "gen": 128,
+                             "speculative": "draft:llama3-8b", "num_speculative_tokens": 3, "acceptance": 0.7})
+    assert '"num_speculative_tokens": 3' in launch_command(run, "vllm") and '"model": "llama3-8b"' in launch_command(run, "vllm")
+    # SGLang verifies k drafted tokens plus the one the target emits: k + 1 = 4 draft tokens per step.
+    sglang = launch_command(run, "sglang")
+    assert "--speculative-num-steps 3" in sglang and "--speculative-num-draft-tokens 4" in sglang

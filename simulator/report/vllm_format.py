@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from simulator.cost.speculative import parse_method
 from simulator.engine.metrics import DONE, completed_latencies, weighted_percentile
 from simulator.errors import InputError
 
@@ -153,6 +154,15 @@ def vllm_result_json(run: "EngineRun", percentiles: list[float]) -> dict[str, An
     return data
 
 
+def _speculation(run: "EngineRun") -> tuple[str, str | None, int] | None:
+    """(method, draft model or None, k) of a speculative run, else None."""
+    s = run.settings
+    if s.speculative is None:
+        return None
+    method, draft = parse_method(s.speculative)
+    return method, draft, len(s.acceptance_rates)
+
+
 def launch_command(run: "EngineRun", engine: str) -> str:
     """The command that starts one replica of this deployment on ``engine`` (vllm or sglang), with the scheduler
     settings simulated (prefix caching spelled out: both engines turn it on by default)."""
@@ -172,6 +182,13 @@ def launch_command(run: "EngineRun", engine: str) -> str:
         if s.weights == "fp8":
             parts.append("--quantization fp8")
         parts += [f"--block-size {config.block_size}", f"--gpu-memory-utilization {s.gpu_memory_utilization:g}"]
+        spec = _speculation(run)
+        if spec is not None:
+            method, draft, k = spec
+            # vLLM's --speculative-config: method eagle/mtp take a head checkpoint; a draft model is named.
+            target = f', "model": "{draft}"' if draft else ', "model": "<draft head checkpoint>"'
+            parts.append(f"--speculative-config '{{\"method\": \"{'draft_model' if draft else method}\"{target}, "
+                         f"\"num_speculative_tokens\": {k}}}'")
         return note + " \\\n    ".join(parts)
     if engine == "sglang":
         parts = [f"python -m sglang.launch_server --model-path {model}", f"--tp {system.tp}",
@@ -187,5 +204,12 @@ def launch_command(run: "EngineRun", engine: str) -> str:
         if not config.prefix_caching:
             parts.append("--disable-radix-cache")
         parts.append(f"--mem-fraction-static {s.gpu_memory_utilization:g}")
+        spec = _speculation(run)
+        if spec is not None:
+            method, draft, k = spec
+            algorithm = {"eagle": "EAGLE", "mtp": "EAGLE", "draft": "STANDALONE"}[method]  # SGLang runs MTP through EAGLE
+            parts.append(f"--speculative-algorithm {algorithm} --speculative-num-steps {k} "
+                         f"--speculative-num-draft-tokens {k + 1}"
+                         + (f" --speculative-draft-model-path {draft}" if draft else ""))
         return note + " \\\n    ".join(parts)
     raise InputError(f"--launch-command: unknown engine {engine!r}; allowed: vllm, sglang")
