@@ -165,16 +165,22 @@ def _decode_step(batch: float | np.ndarray, context: float | np.ndarray) -> Step
     )
 
 
-def _as_step(step: Step | tuple[int, float] | None) -> Step | None:
-    """A remembered decode step as a Step (see Engine._note_decode_step)."""
-    if isinstance(step, tuple):
+def _as_step(step: tuple | None) -> Step | None:
+    """A remembered decode step as a Step: (batch, keys attended) of a decode tick, or a Step's fields."""
+    if step is not None and len(step) == 2:
         return _decode_step(float(step[0]), float(step[1]))
-    return step
+    return None if step is None else Step(*step)
 
 
 def iteration_step(chunks: list[Chunk], decoders: int, decode_cached: int) -> Step:
     """The Step of one iteration: prefill ``chunks`` plus one token for each of ``decoders`` sequences
     whose cached tokens sum to ``decode_cached`` (each attends its cache and itself)."""
+    return Step(*iteration_fields(chunks, decoders, decode_cached))
+
+
+def iteration_fields(chunks: list[Chunk], decoders: int, decode_cached: int) -> tuple[float, ...]:
+    """:func:`iteration_step`'s fields in Step's order (the engine keys its cost memo by them; a Step is built
+    only when the cost model is called)."""
     prefill = logits = pairs = scores = context = 0.0
     for chunk in chunks:
         c, k = float(chunk.tokens), float(chunk.cached)
@@ -191,10 +197,7 @@ def iteration_step(chunks: list[Chunk], decoders: int, decode_cached: int) -> St
         pairs += keys
         scores += keys
         context += keys
-    return Step(
-        tokens=tokens, prefill_tokens=prefill, sequences=float(len(chunks) + decoders), logit_tokens=logits,
-        attention_pairs=pairs, prefill_attention_pairs=prefill_pairs, score_elements=scores, context_tokens=context,
-    )
+    return (tokens, prefill, float(len(chunks) + decoders), logits, pairs, prefill_pairs, scores, context)
 
 
 def reject_reasons(prompt: np.ndarray, output: np.ndarray, config: SchedulerConfig, max_context: int,
@@ -209,11 +212,6 @@ def reject_reasons(prompt: np.ndarray, output: np.ndarray, config: SchedulerConf
     reasons[prompt + output > max_context] = 1
     reasons[(prompt < 1) | (output < 1)] = 3
     return reasons
-
-
-def _step_key(step: Step) -> tuple:
-    return (step.tokens, step.prefill_tokens, step.sequences, step.logit_tokens, step.attention_pairs,
-            step.prefill_attention_pairs, step.score_elements, step.context_tokens)
 
 
 class Engine:
@@ -296,8 +294,8 @@ class Engine:
         self.first_prefill_step: Step | None = None
         # First and last decode steps, decode-only ones preferred over mixed ones (index 0: decode-only); a
         # decode-only step is kept as (batch, keys attended) and built once the run is over.
-        self.first_decode: list[Step | tuple[int, float] | None] = [None, None]
-        self.last_decode: list[Step | tuple[int, float] | None] = [None, None]
+        self.first_decode: list[tuple | None] = [None, None]
+        self.last_decode: list[tuple | None] = [None, None]
 
     # -- admission -----------------------------------------------------------------------------------------
 
@@ -391,7 +389,7 @@ class Engine:
         if emitted == 1:
             self.first_token[rid] = now
         else:
-            self.itl.append(seconds=now - self.last_token[rid], weight=1)
+            self.itl.add(now - self.last_token[rid], 1)
         self.last_token[rid] = now
         if emitted >= self.output[rid]:
             self._finish(rid, now, int(self.held[rid]))
@@ -530,34 +528,34 @@ class Engine:
         joined = sum(self.pending_joins.values())
         old = self.decoding - joined
         if old > 0:
-            self.itl.append(seconds=first - self.last_tick, weight=old)
+            self.itl.add(first - self.last_tick, old)
         for when, count in self.pending_joins.items():
             if count > 0:
-                self.itl.append(seconds=first - when, weight=count)
+                self.itl.add(first - when, count)
         self.pending_joins.clear()
         if len(ends) > 1:
             gaps = np.diff(ends) if isinstance(ends, np.ndarray) else [b - a for a, b in zip(ends, ends[1:])]
-            self.itl.append(seconds=gaps, weight=self.decoding)
+            self.itl.add_rows(gaps, self.decoding)
         self.last_tick = float(ends[-1])
         self.clock += len(ends)
         self.decode_cached += self.decoding * len(ends)
 
     # -- costing -------------------------------------------------------------------------------------------
 
-    def _cost_scalar(self, step: Step) -> tuple[float, float, float, float, float, float]:
-        """(seconds, FLOPs, bytes, compute-bound s, memory-bound s, communication s) of one step, memoised."""
-        key = _step_key(step)
-        hit = self.cost_cache.get(key)
+    def _cost_scalar(self, fields: tuple[float, ...]) -> tuple[float, ...]:
+        """(seconds, FLOPs, bytes, compute-bound s, memory-bound s, communication s) of the step with these
+        fields (in Step's order), memoised."""
+        hit = self.cost_cache.get(fields)
         if hit is not None:
             return hit
         self.totals.cost_calls += 1
-        value = tuple(float(v) for v in self.system.step_totals(step))
+        value = tuple(float(v) for v in self.system.step_totals(Step(*fields)))
         if len(self.cost_cache) < COST_CACHE_MAX:
-            self.cost_cache[key] = value
+            self.cost_cache[fields] = value
         return value
 
-    def _note_decode_step(self, step: Step | tuple[int, float], mixed: bool) -> None:
-        """Remember a decode step: a mixed iteration's Step, or a decode tick's (batch, keys attended)."""
+    def _note_decode_step(self, step: tuple, mixed: bool) -> None:
+        """Remember a decode step: a decode tick's (batch, keys attended), or a mixed iteration's Step fields."""
         kind = 1 if mixed else 0
         if self.first_decode[kind] is None:
             self.first_decode[kind] = step
@@ -571,9 +569,6 @@ class Engine:
             seconds, flops, moved = _in_order(seconds), _in_order(flops), _in_order(moved)
             compute_bound, memory_bound = _in_order(compute_bound), _in_order(memory_bound)
             communication = _in_order(communication)
-        else:
-            seconds, flops, moved = float(seconds), float(flops), float(moved)
-            compute_bound, memory_bound, communication = float(compute_bound), float(memory_bound), float(communication)
         if decode:
             t.decode_iterations += iterations
             t.decode_flops += flops
@@ -591,21 +586,19 @@ class Engine:
     def _iteration(self, env: simpy.Environment, chunks: list[Chunk], decode: bool) -> Generator:
         """One iteration: ``chunks`` of prefill plus (``decode``) one token for every decoding sequence."""
         decoders = self.decoding if decode else 0
-        step = iteration_step(chunks, decoders, self.decode_cached)
-        prefill = step.prefill_tokens
+        fields = iteration_fields(chunks, decoders, self.decode_cached)
         if chunks and self.first_prefill_step is None:
-            self.first_prefill_step = step
+            self.first_prefill_step = Step(*fields)
         if decoders:
-            self._note_decode_step(step, mixed=bool(chunks))
-        seconds, flops, moved, compute_bound, memory_bound, communication = self._cost_scalar(step)
+            self._note_decode_step(fields, mixed=bool(chunks))
+        seconds, flops, moved, compute_bound, memory_bound, communication = self._cost_scalar(fields)
         self._charge(seconds, flops, moved, compute_bound, memory_bound, communication, 1, decoders > 0)
         yield env.timeout(seconds)
         now = env.now
         self._now = now
-        self.log.append(end=now, seconds=seconds, prefill_tokens=int(prefill), decode_seqs=decoders,
-                        blocks_used=self.alloc.used, running=self.running)
+        self.log.add(now, seconds, int(fields[1]), decoders, self.alloc.used, self.running)
         if decoders:
-            self._ticks(np.array([now]))
+            self._ticks([now])
         for chunk in chunks:
             self.prefilled[chunk.rid] += chunk.tokens
             if chunk.emits:
@@ -848,8 +841,7 @@ class Engine:
         yield env.timeout(ends[-1] - now)
         self.in_flight = None
         self._now = env.now
-        self.log.append(end=ends, seconds=seconds, prefill_tokens=0, decode_seqs=batches, blocks_used=used,
-                        running=[running_before - (decoding - batch) for batch in batches])
+        self.log.add_rows(ends, seconds, 0, batches, used, [running_before - (decoding - batch) for batch in batches])
         start = 0
         for stop in [*dict.fromkeys(tick for tick in leave_at if tick <= steps), steps]:
             if stop <= start:
