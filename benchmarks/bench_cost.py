@@ -11,9 +11,9 @@ import argparse
 import numpy as np
 
 from benchmarks.common import best_seconds, machine, report, write_results
+from simulator.cost.system import System
 from simulator.model import Precision, load_gpu, load_model
 from simulator.model.step import Step
-from simulator.cost.system import System
 
 
 def main() -> None:

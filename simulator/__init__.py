@@ -19,7 +19,16 @@ __version__ = "0.1.0"
 _API = ("simulate", "sweep", "settings", "Deployment", "Workload", "RunSettings", "SimulationResult", "InputError")
 
 if TYPE_CHECKING:
-    from simulator.api import Deployment, InputError, RunSettings, SimulationResult, Workload, settings, simulate, sweep
+    from simulator.api import (  # noqa: F401  (re-exported lazily by __getattr__)
+        Deployment,
+        InputError,
+        RunSettings,
+        SimulationResult,
+        Workload,
+        settings,
+        simulate,
+        sweep,
+    )
 
 
 def __getattr__(name: str) -> Any:

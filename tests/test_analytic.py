@@ -1,13 +1,12 @@
 """The closed-batch run: TTFT, TPOT and e2e from prefill and decode steps."""
 
-import numpy as np
 import pytest
 
 from simulator.cost.analytic import run_batch
 from simulator.model import load_gpu, load_model
 from simulator.model.precision import Precision
-from simulator.plan.deployment import plan_deployment
 from simulator.model.step import Step
+from simulator.plan.deployment import plan_deployment
 
 EXACT = dict(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
 

@@ -34,11 +34,10 @@ from simulator.calibrate.work import (
     read_bytes,
 )
 from simulator.cli import main
-from simulator.model import GPUSpec, ModelSpec, load_gpu
-from simulator.model.gpu import Efficiency
 from simulator.cost.step_cost import efficiency_factors
 from simulator.errors import InputError
-
+from simulator.model import GPUSpec, ModelSpec, load_gpu
+from simulator.model.gpu import Efficiency
 
 # ---- work counts (the cost model's own) -------------------------------------------------
 

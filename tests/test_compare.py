@@ -6,13 +6,17 @@ import pytest
 from click.testing import CliRunner
 
 from simulator.cli import main
-from simulator.report.compare import compare_attention, max_batch_that_fits, parse_contexts
+from simulator.cost.memory import plan_memory
+from simulator.cost.system import System
+from simulator.errors import InputError
 from simulator.model import load_gpu, load_model
 from simulator.model.precision import Precision
-from simulator.errors import InputError
-from simulator.cost.memory import plan_memory
 from simulator.model.step import Step
-from simulator.cost.system import System
+from simulator.report.compare import (
+    compare_attention,
+    max_batch_that_fits,
+    parse_contexts,
+)
 
 EXACT = dict(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
 

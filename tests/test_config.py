@@ -2,10 +2,10 @@
 
 import pytest
 
-from simulator.model import load_gpu, load_model, with_attention
-from simulator.model.precision import Precision
 from simulator.errors import InputError
+from simulator.model import load_gpu, load_model, with_attention
 from simulator.model.layers import build_operators, parameter_count
+from simulator.model.precision import Precision
 
 
 def params(name: str) -> int:

@@ -2,11 +2,10 @@
 
 import pytest
 
+from simulator.cost.system import System
 from simulator.model import load_gpu, load_model, with_attention
 from simulator.model.precision import Precision
-from simulator.cost.step_cost import operator_cost
 from simulator.model.step import Step
-from simulator.cost.system import System
 
 EXACT = dict(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
 

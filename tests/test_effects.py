@@ -6,13 +6,15 @@ Every expected number is worked out by hand below (docs/readme-effects.md has th
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from simulator.model import load_gpu, load_model
-from simulator.model.precision import Precision
-from simulator.errors import InputError
-from simulator.model.layers import build_operators, flash_query_tile_rows
-from simulator.model.step import Step
 from simulator.cost.system import System
+from simulator.errors import InputError
+from simulator.model import load_gpu, load_model
+from simulator.model.layers import build_operators, flash_query_tile_rows
+from simulator.model.precision import Precision
+from simulator.model.step import Step
 
 EXACT = dict(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
 NOT_IN_LAYER = {"embedding", "final_norm", "lm_head"}
@@ -217,7 +219,6 @@ def test_dequantisation_is_not_counted_as_model_flops():
 
 
 # --- A bounded property: flash never moves more attention bytes than naive -------------------
-from hypothesis import given, settings, strategies as st  # noqa: E402
 
 
 @settings(max_examples=30, deadline=None, derandomize=True)

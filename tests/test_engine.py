@@ -5,6 +5,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.cost.analytic import run_batch
 from simulator.engine.engine import simulate
@@ -267,9 +269,6 @@ def test_the_short_stretch_path_and_traced_costs_change_nothing(system, monkeypa
         assert (default.status == DONE).all()
     assert scheduler == "static" or default.total_preemptions > 0 or blocks > 100
 
-
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st
 
 
 @settings(max_examples=15)

@@ -6,11 +6,11 @@ import pytest
 from click.testing import CliRunner
 
 from simulator.cli import main
+from simulator.cost.system import System
 from simulator.model import load_gpu, load_model
 from simulator.model.precision import Precision
-from simulator.report.explain import explain_run, kernel_choices, ridge_batch
 from simulator.plan.deployment import plan_deployment
-from simulator.cost.system import System
+from simulator.report.explain import explain_run, kernel_choices, ridge_batch
 
 EXACT = dict(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
 

@@ -2,14 +2,14 @@
 
 import pytest
 
-from simulator.model import load_gpu, load_model
-from simulator.model.precision import Precision
 from simulator.engine.engine import simulate
 from simulator.engine.kvcache import BlockAllocator, blocks_for, kv_capacity
 from simulator.engine.metrics import DONE, REJECTED
 from simulator.engine.scheduler import SchedulerConfig
 from simulator.engine.workload import LengthSpec, closed_batch
 from simulator.errors import InputError
+from simulator.model import load_gpu, load_model
+from simulator.model.precision import Precision
 from simulator.plan.deployment import plan_deployment
 
 EXACT = dict(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)

@@ -6,11 +6,16 @@ import pytest
 from click.testing import CliRunner
 
 from simulator.cli import main
+from simulator.cost.system import System
+from simulator.errors import InputError
 from simulator.model import load_gpu, load_model
 from simulator.model.precision import Precision
-from simulator.errors import InputError
-from simulator.report.plots import plot_roofline, plot_sweep, roofline_data, sweep_plot_data
-from simulator.cost.system import System
+from simulator.report.plots import (
+    plot_roofline,
+    plot_sweep,
+    roofline_data,
+    sweep_plot_data,
+)
 
 EXACT = dict(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 import yaml
 from hypothesis import given
+from strategies import gpus, models
 
 from simulator.model import list_gpus, list_models, load_gpu, load_model
-from strategies import gpus, models
 
 DATA = Path(__file__).parent / "data"
 

@@ -12,15 +12,15 @@ costs at least a decode step of E sequences at context 1, t(E); hence
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
+from strategies import FULL_PRECISION_WEIGHTS, gpus, models, precisions
 
+from simulator.cost.system import System
 from simulator.engine.engine import simulate
 from simulator.engine.kvcache import blocks_for
 from simulator.engine.metrics import DONE, aggregate
 from simulator.engine.scheduler import SchedulerConfig
 from simulator.engine.workload import Workload
 from simulator.model.step import Step
-from simulator.cost.system import System
-from strategies import FULL_PRECISION_WEIGHTS, gpus, models, precisions
 
 BLOCK = 16
 

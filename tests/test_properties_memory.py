@@ -6,14 +6,27 @@ Every expected value is the formula from DESIGN.md 'Exact counts', written out h
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
+from strategies import (
+    KV_DTYPES,
+    TP_DEGREES,
+    batches,
+    contexts,
+    gpus,
+    models,
+    precisions,
+)
 
-from simulator.model import Precision, with_attention
-from simulator.model.precision import DTYPE_BYTES
-from simulator.model.layers import build_operators
-from simulator.cost.memory import kv_bytes_per_token, kv_bytes_per_token_per_gpu, plan_memory, weight_bytes
-from simulator.model.step import Step
+from simulator.cost.memory import (
+    kv_bytes_per_token,
+    kv_bytes_per_token_per_gpu,
+    plan_memory,
+    weight_bytes,
+)
 from simulator.cost.system import System
-from strategies import KV_DTYPES, TP_DEGREES, batches, contexts, gpus, models, precisions
+from simulator.model import Precision, with_attention
+from simulator.model.layers import build_operators
+from simulator.model.precision import DTYPE_BYTES
+from simulator.model.step import Step
 
 DECODER_GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "up_proj", "down_proj")
 

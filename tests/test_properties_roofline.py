@@ -10,11 +10,6 @@ import math
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
-
-from simulator.model import GPUSpec, Precision, load_model
-from simulator.cost.step_cost import operator_cost
-from simulator.model.step import Step
-from simulator.cost.system import System
 from strategies import (
     EXACT,
     FULL_PRECISION_WEIGHTS,
@@ -25,6 +20,11 @@ from strategies import (
     models,
     precisions,
 )
+
+from simulator.cost.step_cost import operator_cost
+from simulator.cost.system import System
+from simulator.model import GPUSpec, Precision, load_model
+from simulator.model.step import Step
 
 REL = 1e-9
 

@@ -11,9 +11,9 @@ from simulator.cli import main
 from simulator.errors import InputError
 from simulator.plan.scenario import (
     DEFAULT_USD_PER_GPU_HOUR,
+    OPTION_NAMES,
     expand_values,
     load_scenario,
-    OPTION_NAMES,
 )
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"

@@ -41,8 +41,8 @@ def measure_bandwidth(bench: Bench, buffer_sizes: tuple[int, ...]) -> list[dict[
             bench.failed("bandwidth", label, exc)
             continue
         kernels = (
-            ("copy", copy_bytes(size), lambda: dst.copy_(src)),
-            ("read", read_bytes(size), lambda: torch.sum(src, dim=0, dtype=torch.float32, out=total)),
+            ("copy", copy_bytes(size), lambda: dst.copy_(src)),  # noqa: F821  (defined above; ruff reads the later del)
+            ("read", read_bytes(size), lambda: torch.sum(src, dim=0, dtype=torch.float32, out=total)),  # noqa: F821
         )
         for kernel, moved, fn in kernels:
             seconds = bench.time_case("bandwidth", f"{kernel} {label}", fn)

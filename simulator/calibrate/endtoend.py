@@ -153,7 +153,7 @@ def measure_endtoend(
             bench.failed("endtoend", label, exc)
             continue
         with torch.inference_mode():
-            seconds = bench.time_case("endtoend", label, lambda: decoder.forward(ids, cache, start, rotation))
+            seconds = bench.time_case("endtoend", label, lambda: decoder.forward(ids, cache, start, rotation))  # noqa: F821
         del cache
         bench.release()
         if seconds is None:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import click
+
+if TYPE_CHECKING:
+    # What click.progressbar returns; click exports it only from this private module.
+    from click._termui_impl import ProgressBar as ClickProgressBar
 
 PRESENTATION_OPTIONS = [
     click.option("--top", type=click.IntRange(min=1, max=1000), default=6, show_default=True, help="Operators shown per phase in the report."),
@@ -34,7 +38,7 @@ class ProgressBar:
         self.enabled = not quiet and sys.stderr.isatty()
         self.start = time.perf_counter()
         self.delay = delay_seconds
-        self.bar = None
+        self.bar: ClickProgressBar[int] | None = None
 
     def callback(self) -> Callable[[int, int], None] | None:
         return self.update if self.enabled else None

@@ -742,10 +742,11 @@ class Engine:
                        limit: int) -> Generator:
         """:meth:`_stretch` for a stretch of at most :data:`SCALAR_TICKS` ticks, in plain Python.
 
-        The same plan as :meth:`_plan_stretch` (walked tick by tick: decoders leave at their finish
-        tick, a tick needs a block for every decoder whose cache fills its last block), the same costs
-        (looked up by (batch, keys attended); from the first tick not seen before, the rest are costed
-        in one vectorised call), the same cut at the next arrival and the same replay.
+        The same plan as :meth:`_plan_stretch`, walked tick by tick (decoders leave at their finish
+        tick; a tick needs a block for every decoder whose cache fills its last block, and the stretch
+        stops before the first tick whose blocks are not free), each tick costed as it is planned
+        (by :meth:`_tick_cost`), up to the first iteration boundary at or after the next arrival; then
+        the same replay.
         """
         clock, bs, incremental = self.clock, self.bs, self.incremental
         first = self.finish_heap[0][0] - clock
@@ -759,21 +760,26 @@ class Engine:
             leaving = self._finishing_by(first + clock) if first <= horizon else []
         leave_at = [finish - clock for finish, _ in leaving]  # first tick index each is gone
         phase_counts = self.phase_counts.tolist() if incremental else []
-        base_cached, base_clock = self.base_cached, self.base_clock
         decoding, cached_sum, free = self.decoding, self.decode_cached, self.alloc.free
         used_before, running_before = self.alloc.used, self.running
+        now = env.now
+        arrival = np.inf if next_arrival is None else next_arrival
         batches: list[int] = []
-        contexts: list[float] = []
         needed_by: list[int] = []  # new blocks of ticks 0..j
         used: list[int] = []
+        ends: list[float] = []
+        seconds: list[float] = []
+        elapsed = flops = moved = compute_bound = memory_bound = communication = 0.0
         gone = gone_cached = freed = needed = 0
         k, count = 0, len(leaving)
         next_leave = leave_at[0] if count else horizon + 1
+        cost_batch, cost = -1, None
+        first_context = last_context = 0.0
         steps = horizon
         for j in range(horizon):
             while next_leave <= j:
                 rid = leaving[k][1]
-                start_phase = int(base_cached[rid]) - int(base_clock[rid])
+                start_phase = int(self.base_cached[rid]) - int(self.base_clock[rid])
                 cached_now = start_phase + clock
                 gone += 1
                 gone_cached += cached_now
@@ -790,53 +796,40 @@ class Engine:
                 if needed > free + freed:
                     steps = j  # this tick's blocks are not free
                     break
-            batches.append(batch)
-            contexts.append((cached_sum - gone_cached) + batch * (j + 1.0))
-            needed_by.append(needed)
-            used.append(used_before - freed + needed)
-        if steps == 0:
-            self._make_room_for_decode()
-            if self.decoding:
-                yield from self._iteration(env, [], decode=True)
-            return
-        now = env.now
-        ends: list[float] = []
-        seconds: list[float] = []
-        elapsed = flops = moved = compute_bound = memory_bound = communication = 0.0
-        fresh: list[tuple] | None = None
-        fresh_from = 0
-        cost_batch, cost = -1, None
-        for j in range(steps):
-            if fresh is None:
-                if batches[j] != cost_batch:
-                    cost_batch = batches[j]
-                    cost = self._tick_cost(cost_batch)
-                if cost is None:
-                    fresh, fresh_from = self._cost_ticks(batches[j:steps], contexts[j:steps]), j
-                    value = fresh[0]
-                else:
-                    value = cost(contexts[j])
+            context = (cached_sum - gone_cached) + batch * (j + 1.0)
+            if batch != cost_batch:  # the first tick, or decoders left
+                cost_batch, cost = batch, self._tick_cost(batch)
+                if not j:
+                    first_context = context
+            if cost is not None:
+                value = cost(context)
             else:
-                value = fresh[j - fresh_from]
-            tick_seconds = value[0]
-            elapsed += tick_seconds
+                value = self._cost_scalar((float(batch), 0.0, float(batch), float(batch), context, 0.0, context, context))
+            elapsed += value[0]
             end = now + elapsed
-            ends.append(end)
-            seconds.append(tick_seconds)
             flops += value[1]
             moved += value[2]
             compute_bound += value[3]
             memory_bound += value[4]
             communication += value[5]
-            if next_arrival is not None and end >= next_arrival:
+            batches.append(batch)
+            needed_by.append(needed)
+            used.append(used_before - freed + needed)
+            ends.append(end)
+            seconds.append(value[0])
+            last_context = context
+            if end >= arrival:
                 steps = j + 1  # the first iteration boundary at or after the next arrival
                 break
+        if steps == 0:
+            self._make_room_for_decode()
+            if self.decoding:
+                yield from self._iteration(env, [], decode=True)
+            return
         self.last_decode_seconds = seconds[-1]
         self._charge(elapsed, flops, moved, compute_bound, memory_bound, communication, steps, True)
-        self._note_decode_step((batches[0], contexts[0]), mixed=False)
-        if steps > 1:
-            self._note_decode_step((batches[steps - 1], contexts[steps - 1]), mixed=False)
-        del batches[steps:], used[steps:]
+        self._note_decode_step((batches[0], first_context), mixed=False)
+        self._note_decode_step((batches[-1], last_context), mixed=False)
         self.in_flight = InFlight(ends, used, leave_at)
         yield env.timeout(ends[-1] - now)
         self.in_flight = None
@@ -851,11 +844,6 @@ class Engine:
             self._ticks(ends[start:stop])
             self._finish_decoders(ends[stop - 1])
             start = stop
-
-    def _cost_ticks(self, batches: list[int], contexts: list[float]) -> list[tuple]:
-        """Totals of decode ticks in one vectorised call (see :meth:`_stretch_costs`), one tuple per tick."""
-        columns = self._stretch_costs(np.array(batches, dtype=float), np.array(contexts))
-        return list(zip(*(column.tolist() for column in columns)))
 
     def _tick_cost(self, batch: int) -> Callable[[float], tuple[float, ...]] | None:
         """The totals of a decode tick of ``batch`` sequences as a function of the keys attended, traced from

@@ -80,7 +80,7 @@ def plan_static(state) -> list[Chunk] | None:
     """Prefill chunks of a new batch when idle, [] to decode the running batch, None when there is nothing to do."""
     if state.running:
         return []
-    admitted = []
+    admitted: list[int] = []  # request ids
     while state.waiting and len(admitted) < state.config.max_num_seqs and state.admissible(state.waiting[0]):
         admitted.append(state.admit(state.waiting[0]))
     if not admitted:

@@ -21,8 +21,8 @@ from simulator.cost.deployment import Deployment
 from simulator.engine.cluster import simulate_cluster
 from simulator.engine.engine import EngineResult
 from simulator.engine.kvcache import KVCapacity, kv_capacity
-from simulator.engine.prefix_cache import with_shared_prefix, with_trace_prefixes
 from simulator.engine.metrics import Aggregates, aggregate
+from simulator.engine.prefix_cache import with_shared_prefix, with_trace_prefixes
 from simulator.engine.scheduler import SchedulerConfig
 from simulator.engine.workload import (
     LengthSpec,

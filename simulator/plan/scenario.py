@@ -22,10 +22,9 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.errors import InputError
-from simulator.plan.settings import RunSettings, check_field, value_problem
 from simulator.model import load_gpu, load_model
 from simulator.model.loader import read_mapping, suggest
-
+from simulator.plan.settings import RunSettings, check_field, value_problem
 
 # Example on-demand prices in US dollars per GPU-hour, keyed by the GPU config's name.
 # Illustrative round figures in the range of 2024-25 public cloud / GPU-marketplace list

@@ -130,7 +130,7 @@ class DeploymentSettings(BaseModel):
         json_schema_extra={"metavar": "FORMAT"},
     )
     kv: Literal["fp16", "bf16", "fp8", "int8"] = Field(
-        default="fp16", description="KV-cache dtype.", 
+        default="fp16", description="KV-cache dtype.",
     )
     group_size: Annotated[Int, Field(ge=1, le=1 << 20)] = Field(default=128, description="Weights per fp16 scale for int8/int4.")
     attention: Annotated[str | None, AfterValidator(_checked_by(_attention))] = Field(
@@ -226,7 +226,7 @@ class ServingSettings(BaseModel):
     )
     qps: Annotated[Float | None, Field(ge=1e-6, le=1e7)] = Field(
         default=None, description="Open-loop arrivals at this many requests/s (else a closed batch at t=0).",
-        
+
     )
     arrival: Literal["poisson", "gamma"] = Field(default="poisson", description="Inter-arrival distribution with --qps.")
     burstiness: Annotated[Float, Field(ge=1e-3, le=1e3)] = Field(

@@ -11,8 +11,8 @@ import numpy as np
 from simulator.cost.step_cost import OperatorCost
 from simulator.engine.metrics import REJECT_KEYS, REJECT_REASONS, REJECTED, STATE_NAMES
 from simulator.files import atomic_write
-from simulator.plan.result import architecture_dict, per_request_arrays
 from simulator.plan.placement import queued_counts
+from simulator.plan.result import architecture_dict, per_request_arrays
 from simulator.report import serving_modes
 from simulator.units import fmt_bytes, fmt_count, fmt_rate, fmt_seconds
 
