@@ -706,14 +706,14 @@ class Replayer:
                                                     block_size=16, prompt_tokens=None, output_tokens=None))
                 if result.metrics.max_running < batch:
                     fits = False
-                    cap = result.capacity
-                    kv_bytes = batch * context * cap.bytes_per_block_per_gpu / cap.block_size
-                    if cap.weights_bytes_per_gpu + kv_bytes <= cap.hbm_bytes_per_gpu:
+                    kv = result.capacity
+                    kv_bytes = batch * context * kv.bytes_per_block_per_gpu / kv.block_size
+                    if kv.weights_bytes_per_gpu + kv_bytes <= kv.hbm_bytes_per_gpu:
                         # Weights and the batch's KV fit in HBM: the simulator's budget (utilization, workspace,
                         # reserve) is stricter than the engine that ran it, so run it as one batch
                         notes.append(f"the simulator's KV budget holds {result.metrics.max_running} of the batch's "
                                      f"{batch} sequences, HBM holds them all: run as one batch")
-                        blocks = batch * (-(-context // cap.block_size) + 1)
+                        blocks = batch * (-(-context // kv.block_size) + 1)
                         result = simulate_settings(dict(static, batch=batch, kv_blocks=blocks))
                     else:
                         # No engine can run more sequences than HBM holds: smaller batches, as the static scheduler does
