@@ -258,3 +258,20 @@ def test_runs_spread_over_processes_give_the_same_predictions(small, monkeypatch
         w = cross_validate(rows, replayer, workers=2)
     assert [(s.in_sample.value, s.out_of_sample.value) for s in w.scored] == [
         (s.in_sample.value, s.out_of_sample.value) for s in v.scored]
+
+
+def test_the_plot_splits_times_from_rates_one_series_per_engine(small, tmp_path):
+    from simulator.report.validation_plot import validation_plot_data
+
+    _, v = small
+    data = validation_plot_data(v.scored)
+    # times: rows 1, 2, 4, 6, 7, 9, 10, 11, 12 (seconds); rates: 3, 5, 8 (per second)
+    times, rates = data["panels"]["times"], data["panels"]["rates"]
+    assert sorted(i for s in times.values() for i in s["ids"]) == sorted(["1", "2", "4", "6", "7", "9", "10", "11", "12"])
+    assert sorted(i for s in rates.values() for i in s["ids"]) == ["3", "5", "8"]
+    assert set(times) == {"trtllm", "lmdeploy", "vllm", "sglang"} and data["rows"] == 12
+    pytest.importorskip("matplotlib")
+    from simulator.report.validation_plot import plot_validation
+
+    out = plot_validation(v.scored, tmp_path / "v.png")
+    assert out.stat().st_size > 10_000
