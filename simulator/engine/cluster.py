@@ -37,6 +37,7 @@ import simpy
 from simulator.cost.pipeline import PipelineSystem
 from simulator.cost.system import System
 from simulator.engine.engine import (
+    PER_REQUEST,
     Engine,
     EngineResult,
     Totals,
@@ -51,8 +52,8 @@ from simulator.engine.scheduler import SchedulerConfig
 from simulator.engine.workload import Workload
 from simulator.errors import InputError
 
-NOT_PER_REQUEST = frozenset({"phase_counts"})
-"""Engine arrays that are not indexed by request (a replica grows all the others as requests are routed to it)."""
+REPLICA_ARRAYS = ("global_ids", "queued_share")
+"""A replica's own per-request arrays (besides the engine's per-request lists, engine.PER_REQUEST)."""
 
 
 def _subset(workload: Workload, ids: np.ndarray, label: str) -> Workload:
@@ -84,11 +85,12 @@ class Replica(Engine):
 
     def _grow(self) -> None:
         size = 2 * self.capacity
-        for name, value in list(vars(self).items()):
-            if isinstance(value, np.ndarray) and value.shape == (self.capacity,) and name not in NOT_PER_REQUEST:
-                grown = np.zeros(size, dtype=value.dtype)
-                grown[: self.capacity] = value
-                setattr(self, name, grown)
+        for name, dtype in PER_REQUEST.items():
+            getattr(self, name).extend([np.zeros((), dtype=dtype).item()] * self.capacity)
+        for name in REPLICA_ARRAYS:
+            grown = np.zeros(size, dtype=np.int64)
+            grown[: self.capacity] = getattr(self, name)
+            setattr(self, name, grown)
         self.capacity = size
 
     def hand_over(self, rid: int, arrival: float, prompt: int, output: int, prefix: int = -1,
@@ -154,11 +156,10 @@ class Replica(Engine):
     def finished_result(self) -> EngineResult:
         """This replica's result, its arrays cut to the requests it served (in its own order)."""
         n = self.n
-        for name, value in list(vars(self).items()):
-            if isinstance(value, np.ndarray) and value.shape == (self.capacity,) and name not in NOT_PER_REQUEST:
-                setattr(self, name, value[:n])
-        self.workload = Workload(self.arrival, self.prompt, self.output, self.cluster.workload.kind,
-                                 f"replica {self.index}: {n} requests")
+        for name in (*PER_REQUEST, *REPLICA_ARRAYS):
+            setattr(self, name, getattr(self, name)[:n])
+        self.workload = Workload(self._array("arrival"), self._array("prompt"), self._array("output"),
+                                 self.cluster.workload.kind, f"replica {self.index}: {n} requests")
         return self.result()
 
 

@@ -56,6 +56,17 @@ from simulator.model.step import Step
 if TYPE_CHECKING:
     from simulator.cost.pipeline import PipelineSystem
 
+PER_REQUEST: dict[str, type] = {
+    "arrival": np.float64, "prompt": np.int64, "output": np.int64, "prefix_id": np.int64, "prefix_blocks": np.int64,
+    "shared": np.int64, "status": np.int8, "reject_reason": np.int8, "first_scheduled": np.float64,
+    "first_token": np.float64, "finish": np.float64, "last_token": np.float64, "join_time": np.float64,
+    "preemptions": np.int32, "queued_mark": np.int64, "waited_for_kv": np.bool_, "emitted": np.int64,
+    "target": np.int64, "prefilled": np.int64, "held": np.int64, "base_cached": np.int64, "base_clock": np.int64,
+    "finish_clock": np.int64, "admit_serial": np.int64,
+}
+"""The engine's per-request state (name: dtype of the result array), kept as Python lists during a run: an
+element of a list is read and written several times faster than one of a numpy array."""
+
 STRETCH_MAX = 4096
 """Most decode iterations costed in one vectorised call (bounds the arrays' size)."""
 
@@ -265,11 +276,13 @@ class Engine:
         self.emitted, self.target, self.prefilled, self.held = zeros.copy(), zeros.copy(), zeros.copy(), zeros.copy()
         self.base_cached, self.base_clock, self.finish_clock, self.admit_serial = (
             zeros.copy(), zeros.copy(), zeros.copy(), zeros.copy())
+        for name in PER_REQUEST:
+            setattr(self, name, getattr(self, name).tolist())
 
         self.clock = 0  # decode ticks so far: every decoding sequence advances one token per tick
         self.decoding = 0
         self.decode_cached = 0  # cached tokens summed over decoding sequences
-        self.phase_counts = np.zeros(self.bs, dtype=np.int64)  # decoders by (cached - clock) mod block size
+        self.phase_counts = [0] * self.bs  # decoders by (cached - clock) mod block size
         self.finish_heap: list[tuple[int, int, int]] = []  # (finish clock, rid, admission serial)
         self.admission_order: list[tuple[int, int]] = []  # (serial, rid), newest last; stale entries skipped
         self.serial = 0
@@ -628,28 +641,31 @@ class Engine:
             leaving = self._finishing_by(first + clock) if first <= horizon else []
         if not leaving:
             return self._plain_stretch(horizon)
-        rids = np.array([rid for _, rid in leaving], dtype=np.int64)
+        rids = [rid for _, rid in leaving]
         leave_at = np.array([fc for fc, _ in leaving], dtype=np.int64) - clock  # first tick index they are gone
-        cached_now = self.base_cached[rids] + clock - self.base_clock[rids]
+        base_cached = np.array([self.base_cached[rid] for rid in rids], dtype=np.int64)
+        start_phase = base_cached - np.array([self.base_clock[rid] for rid in rids], dtype=np.int64)
+        cached_now = start_phase + clock
         ticks = np.arange(horizon)
         gone = np.searchsorted(leave_at, ticks, side="right")  # decoders finished before tick j
         batch = self.decoding - gone
         gone_cached = _prefix_sums(cached_now)[gone]
         context = (self.decode_cached - gone_cached) + batch * (ticks + 1.0)
         if self.incremental:
-            freed = -(-(cached_now + leave_at) // bs) - self.shared[rids]  # a shared prefix is not freed by one user
+            # A shared prefix is not freed by one user.
+            freed = -(-(cached_now + leave_at) // bs) - np.array([self.shared[rid] for rid in rids], dtype=np.int64)
         else:
-            freed = self.held[rids]
+            freed = np.array([self.held[rid] for rid in rids], dtype=np.int64)
         freed_by = _prefix_sums(freed)[gone]
         needs = None
         steps = horizon
         if self.incremental:
             phases = (-(clock + ticks)) % bs
             # Decoders leaving by tick and block phase, counted as one flat (tick, phase) index.
-            cells = leave_at * bs + (self.base_cached[rids] - self.base_clock[rids]) % bs
+            cells = leave_at * bs + start_phase % bs
             finished_by_phase = np.bincount(cells, minlength=(horizon + 1) * bs).reshape(horizon + 1, bs)
             finished_by_phase = np.cumsum(finished_by_phase, axis=0)[:horizon]
-            needs = self.phase_counts[phases] - finished_by_phase[ticks, phases]
+            needs = np.array(self.phase_counts)[phases] - finished_by_phase[ticks, phases]
             short = np.flatnonzero(np.cumsum(needs) > self.alloc.free + freed_by)
             if len(short):
                 steps = int(short[0])
@@ -678,7 +694,7 @@ class Engine:
         leave_at = np.zeros(0, dtype=np.int64)
         if not self.incremental:
             return Stretch(horizon, batch, context, None, freed_by, leave_at)
-        needs = self.phase_counts[(-(self.clock + ticks)) % self.bs]
+        needs = np.array(self.phase_counts)[(-(self.clock + ticks)) % self.bs]
         short = np.flatnonzero(np.cumsum(needs) > self.alloc.free)
         return Stretch(int(short[0]) if len(short) else horizon, batch, context, needs, freed_by, leave_at)
 
@@ -759,7 +775,7 @@ class Engine:
             horizon = min(first, limit)
             leaving = self._finishing_by(first + clock) if first <= horizon else []
         leave_at = [finish - clock for finish, _ in leaving]  # first tick index each is gone
-        phase_counts = self.phase_counts.tolist() if incremental else []
+        phase_counts = self.phase_counts.copy() if incremental else []
         decoding, cached_sum, free = self.decoding, self.decode_cached, self.alloc.free
         used_before, running_before = self.alloc.used, self.running
         now = env.now
@@ -925,18 +941,22 @@ class Engine:
             self.progress(self.done, self.n)
         return self.result(time.perf_counter() - started)
 
+    def _array(self, name: str) -> np.ndarray:
+        """Per-request state ``name`` as a numpy array of its result dtype."""
+        return np.array(getattr(self, name), dtype=PER_REQUEST[name])
+
     def result(self, wall_seconds: float = 0.0) -> EngineResult:
         """What the run produced so far (the whole run once its simpy process has returned)."""
         return EngineResult(
             workload=self.workload,
             config=self.config,
             kv_blocks=self.alloc.total,
-            status=self.status,
-            reject_reason=self.reject_reason,
-            first_scheduled=self.first_scheduled,
-            first_token=self.first_token,
-            finish=self.finish,
-            preemptions=self.preemptions,
+            status=self._array("status"),
+            reject_reason=self._array("reject_reason"),
+            first_scheduled=self._array("first_scheduled"),
+            first_token=self._array("first_token"),
+            finish=self._array("finish"),
+            preemptions=self._array("preemptions"),
             log=self.log,
             itl=self.itl,
             totals=self.totals,
@@ -946,7 +966,7 @@ class Engine:
             first_decode_step=_as_step(self.first_decode[0] or self.first_decode[1]),
             last_decode_step=_as_step(self.last_decode[0] or self.last_decode[1]),
             wall_seconds=wall_seconds,
-            waited_for_kv=self.waited_for_kv,
+            waited_for_kv=self._array("waited_for_kv"),
             extra={} if self.prefixes is None else {"prefix_cache": self.prefixes.stats},
         )
 
