@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from simulator.cost.system import System
 from simulator.model import GPUSpec, ModelSpec, Precision, load_gpu
 from simulator.model.step import Step
 from simulator.units import fmt_seconds
 
-ATTENTION_KERNEL = "flash"
-FUSION = "none"
+ATTENTION_KERNEL: Final = "flash"
+FUSION: Final = "none"
 
 
 def error_percent(predicted: float, measured: float) -> float:
@@ -79,7 +79,9 @@ def endtoend_model(measurements: dict[str, Any]) -> ModelSpec:
 
 def check_system(model: ModelSpec, gpu: GPUSpec, dtype: str) -> System:
     """The simulator configuration that matches the timed decoder."""
-    return System(model, gpu, Precision(weights=dtype, kv=dtype), tp=1, attention_kernel=ATTENTION_KERNEL, fusion=FUSION)
+    # The dtype comes from the measurements file: validated here, where it enters the simulator.
+    precision = Precision.model_validate({"weights": dtype, "kv": dtype})
+    return System(model, gpu, precision, tp=1, attention_kernel=ATTENTION_KERNEL, fusion=FUSION)
 
 
 def check_rows(measurements: dict[str, Any], shipped: GPUSpec, overlay: GPUSpec) -> list[CheckRow]:

@@ -22,7 +22,7 @@ from simulator.calibrate.endtoend import measure_endtoend
 from simulator.calibrate.gemm import measure_gemms
 from simulator.calibrate.overlay import SCHEMA
 from simulator.calibrate.plan import Budget, Plan
-from simulator.calibrate.timing import make_timer
+from simulator.calibrate.timing import CudaTimer, make_timer
 from simulator.errors import InputError
 from simulator.model import GPUSpec, list_gpus
 from simulator.model.layers import flash_query_tile_rows
@@ -158,7 +158,7 @@ def run_calibration(
             got = None
         if got is not None:
             store(got)
-        if hasattr(timer, "graph_failures"):
+        if isinstance(timer, CudaTimer):
             timing["graph_capture_failures"] = timer.graph_failures
             timing["graph_capture_errors"] = sorted(set(timer.failures))[:10]
         result["elapsed_seconds"] = budget.elapsed()

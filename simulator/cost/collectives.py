@@ -186,7 +186,7 @@ def nccl_allreduce_seconds(message_bytes: Number, net: CollectiveNetwork) -> Num
         return min(p.base_seconds + steps * p.hop_seconds + sent / p.bytes_per_second for p in net.protocols)
     times = [ring_allreduce_seconds(message_bytes, gpus, protocol.bytes_per_second, protocol.base_seconds,
                                     protocol.hop_seconds) for protocol in net.protocols]
-    return np.minimum.reduce(times)
+    return np.minimum.reduce(np.asarray(times))  # one row per protocol: what reduce would build from the list
 
 
 def one_shot_wins(message_bytes: Number, gpus: int) -> Number:

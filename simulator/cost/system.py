@@ -37,7 +37,7 @@ from simulator.model.layers import (
     kv_heads_per_gpu,
 )
 from simulator.model.precision import Precision
-from simulator.model.step import Step
+from simulator.model.step import Number, Step
 
 
 @dataclass(frozen=True)
@@ -102,8 +102,8 @@ class System:
         """``step``'s totals (seconds, FLOPs, bytes, time by bound) on one GPU, without per-operator records."""
         return step_totals(self.operators, step, self.gpu, self.rates, self.totals_memo, self.time_model)
 
-    def step_seconds(self, step: Step) -> float:
-        """Wall time of ``step`` (every GPU of the group works in lockstep)."""
+    def step_seconds(self, step: Step) -> Number:
+        """Wall time of ``step`` in seconds (every GPU of the group works in lockstep); an array for an array step."""
         return self.step_totals(step).seconds
 
     @property

@@ -319,7 +319,7 @@ class Attention:
             if isinstance(rereads, np.ndarray) or rereads:
                 rereads = rereads * (1.0 - self.l2_reuse(step))
             kv_reads = step.context_tokens + rereads
-            score_traffic = 0.0
+            score_traffic: Number = 0.0  # bytes
             # Under full fusion the kernel is part of the fused attention block launched by qkv_proj.
             launches = 0.0 * step.tokens if self.io_fused else _active(step.tokens)
         else:

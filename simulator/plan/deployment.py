@@ -66,15 +66,15 @@ def plan_deployment(
             raise InputError(f"{model.name} on {tp}x {gpu.name} does not fit: {deployment.memory.shortfall_message()}")
         return deployment
     candidates = tensor_parallel_candidates(model, gpu, ep_degree)
-    deployment = None
+    largest: Deployment | None = None
     for degree in candidates:
-        deployment = build(degree)
-        if deployment.memory.fits:
-            return deployment
-    assert deployment is not None  # tp = 1 is always a candidate
+        largest = build(degree)
+        if largest.memory.fits:
+            return largest
+    assert largest is not None  # tp = 1 is always a candidate
     if require_fit:
-        raise no_fit_error(model, gpu, deployment.memory, candidates)
-    return deployment
+        raise no_fit_error(model, gpu, largest.memory, candidates)
+    return largest
 
 
 DEPLOYMENT_KEYS = (

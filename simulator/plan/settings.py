@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any, Callable, Literal
+from typing import Annotated, Any, Callable, Literal, TypeVar
 
 import pydantic
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
@@ -598,7 +598,10 @@ def value_problem(exc: pydantic.ValidationError) -> str:
     return _problem(exc.errors()[0])
 
 
-def parse_settings(cls: type[BaseModel], data: dict[str, Any], where: Callable[[str], str] = str) -> Any:
+SettingsT = TypeVar("SettingsT", bound=BaseModel)
+
+
+def parse_settings(cls: type[SettingsT], data: dict[str, Any], where: Callable[[str], str] = str) -> SettingsT:
     """``cls`` validated from ``data`` (vLLM aliases resolved); InputError naming the field via ``where``."""
     try:
         if cls is RunSettings:
@@ -616,9 +619,8 @@ def parse_settings(cls: type[BaseModel], data: dict[str, Any], where: Callable[[
 
 def check_field(cls: type[BaseModel], name: str, value: Any) -> Any:
     """One field's value validated and converted on its own (scenario axes); ValueError text on failure."""
-    info = cls.model_fields[name]
-    kind = Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation  # type: ignore[name-defined]
-    return pydantic.TypeAdapter(kind).validate_python(value)
+    # The field's type with its constraints (Annotated[type, *metadata]), as pydantic rebuilds it.
+    return pydantic.TypeAdapter(cls.model_fields[name].rebuild_annotation()).validate_python(value)
 
 
 __all__ = [
