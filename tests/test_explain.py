@@ -86,3 +86,13 @@ def test_cli_paragraph_and_json():
     data = json.loads(runner.invoke(main, args + ["--json"]).output)
     assert data["facts"]["max_batch_that_fits"] >= 64
     assert set(data["kernel_choices"]["fusion"]) == {"none", "elementwise", "full"}
+
+
+def test_a_pipeline_deployment_is_refused_in_one_line():
+    # The levers rebuild the deployment's System with one field changed; a pipeline's stage is not such a System.
+    from simulator.errors import InputError
+    from simulator.plan.placement import build_deployment
+
+    deployment = build_deployment({"model": "llama2-7b", "gpu": "a100"}, 1, 2048, tp=1, pp=2)
+    with pytest.raises(InputError, match=r"^explain: a pipeline-parallel deployment \(--pp 2\) cannot be explained"):
+        explain_run(deployment, batch=1, ctx=2048, gen=128)

@@ -16,7 +16,12 @@ from simulator.cli.options import (
 from simulator.plan.deployment import deployment_from_options
 from simulator.plan.settings import ExplainSettings
 from simulator.report.compare import text_table
-from simulator.report.explain import explain_run, kernel_choices, kernel_choices_text
+from simulator.report.explain import (
+    explain_run,
+    kernel_choices,
+    kernel_choices_text,
+    single_stage_system,
+)
 from simulator.tabular import to_json
 from simulator.units import fmt_rate, fmt_seconds
 
@@ -45,7 +50,7 @@ def explain_command(as_json: bool, **options: Any) -> None:
     batch, ctx_tokens, gen = settings.batch, settings.ctx, settings.gen
     deployment = deployment_from_options(settings.model_dump(), batch, ctx_tokens)
     explanation = explain_run(deployment, batch, ctx_tokens, gen, settings)
-    choices = kernel_choices(deployment.system, batch, ctx_tokens, gen)
+    choices = kernel_choices(single_stage_system(deployment), batch, ctx_tokens, gen)
     if as_json:
         click.echo(to_json({**explanation.as_dict(), "kernel_choices": choices}, indent=2))
         return

@@ -147,9 +147,18 @@ def _rebuild(system: System, **changes: Any) -> System | None:
         return None
 
 
+def single_stage_system(deployment: Deployment) -> System:
+    """The deployment's System. The levers are measured by rebuilding it with one field changed, which a
+    pipeline's stage (a PipelineSystem) cannot be, so a pipeline-parallel deployment is refused."""
+    system = deployment.system
+    if not isinstance(system, System):
+        raise InputError(f"explain: a pipeline-parallel deployment (--pp {deployment.pp}) cannot be explained; use --pp 1")
+    return system
+
+
 def measure_levers(deployment: Deployment, batch: int, ctx: int, largest_batch: int, ridge: int | None,
                    speculative: SpeculativeSettings | None = None, gen: int = 1) -> list[Lever]:
-    system = deployment.system
+    system = single_stage_system(deployment)
     model, gpu, precision = system.model, system.gpu, system.precision
     base_step = _usable_step(_step(system, batch, ctx), system)
     base_rate = batch / base_step / system.tp  # decode tokens/s per GPU
@@ -284,7 +293,7 @@ def explain_run(deployment: Deployment, batch: int, ctx: int, gen: int,
     """One paragraph on the run's last decode step and prefill, with the levers measured."""
     if gen >= ctx:
         raise InputError(f"--gen: {gen} must be < --ctx {ctx} (the prompt is ctx - gen tokens)")
-    system = deployment.system
+    system = single_stage_system(deployment)
     model, gpu, precision = system.model, system.gpu, system.precision
     dtype = precision.compute_dtype
     ridge = gpu.ridge_point(dtype)

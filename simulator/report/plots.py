@@ -13,13 +13,16 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from simulator.cost.step_cost import StepCost
 from simulator.cost.system import System
 from simulator.errors import InputError
 from simulator.files import atomic_write, check_output_path
 from simulator.model.step import Step
+
+if TYPE_CHECKING:
+    from simulator.cost.pipeline import PipelineSystem
 
 PLOT_FORMATS = (".png", ".svg", ".pdf")
 
@@ -104,8 +107,8 @@ def roofline_points(costs: dict[str, StepCost]) -> tuple[list[RooflinePoint], li
     return points, skipped
 
 
-def roofline_data(system: System, batch: int, context_tokens: int, gen_tokens: int) -> RooflineData:
-    """Roofline of the prefill and last decode step of a closed batch on ``system`` (per GPU)."""
+def roofline_data(system: System | PipelineSystem, batch: int, context_tokens: int, gen_tokens: int) -> RooflineData:
+    """Roofline of the prefill and last decode step of a closed batch on ``system`` (per GPU; of a stage for a pipeline)."""
     if gen_tokens >= context_tokens:
         raise InputError(f"--gen: {gen_tokens} must be < --ctx {context_tokens} (the prompt is ctx - gen tokens)")
     costs = {phase: system.step_cost(step) for phase, step in phase_steps(batch, context_tokens, gen_tokens).items()}
