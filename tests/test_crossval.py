@@ -275,3 +275,16 @@ def test_the_plot_splits_times_from_rates_one_series_per_engine(small, tmp_path)
 
     out = plot_validation(v.scored, tmp_path / "v.png")
     assert out.stat().st_size > 10_000
+
+
+def test_a_runs_headline_figures_get_the_band_of_their_class(tmp_path):
+    from simulator.plan.bands import error_bands_for_run
+    from simulator.plan.run import simulate_settings
+
+    path = tmp_path / "bands.json"
+    write_bands(path, bands_document(_residuals(), {}))
+    run = simulate_settings({"model": "llama2-7b", "gpu": "h100", "qps": 2, "requests": 10, "engine": "vllm"})
+    bands = error_bands_for_run(run, path)
+    # arrivals at a rate on an H100: hopper / vllm / serving; its ttft class falls back to hopper / serving (6 rows)
+    assert bands["ttft"]["level"] == "family_regime" and bands["ttft"]["rows"] == 6
+    assert bands["throughput"]["low"] is None and "fewer than 5" in bands["throughput"]["reason"]

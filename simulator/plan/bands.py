@@ -252,7 +252,13 @@ def error_bands_for_run(run: Any, path: Path | None = None) -> dict[str, dict[st
     The run is *serving* when its workload is not a closed batch; its context is the mean
     prompt plus the mean output; its engine is the System's engine profile (vllm without one).
     """
-    system, workload = run.deployment.system, run.workload
+    try:
+        system, workload = run.deployment.system, run.workload
+        gpu = system.gpu.name
+        context = round(float(workload.prompt_tokens.mean()) + float(workload.output_tokens.mean()))
+        serving = workload.kind != "closed"
+    except (AttributeError, ValueError):  # a run shape the bands do not describe (no GPU or no requests)
+        reason = {"low": None, "high": None, "rows": 0, "reason": "no validation class for this run"}
+        return {kind: dict(reason) for kind in HEADLINE_KINDS}
     engine = getattr(getattr(system, "engine", None), "name", None)
-    context = round(float(workload.prompt_tokens.mean()) + float(workload.output_tokens.mean()))
-    return run_error_bands(system.gpu.name, engine, len(workload), context, workload.kind != "closed", path)
+    return run_error_bands(gpu, engine, len(workload), context, serving, path)

@@ -10,6 +10,7 @@ from simulator.cost.step_cost import StepCost
 from simulator.engine.metrics import REJECTED
 from simulator.errors import InputError
 from simulator.model.layers import moe_facts, parameter_counts
+from simulator.plan.bands import error_bands_for_run
 from simulator.plan.placement import queued_counts
 
 if TYPE_CHECKING:
@@ -199,6 +200,8 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
             "goodput_requests_per_second": m.goodput_requests_per_second,
             "slo_attainment": m.slo_attainment,
         },
+        # typical out-of-sample error of each headline figure's class (validation/error_bands.json)
+        "error_band": error_bands_for_run(run),
         "requests": {
             "total": m.requests,
             "completed": m.completed,

@@ -11,6 +11,7 @@ import numpy as np
 from simulator.cost.step_cost import OperatorCost
 from simulator.engine.metrics import REJECT_KEYS, REJECT_REASONS, REJECTED, STATE_NAMES
 from simulator.files import atomic_write
+from simulator.plan.bands import band_text, error_bands_for_run
 from simulator.plan.placement import queued_counts
 from simulator.plan.result import architecture_dict, per_request_arrays
 from simulator.report import serving_modes
@@ -107,6 +108,11 @@ def architecture_lines(system: Any, last_step: Any, last_cost: Any) -> list[str]
     return lines
 
 
+def _bands(run: "EngineRun") -> list[tuple[str, dict[str, Any]]]:
+    bands = error_bands_for_run(run)
+    return [("TTFT", bands["ttft"]), ("TPOT", bands["tpot"]), ("throughput", bands["throughput"])]
+
+
 def engine_run_text(run: "EngineRun", top: int = 6) -> str:
     """The human report of the main command run through the engine."""
     dep, result, m, opts = run.deployment, run.result, run.metrics, run.settings
@@ -186,6 +192,9 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         f"  total        {fmt_rate(m.total_tokens_per_second, 'tokens/s')}",
         f"  requests     {fmt_rate(m.requests_per_second, 'requests/s')}",
         f"  goodput      {fmt_rate(m.goodput_requests_per_second, 'requests/s')} " + _goodput_note(opts, m.slo_attainment),
+        "",
+        "Typical error (out-of-sample validation of this class; docs/readme-validation.md)",
+        *(f"  {label:<12} {band_text(band)}" for label, band in _bands(run)),
         "",
         "Utilisation",
         f"  MFU          {100 * m.mfu:.1f}%   MBU {100 * m.mbu:.1f}%",
