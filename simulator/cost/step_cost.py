@@ -102,7 +102,9 @@ class OperatorCost(NamedTuple):
 
     name: str
     kind: str
-    count: int
+    # Shadows tuple.count(), as namedtuple allows at run time; typeshed declares tuple.count a method, so mypy
+    # reports the field as an incompatible override (renaming it would change every caller and the JSON).
+    count: int  # type: ignore[assignment]
     flops: Number
     weight_bytes: Number
     kv_read_bytes: Number
@@ -165,7 +167,8 @@ def _where(condition: Number, a: Number, b: Number) -> Number:
 
 def efficiency_factors(gpu: GPUSpec, op_kind: str, tokens: Number) -> tuple[Number, Number]:
     """(compute, memory) efficiency for an op kind at a token count: a measured overlay entry or the defaults."""
-    compute, memory = gpu.efficiency.compute, gpu.efficiency.memory
+    compute: Number = gpu.efficiency.compute
+    memory: Number = gpu.efficiency.memory
     if not gpu.efficiency_by_op:
         return compute, memory
     for entry in gpu.efficiency_by_op:
@@ -498,6 +501,7 @@ def operator_totals(op: Operator, step: Step, gpu: GPUSpec, rates: OperatorRates
     moved = (count * work.weight_bytes + count * work.kv_read_bytes + count * work.kv_write_bytes
              + count * work.activation_bytes)
     compute_wins = compute_seconds >= memory_seconds
+    compute_bound: Number
     if isinstance(compute_wins, np.ndarray):
         compute_bound = np.where(compute_wins, seconds, 0.0)
     else:
@@ -538,7 +542,7 @@ def _sum_shares(shares) -> tuple:
     return seconds, flops, moved, compute_bound, communication
 
 
-def _memo_share(index: int, op: Operator, step: Step, gpu: GPUSpec, op_rates: OperatorRates | None, captured: bool,
+def _memo_share(index: int, op: Operator, step: Step, gpu: GPUSpec, op_rates: OperatorRates | None, captured: Number,
                 model: TimeModel | None, memo: dict) -> tuple:
     """A token-only operator's share at a scalar step, remembered by (operator, token count, graph capture)."""
     key = (index, op.tokens(step), captured)
@@ -550,7 +554,7 @@ def _memo_share(index: int, op: Operator, step: Step, gpu: GPUSpec, op_rates: Op
     return share
 
 
-def _fixed_scalar(operators, step: Step, gpu: GPUSpec, rates, captured: bool, model: TimeModel | None,
+def _fixed_scalar(operators, step: Step, gpu: GPUSpec, rates, captured: Number, model: TimeModel | None,
                   memo: dict, group: bool) -> tuple:
     """Summed share of the token-only operators at a step whose token counts and capture are scalars."""
     key = ("fixed", step.tokens, step.logit_tokens, captured) if group else None
