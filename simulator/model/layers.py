@@ -116,6 +116,20 @@ class Work(NamedTuple):
     """tensor-core FLOPs spent on the padding rows of grouped GEMMs (time, not model FLOPs)"""
 
 
+def _max(a: Number, b: Number) -> Number:
+    """np.maximum, without its per-call overhead (~1 us) when both are plain numbers (the engine's scalar steps)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.maximum(a, b)
+    return a if a >= b or a != a else b
+
+
+def _min(a: Number, b: Number) -> Number:
+    """np.minimum, without its per-call overhead when both are plain numbers."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.minimum(a, b)
+    return a if a <= b or a != a else b
+
+
 def _active(tokens: Number) -> Number:
     """1 where a step has tokens for this operator, else 0 (a kernel that does not run costs nothing)."""
     return 1.0 * (tokens > 0)
@@ -299,12 +313,12 @@ class Attention:
             return 0.0
         prefill = step.prefill_tokens
         decoders = step.tokens - prefill
-        chunks = np.maximum(step.sequences - decoders, 1.0)
-        chunk_tokens = np.maximum(prefill / chunks, 1.0)
-        keys = step.prefill_attention_pairs / np.maximum(prefill, 1.0) + chunk_tokens / 2.0
-        heads_at_once = np.maximum(1.0, self.sm_count * self.query_tile_rows / chunk_tokens)
+        chunks = _max(step.sequences - decoders, 1.0)
+        chunk_tokens = _max(prefill / chunks, 1.0)
+        keys = step.prefill_attention_pairs / _max(prefill, 1.0) + chunk_tokens / 2.0
+        heads_at_once = _max(1.0, self.sm_count * self.query_tile_rows / chunk_tokens)
         working_set = heads_at_once * keys * 2.0 * self.head_dim * self.kv_bytes_per_element
-        return np.minimum(1.0, self.l2_bytes / np.maximum(working_set, 1.0))
+        return _min(1.0, self.l2_bytes / _max(working_set, 1.0))
 
     def work(self, step: Step) -> Work:
         if self.window is not None:
@@ -346,11 +360,11 @@ def windowed_step(step: Step, window: int) -> Step:
     and sum(min(c_i, W)) <= min(sum(c_i), n W)). The naive kernel's score block shrinks with the
     keys (tokens x keys per sequence).
     """
-    pairs = np.minimum(step.attention_pairs, step.tokens * window)
-    prefill_pairs = np.minimum(step.prefill_attention_pairs, step.prefill_tokens * window)
-    keys = np.minimum(step.context_tokens, step.sequences * window + step.prefill_tokens)
-    per_sequence = keys / np.maximum(step.sequences, 1.0)
-    scores = np.minimum(step.score_elements, step.tokens * per_sequence)
+    pairs = _min(step.attention_pairs, step.tokens * window)
+    prefill_pairs = _min(step.prefill_attention_pairs, step.prefill_tokens * window)
+    keys = _min(step.context_tokens, step.sequences * window + step.prefill_tokens)
+    per_sequence = keys / _max(step.sequences, 1.0)
+    scores = _min(step.score_elements, step.tokens * per_sequence)
     return replace(step, attention_pairs=pairs, prefill_attention_pairs=prefill_pairs, context_tokens=keys,
                    score_elements=scores)
 
