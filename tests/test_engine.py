@@ -1,6 +1,7 @@
 """The serving engine: every iteration charged by the cost model, scheduler behaviour, latency under load."""
 
 import math
+from collections import OrderedDict
 from dataclasses import replace
 
 import numpy as np
@@ -262,7 +263,8 @@ def test_the_short_stretch_path_and_traced_costs_change_nothing(system, monkeypa
             vectorised = simulate(costed_by, w, config, blocks)
         with monkeypatch.context() as patch:
             patch.setattr(engine_module, "SCALAR_TICKS", 10**9)  # every stretch in plain Python ...
-            patch.setattr(engine_module, "trace_scalar", lambda *args: None)  # ... costed by the vectorised model
+            patch.setattr(engine_module, "trace_scalar", lambda *args: None)  # ... costed by the cost model itself
+            patch.setattr(engine_module, "_TICK_COSTS", OrderedDict())  # (no traces kept from the runs above)
             untraced = simulate(costed_by, w, config, blocks)
         _same_run(default, vectorised)
         _same_run(default, untraced)

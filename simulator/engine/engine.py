@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Generator
 
@@ -176,6 +176,22 @@ def _decode_step(batch: float | np.ndarray, context: float | np.ndarray) -> Step
     )
 
 
+_TICK_COSTS: OrderedDict[int, tuple[object, dict[int, Callable[[float], tuple[float, ...]] | None]]] = OrderedDict()
+TICK_COST_SYSTEMS = 8
+"""Systems whose traced decode-tick costs are kept (the most recently used)."""
+
+
+def _tick_costs_of(system: object) -> dict[int, Callable[[float], tuple[float, ...]] | None]:
+    """The traced decode-tick costs of ``system`` by batch (the entry holds the system, so its id stays its own)."""
+    entry = _TICK_COSTS.get(id(system))
+    if entry is None or entry[0] is not system:
+        entry = _TICK_COSTS[id(system)] = (system, {})
+        while len(_TICK_COSTS) > TICK_COST_SYSTEMS:
+            _TICK_COSTS.popitem(last=False)
+    _TICK_COSTS.move_to_end(id(system))
+    return entry[1]
+
+
 def _as_step(step: tuple | None) -> Step | None:
     """A remembered decode step as a Step: (batch, keys attended) of a decode tick, or a Step's fields."""
     if step is not None and len(step) == 2:
@@ -302,8 +318,8 @@ class Engine:
         self.totals = Totals()
         self.cost_cache: dict[tuple, tuple] = {}
         # A decode tick's totals as a function of the keys it attends, per batch (simulator.cost.tracing; None:
-        # not traceable, the vectorised cost model instead).
-        self.tick_costs: dict[int, Callable[[float], tuple[float, ...]] | None] = {}
+        # not traceable), shared by every engine costing the same System object (replicas, repeated runs).
+        self.tick_costs = _tick_costs_of(system)
         self.first_prefill_step: Step | None = None
         # First and last decode steps, decode-only ones preferred over mixed ones (index 0: decode-only); a
         # decode-only step is kept as (batch, keys attended) and built once the run is over.
