@@ -23,8 +23,10 @@ from simulator.plan.bands import (
     write_bands,
 )
 from simulator.plan.crossval import (
+    MIN_CLASS_ROWS,
     Solver,
     cross_validate,
+    efficiencies_for,
     fit,
     solve_increasing,
     summarise,
@@ -113,6 +115,76 @@ def test_the_fit_recovers_the_efficiencies_that_made_the_measurements(tmp_path):
     assert ampere.compute == pytest.approx(0.6, abs=2e-3) and ampere.memory == pytest.approx(0.7, abs=2e-3)
     assert ampere.compute_rows == ("c1", "c2") and ampere.memory_rows == ("m1", "m2")
     assert fits["hopper"].compute_is_default
+
+
+def _write_table(path: Path, rows: list[dict]) -> None:
+    base = {"source_id": "s", "engine": "vllm", "model": "llama2-7b", "gpu": "a100", "tp": 1, "weights": "fp16", "kv": "fp16",
+            "mode": "static", "regime": "decode_b1", "measured": 1.0}
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(COLUMNS))
+        writer.writeheader()
+        writer.writerows({**base, **row} for row in rows)
+
+
+PREFILLS = [  # compute-bound prefills (rule 1)
+    {"batch": 1, "input_tokens": 2048, "output_tokens": 1, "metric": "ttft_seconds", "regime": "prefill"},
+    {"batch": 2, "input_tokens": 3000, "output_tokens": 1, "metric": "ttft_seconds", "model": "llama2-13b", "regime": "prefill"},
+    {"batch": 4, "input_tokens": 1024, "output_tokens": 1, "metric": "ttft_seconds", "regime": "prefill"},
+]
+DECODES = [  # memory-bound batch-1 decodes (rule 2)
+    {"batch": 1, "input_tokens": 1, "output_tokens": 128, "metric": "decode_tokens_per_second_per_sequence"},
+    {"batch": 1, "input_tokens": 128, "output_tokens": 128, "metric": "tpot_seconds", "model": "llama2-13b"},
+    {"batch": 1, "input_tokens": 512, "output_tokens": 64, "metric": "tpot_seconds"},
+]
+
+
+def test_each_engine_of_a_family_gets_its_own_ceilings_and_a_thin_class_falls_back(tmp_path):
+    """Three engines on A100, each its own source: vllm's figures made at compute 0.6 / memory 0.7, llamacpp's
+    at 0.3 / 0.4 (3 prefills and 3 decodes each), tgi's at 0.5 / 0.55 (one prefill).
+
+    In sample, vllm's and llamacpp's classes have 3 rows of each kind (MIN_CLASS_ROWS = 3) and recover their
+    own ceilings (round 2 holds the class's own other value, so the solutions are exact). tgi's one prefill
+    is too few: its class takes the family-wide values, whose compute is the median of the 7 prefills
+    (about 0.3, 0.3, 0.3, 0.5, 0.6, 0.6, 0.6 -> 0.5; each solved with the family memory held, hence "about").
+    Out of sample, the fold without s-l has no llamacpp row: no llamacpp class, and llamacpp's rows are
+    predicted with that fold's family-wide fit."""
+    assert MIN_CLASS_ROWS == 3
+    truth = {"vllm": Efficiencies(0.6, 0.7), "llamacpp": Efficiencies(0.3, 0.4), "tgi": Efficiencies(0.5, 0.55)}
+    shapes = [{**p, "id": f"vc{i}", "source_id": "s-v"} for i, p in enumerate(PREFILLS)]
+    shapes += [{**d, "id": f"vm{i}", "source_id": "s-v"} for i, d in enumerate(DECODES)]
+    shapes += [{**p, "id": f"lc{i}", "source_id": "s-l", "engine": "llamacpp"} for i, p in enumerate(PREFILLS)]
+    shapes += [{**d, "id": f"lm{i}", "source_id": "s-l", "engine": "llamacpp"} for i, d in enumerate(DECODES)]
+    shapes += [{**PREFILLS[0], "id": "tc0", "source_id": "s-t", "engine": "tgi"}]
+    path = tmp_path / "t.csv"
+    _write_table(path, shapes)
+    with Replayer() as replayer:
+        rows = [dataclasses.replace(r, measured=replayer.predict(r, truth[r.engine]).value) for r in load_table(path)]
+        v = cross_validate(rows, replayer)
+    fits = v.in_sample_fit
+    vllm, llama, tgi = (fits.classes[("ampere", e)] for e in ("vllm", "llamacpp", "tgi"))
+    assert (vllm.compute, vllm.memory) == (pytest.approx(0.6, abs=2e-3), pytest.approx(0.7, abs=2e-3))
+    assert vllm.compute_rows == ("vc0", "vc1", "vc2") and vllm.memory_rows == ("vm0", "vm1", "vm2")
+    assert (llama.compute, llama.memory) == (pytest.approx(0.3, abs=2e-3), pytest.approx(0.4, abs=2e-3))
+    assert llama.compute_rows == ("lc0", "lc1", "lc2") and llama.memory_rows == ("lm0", "lm1", "lm2")
+    wide = fits["ampere"]
+    assert len(wide.compute_rows) == 7 and wide.compute == pytest.approx(0.5, abs=0.02)
+    assert (tgi.compute, tgi.memory) == (wide.compute, wide.memory)
+    assert tgi.compute_from_family and tgi.memory_from_family and tgi.compute_rows == () and not tgi.compute_is_default
+    # a row of an engine with no calibrating row at all takes the family-wide ceilings
+    other = dataclasses.replace(rows[0], engine="deepspeed-fastgen")
+    assert efficiencies_for(fits, other) == wide.efficiencies
+    assert efficiencies_for(fits, rows[0]) == vllm.efficiencies
+    # leave one source out: the fold predicting s-l never saw a llamacpp row
+    fold = v.fold_fits["s-l"]
+    assert ("ampere", "llamacpp") not in fold.classes
+    assert not any(i.startswith("l") for i in fold["ampere"].compute_rows + fold["ampere"].memory_rows)
+    out = {s.row.id: s for s in v.scored}
+    assert out["lc0"].out_of_sample.value == replayer_value(rows, "lc0", fold["ampere"].efficiencies)
+
+
+def replayer_value(rows, row_id: str, eff: Efficiencies) -> float | None:
+    with Replayer() as replayer:
+        return replayer.predict(next(r for r in rows if r.id == row_id), eff).value
 
 
 # --- summaries ----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from simulator.files import check_output_path
 from simulator.plan.bands import bands_document, bands_file
 from simulator.plan.bands import write_bands as save_bands
 from simulator.plan.crossval import (
+    MIN_CLASS_ROWS,
     ErrorSummary,
     FamilyFit,
     Scored,
@@ -109,6 +110,10 @@ def _fit_text(v: Validation) -> str:
         if fit.unsolved_rows:
             lines.append(f"            rows left out (no efficiency in [0.05, 1] reproduces them): {', '.join(fit.unsolved_rows)}")
     lines.append("  (default = simulator/model/gpu.py's 0.70 / 0.80, fitted on nothing: the family has no such row)")
+    lines.append(f"Per (family, engine) class (fewer than {MIN_CLASS_ROWS} rows of a kind: the family-wide value):")
+    for (family, engine), fit in sorted(v.in_sample_fit.classes.items()):
+        folds = [f.classes[(family, engine)] for f in v.fold_fits.values() if (family, engine) in f.classes]
+        lines.append(f"  {family + ' / ' + engine:<24} {_one(fit, folds, 'compute')};  {_one(fit, folds, 'memory')}")
     return "\n".join(lines)
 
 
@@ -116,7 +121,7 @@ def _one(fit: FamilyFit, folds: list[FamilyFit], what: str) -> str:
     value = getattr(fit, what)
     rows = getattr(fit, f"{what}_rows")
     if not rows:
-        return f"{what} {value:.3f} (default)"
+        return f"{what} {value:.3f} ({'family' if getattr(fit, f'{what}_from_family') else 'default'})"
     values = [getattr(f, what) for f in folds] or [value]
     spread = f", folds {min(values):.3f}-{max(values):.3f}" if min(values) != max(values) else ""
     return f"{what} {value:.3f} from {len(rows)} rows{spread}"
@@ -174,6 +179,7 @@ def _fit_dict(fit: FamilyFit) -> dict[str, Any]:
         "compute_rows": list(fit.compute_rows), "memory_rows": list(fit.memory_rows),
         "compute_is_default": fit.compute_is_default, "memory_is_default": fit.memory_is_default,
         "unsolved_rows": list(fit.unsolved_rows),
+        "engine": fit.engine, "compute_from_family": fit.compute_from_family, "memory_from_family": fit.memory_from_family,
     }
 
 
@@ -203,6 +209,9 @@ def validation_dict(v: Validation, table: Path) -> dict[str, Any]:
         "fit": {
             "in_sample": {family: _fit_dict(f) for family, f in v.in_sample_fit.items()},
             "folds": {source: {family: _fit_dict(f) for family, f in fits.items()} for source, fits in v.fold_fits.items()},
+            "classes_in_sample": {f"{family}/{engine}": _fit_dict(f) for (family, engine), f in v.in_sample_fit.classes.items()},
+            "classes_folds": {source: {f"{family}/{engine}": _fit_dict(f) for (family, engine), f in fits.classes.items()}
+                              for source, fits in v.fold_fits.items()},
         },
         "rows": [_row_dict(s) for s in v.scored],
     }

@@ -1,7 +1,10 @@
-"""Fitting the calibrated ceilings per GPU family, and leave-one-source-out cross-validation.
+"""Fitting the calibrated ceilings per (GPU family, engine) class, and leave-one-source-out cross-validation.
 
-The calibrated parameters are two per GPU family (:data:`simulator.plan.validate.GPU_FAMILIES`):
-the flat compute and memory efficiency ceilings of ``GPUSpec.efficiency``. The rule
+The calibrated parameters are two per (GPU family, engine) class (families:
+:data:`simulator.plan.validate.GPU_FAMILIES`; engine: the row's ``engine`` column, the engine
+that was measured): the flat compute and memory efficiency ceilings of ``GPUSpec.efficiency``.
+One ceiling per family would mix engines of very different speed (llama.cpp and TensorRT-LLM
+prefills on one Ada GPU), so DESIGN.md asks for parameters per family and engine. The rule
 (:func:`fit`), the same for the shipped table and a user's benchmark:
 
 1. A row *calibrates compute* when it is a static-batch TTFT whose prefill step, at the bare
@@ -13,17 +16,24 @@ the flat compute and memory efficiency ceilings of ``GPUSpec.efficiency``. The r
    in memory-bound operators.
 3. For each such row, the efficiency at which the engine replay reproduces the measurement
    exactly is solved (regula falsi on a monotone function; rows the bracket [0.05, 1] cannot
-   reproduce are left out and listed). compute = the median over the family's compute rows
-   (memory held), memory = the median over its memory rows (compute held); two rounds from
-   the defaults (0.70 / 0.80), values rounded to 3 decimals.
-4. A family with no row of a kind keeps that default (simulator/model/gpu.py, fitted on
-   nothing); the fit says so.
+   reproduce are left out and listed).
+4. Family-wide: compute = the median over the family's compute rows (memory held), memory =
+   the median over its memory rows (compute held), every engine together; two rounds from the
+   defaults (0.70 / 0.80), values rounded to 3 decimals. A family with no row of a kind keeps
+   that default (simulator/model/gpu.py, fitted on nothing); the fit says so.
+5. Per class: the same medians over the rows of one (family, engine), starting from the
+   family-wide values. A parameter with fewer than :data:`MIN_CLASS_ROWS` solved rows in the
+   class falls back to the family-wide value (a median of one or two rows is one campaign's
+   quirk, not an engine's speed). A row is predicted with its class's ceilings, or the
+   family-wide ones when its class has no calibrating row.
 
-Out of sample (:func:`cross_validate`): for each ``source_id``, the fit uses every OTHER
-source's rows and predicts that source's rows; no row is ever scored with parameters fitted on
-its own source. In sample: one fit on every row. Per-row solutions are remembered by (row,
-parameter, value held), so folds that agree on a family reuse them, and runs are remembered
-by the replayer.
+Out of sample (:func:`cross_validate`): for each ``source_id``, the whole fit (family-wide and
+per class) uses every OTHER source's rows and predicts that source's rows; no row is ever
+scored with parameters fitted on its own source. An engine measured by one source only on a
+family therefore gets the family-wide ceilings of the other engines out of sample: the
+fallback, not its own rows. In sample: one fit on every row. Per-row solutions are remembered
+by (row, parameter, value held), so folds that agree on a class reuse them, and runs are
+remembered by the replayer.
 """
 
 from __future__ import annotations
@@ -58,6 +68,8 @@ BOUNDS = (0.05, 1.0)
 
 ROUNDS = 2
 DECIMALS = 3
+MIN_CLASS_ROWS = 3
+"""Fewest solved rows of a kind for a (family, engine) class to get its own ceiling (rule 5)."""
 DECODE_METRICS = (
     "tpot_seconds", "decode_tokens_per_second_per_sequence", "output_tokens_per_second", "total_tokens_per_second",
     "e2e_seconds", "request_throughput",
@@ -204,7 +216,12 @@ def solve_increasing(f: Callable[[float], float | None], low: float, high: float
 
 @dataclass(frozen=True)
 class FamilyFit:
-    """One family's ceilings, the rows each came from, and rows whose solution fell outside the bracket."""
+    """One family's (``engine`` None) or one (family, engine) class's ceilings, the rows each came from,
+    and rows whose solution fell outside the bracket.
+
+    For a class, ``compute_from_family``/``memory_from_family`` say the parameter had fewer than
+    :data:`MIN_CLASS_ROWS` rows and is the family-wide value (its rows are then empty).
+    """
 
     family: str
     compute: float
@@ -212,6 +229,9 @@ class FamilyFit:
     compute_rows: tuple[str, ...] = ()
     memory_rows: tuple[str, ...] = ()
     unsolved_rows: tuple[str, ...] = ()
+    engine: str | None = None
+    compute_from_family: bool = False
+    memory_from_family: bool = False
 
     @property
     def efficiencies(self) -> Efficiencies:
@@ -219,49 +239,88 @@ class FamilyFit:
 
     @property
     def compute_is_default(self) -> bool:
-        return not self.compute_rows
+        return not self.compute_rows and not self.compute_from_family
 
     @property
     def memory_is_default(self) -> bool:
-        return not self.memory_rows
+        return not self.memory_rows and not self.memory_from_family
 
 
-Fit = dict[str, FamilyFit]
+class Fit(dict[str, FamilyFit]):
+    """family -> the family-wide fit, plus ``classes``: (family, engine) -> that class's fit.
+
+    Only classes with at least one calibrating row are listed; a row of any other class is
+    predicted with its family-wide fit (:func:`efficiencies_for`).
+    """
+
+    def __init__(self, families: dict[str, FamilyFit] | None = None,
+                 classes: dict[tuple[str, str], FamilyFit] | None = None) -> None:
+        super().__init__(families or {})
+        self.classes: dict[tuple[str, str], FamilyFit] = dict(classes or {})
 
 
-def _median(solver: Solver, rows: list[Row], parameter: str, held: float,
-            default: float) -> tuple[float, tuple[str, ...], tuple[str, ...]]:
+def _median(solver: Solver, rows: list[Row], parameter: str, held: float, default: float,
+            least: int = 1) -> tuple[float, tuple[str, ...], tuple[str, ...]]:
+    """(median of the rows' solutions, rows used, rows unsolved); ``default`` when fewer than ``least`` solve."""
     solved = [(row.id, solver.solve(row, parameter, held)) for row in rows]
     kept = [(i, v) for i, v in solved if v is not None]
     unsolved = tuple(i for i, v in solved if v is None)
-    if not kept:
+    if len(kept) < least or not kept:
         return default, (), unsolved
     return round(statistics.median(v for _, v in kept), DECIMALS), tuple(i for i, _ in kept), unsolved
 
 
 def fit(rows: Iterable[Row], solver: Solver, rounds: int = ROUNDS,
         fallback: Efficiencies = DEFAULT_EFFICIENCIES) -> Fit:
-    """The ceilings of every family from ``rows`` (see the module docstring); ``fallback`` where a family has no row."""
+    """Family-wide and per-(family, engine) ceilings from ``rows`` (rules 4-5 of the module docstring).
+
+    ``fallback`` is used where a family has no row of a kind.
+    """
     rows = list(rows)
-    fits: Fit = {}
+    fits = Fit()
     for family in GPU_FAMILIES:
         members = [row for row in rows if row.family == family]
         compute_rows = [row for row in members if solver.role(row) == "compute"]
         memory_rows = [row for row in members if solver.role(row) == "memory"]
-        compute, memory = fallback.compute, fallback.memory
-        used_c: tuple[str, ...] = ()
-        used_m: tuple[str, ...] = ()
-        bad_c: tuple[str, ...] = ()
-        bad_m: tuple[str, ...] = ()
-        for _ in range(rounds if compute_rows and memory_rows else 1):
-            compute, used_c, bad_c = _median(solver, compute_rows, "compute", memory, fallback.compute)
-            memory, used_m, bad_m = _median(solver, memory_rows, "memory", compute, fallback.memory)
-        fits[family] = FamilyFit(family, compute, memory, used_c, used_m, bad_c + bad_m)
+        wide = _fit_rows(solver, family, None, compute_rows, memory_rows, fallback, rounds)
+        fits[family] = wide
+        for engine in sorted({row.engine for row in compute_rows + memory_rows}):
+            fits.classes[(family, engine)] = _fit_rows(
+                solver, family, engine, [r for r in compute_rows if r.engine == engine],
+                [r for r in memory_rows if r.engine == engine], fallback, rounds, wide)
     return fits
 
 
+def _fit_rows(solver: Solver, family: str, engine: str | None, compute_rows: list[Row], memory_rows: list[Row],
+              fallback: Efficiencies, rounds: int, wide: FamilyFit | None = None) -> FamilyFit:
+    """One family-wide fit (``wide`` None) or one class fit falling back to ``wide`` per parameter."""
+    least = 1 if wide is None else MIN_CLASS_ROWS
+    start = fallback if wide is None else wide.efficiencies
+    compute, memory = start.compute, start.memory
+    used_c: tuple[str, ...] = ()
+    used_m: tuple[str, ...] = ()
+    bad_c: tuple[str, ...] = ()
+    bad_m: tuple[str, ...] = ()
+    # a class with fewer candidate rows than `least` cannot reach it: no solve is spent on it
+    fit_c, fit_m = len(compute_rows) >= least, len(memory_rows) >= least
+    for _ in range(rounds if fit_c and fit_m else 1):
+        if fit_c:
+            compute, used_c, bad_c = _median(solver, compute_rows, "compute", memory, start.compute, least)
+        if fit_m:
+            memory, used_m, bad_m = _median(solver, memory_rows, "memory", compute, start.memory, least)
+    from_family_c = wide is not None and not used_c and not wide.compute_is_default
+    from_family_m = wide is not None and not used_m and not wide.memory_is_default
+    return FamilyFit(family, compute, memory, used_c, used_m, bad_c + bad_m, engine, from_family_c, from_family_m)
+
+
 def efficiencies_for(fits: Fit, row: Row, fallback: Efficiencies = DEFAULT_EFFICIENCIES) -> Efficiencies:
+    """The ceilings a row is predicted with: its (family, engine) class's, else its family's, else ``fallback``."""
     family = row.family
+    if family is None:
+        return fallback
+    own = fits.classes.get((family, row.engine))
+    if own is not None:
+        return own.efficiencies
     return fits[family].efficiencies if family in fits else fallback
 
 
