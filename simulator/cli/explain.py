@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from simulator.cli.options import (
+    STEP_ONLY_EXCLUDED,
     apply_options,
     reports_input_errors,
     settings_from_cli,
@@ -34,7 +35,7 @@ Examples:
 
 
 @click.command("explain", epilog=EPILOG)
-@apply_options(settings_options(ExplainSettings))
+@apply_options(settings_options(ExplainSettings, exclude=STEP_ONLY_EXCLUDED))
 @click.option("--json", "as_json", is_flag=True, help="Print the paragraph, the facts behind it and the levers as JSON (SI units).")
 @reports_input_errors
 def explain_command(as_json: bool, **options: Any) -> None:

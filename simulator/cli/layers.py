@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from simulator.cli.options import (
+    STEP_ONLY_EXCLUDED,
     apply_options,
     reports_input_errors,
     settings_from_cli,
@@ -23,7 +24,7 @@ from simulator.units import fmt_seconds
 
 
 @click.command("layers")
-@apply_options(settings_options(StepSettings))
+@apply_options(settings_options(StepSettings, exclude=STEP_ONLY_EXCLUDED))
 @click.option("--phase", type=click.Choice(["prefill", "decode"]), default="decode", show_default=True,
               help="prefill: the whole batch's prompts (ctx - gen tokens each); decode: one token per sequence at context ctx.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of operators (SI units, whole TP group).")

@@ -94,6 +94,11 @@ def settings_options(cls: type[BaseModel], exclude: tuple[str, ...] = ()) -> lis
     return options
 
 
+# One step of one tensor-parallel group is what layers/explain/roofline cost; a pipeline of stages is not
+# (the serving run models it), so those commands do not offer --pp rather than ignore it.
+STEP_ONLY_EXCLUDED: tuple[str, ...] = ("pp",)
+
+
 def settings_from_cli(cls: type[BaseModel], values: dict[str, Any]) -> Any:
     """Validate the given (non-None) option values into ``cls``; errors name the flag typed."""
     given = {key: value for key, value in values.items() if value is not None and value is not False}

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from simulator.cli.options import (
+    STEP_ONLY_EXCLUDED,
     apply_options,
     reports_input_errors,
     settings_from_cli,
@@ -63,7 +64,7 @@ def roofline_text(data: RooflineData) -> str:
 
 
 @click.command("roofline", epilog=EPILOG)
-@apply_options(settings_options(StepSettings))
+@apply_options(settings_options(StepSettings, exclude=STEP_ONLY_EXCLUDED))
 @click.option("--plot", "plot_path", metavar="FILE.png", default=None, help="Write the roofline plot (png, svg or pdf).")
 @click.option("--json", "as_json", is_flag=True, help="Print the roofline and its points as JSON (SI units, per GPU).")
 @reports_input_errors
