@@ -347,3 +347,13 @@ def test_weighted_summary_sorts_once_and_gives_the_inverted_cdf_percentiles():
     keep = weights > 0
     assert [summary.p50, summary.p90, summary.p99] == [weighted_percentile(values[keep], weights[keep], q)
                                                        for q in (50, 90, 99)]
+
+
+def test_summaries_of_stacked_samples_equal_each_summarized_alone():
+    from simulator.engine.metrics import summarize, summarize_rows
+
+    rng = np.random.default_rng(8)
+    for size in (1, 2, 7, 1000):
+        samples = [rng.exponential(size=size) for _ in range(3)]
+        assert summarize_rows(*samples) == [summarize(sample) for sample in samples]
+    assert summarize_rows(np.zeros(0), np.zeros(0)) == [summarize(np.zeros(0))] * 2

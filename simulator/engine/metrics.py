@@ -121,6 +121,16 @@ def summarize(values: np.ndarray) -> Summary:
     return Summary(float(np.mean(values)), float(p50), float(p90), float(p99))
 
 
+def summarize_rows(*samples: np.ndarray) -> list[Summary]:
+    """:func:`summarize` of samples of one length, in one numpy call per statistic (row by row, the same values)."""
+    if not samples[0].size:
+        return [Summary(0.0, 0.0, 0.0, 0.0) for _ in samples]
+    rows = np.stack(samples)
+    means = np.mean(rows, axis=1)
+    quantiles = np.percentile(rows, [50, 90, 99], axis=1)
+    return [Summary(float(means[k]), *(float(q) for q in quantiles[:, k])) for k in range(len(samples))]
+
+
 def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
     """The smallest value whose cumulative weight reaches ``q`` percent of the total (inverted CDF)."""
     order = np.argsort(values, kind="stable")
@@ -254,6 +264,8 @@ def aggregate(result, tp: int, peak_flops: float, hbm_bandwidth: float,
     reasons = {key: int(np.count_nonzero(result.reject_reason[rejected] == code))
                for code, key in enumerate(REJECT_KEYS) if code}
     duration = float(finish.max() - workload.arrival_seconds.min()) if len(finish) else 0.0
+    queue = result.first_scheduled[done] - workload.arrival_seconds[done]
+    ttft_summary, e2e_summary, queue_summary = summarize_rows(ttft, e2e, queue)
     totals = result.totals
     busy = totals.busy_seconds
     share = (lambda s: s / busy) if busy > 0 else (lambda s: 0.0)
@@ -264,11 +276,11 @@ def aggregate(result, tp: int, peak_flops: float, hbm_bandwidth: float,
         rejected_by_reason=reasons,
         preemptions=int(result.preemptions.sum()),
         preempted_requests=int(np.count_nonzero(result.preemptions)),
-        ttft=summarize(ttft),
+        ttft=ttft_summary,
         tpot=summarize(tpot_all[multi]),
         itl=summarize_weighted(result.itl["seconds"], result.itl["weight"]),
-        e2e=summarize(e2e),
-        queue=summarize(result.first_scheduled[done] - workload.arrival_seconds[done]),
+        e2e=e2e_summary,
+        queue=queue_summary,
         duration_seconds=duration,
         busy_seconds=busy,
         input_tokens=int(workload.prompt_tokens[done].sum()),

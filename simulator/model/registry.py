@@ -62,11 +62,27 @@ def config_files(kind: str) -> list[Path]:
     of the same name. No shipped file at all means a broken install: InputError, never an empty list.
     """
     shipped_dir = data_path("configs", kind)
-    shipped = sorted(shipped_dir.glob("*.yaml"))
+    shipped = _yaml_files(shipped_dir)
     if not shipped:
         label = _KIND_LABELS.get(kind, kind)
         raise InputError(f"no shipped {label} configs found in {shipped_dir}: the installation is broken")
     user_dir = user_config_dir()
-    user = sorted((user_dir / kind).glob("*.yaml")) if user_dir is not None else []
+    user = _yaml_files(user_dir / kind) if user_dir is not None else []
     replaced = {path.name for path in user}
     return user + [path for path in shipped if path.name not in replaced]
+
+
+_LISTINGS: dict[Path, tuple[int, list[Path]]] = {}
+
+
+def _yaml_files(folder: Path) -> list[Path]:
+    """The folder's ``*.yaml`` files, sorted; listed again only when the folder changed (its mtime: a file added,
+    removed or renamed), as a sweep looks its configs up at every point."""
+    try:
+        stamp = folder.stat().st_mtime_ns
+    except OSError:
+        return []
+    listed = _LISTINGS.get(folder)
+    if listed is None or listed[0] != stamp:
+        listed = _LISTINGS[folder] = (stamp, sorted(folder.glob("*.yaml")))
+    return list(listed[1])

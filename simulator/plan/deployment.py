@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 from simulator.cost.deployment import Deployment
@@ -13,6 +14,30 @@ from simulator.model.engine_profile import IDEAL, EngineProfile, load_engine_pro
 from simulator.model.gpu import GPUSpec, load_gpu
 from simulator.model.layers import AttentionKernel, Fusion
 from simulator.model.precision import Precision, parse_precision
+
+
+SYSTEMS_KEPT = 4
+"""Systems remembered by :func:`_system` (a sweep's points mostly share one: its cost memo and traced
+decode ticks then carry over from point to point)."""
+
+_SYSTEMS: OrderedDict[tuple, System] = OrderedDict()
+
+
+def _system(model: ModelSpec, gpu: GPUSpec, precision: Precision, tp: int, attention_kernel: AttentionKernel,
+            fusion: Fusion, ep: int, routing_skew: float, engine: EngineProfile, collectives: str,
+            kernel_efficiency: str) -> System:
+    """``System(...)`` of these settings, the same object for the same settings (Systems are immutable; the
+    configs are compared by their JSON, as pydantic models do not hash)."""
+    key = (model.model_dump_json(), gpu.model_dump_json(), precision.model_dump_json(), tp, attention_kernel, fusion,
+           ep, routing_skew, engine.model_dump_json(), collectives, kernel_efficiency)
+    system = _SYSTEMS.get(key)
+    if system is None:
+        system = _SYSTEMS[key] = System(model, gpu, precision, tp, attention_kernel, fusion, ep, routing_skew,
+                                        engine=engine, collectives=collectives, kernel_efficiency=kernel_efficiency)
+        while len(_SYSTEMS) > SYSTEMS_KEPT:
+            _SYSTEMS.popitem(last=False)
+    _SYSTEMS.move_to_end(key)
+    return system
 
 
 def plan_deployment(
@@ -53,8 +78,8 @@ def plan_deployment(
         )
 
     def build(degree: int) -> Deployment:
-        system = System(model, gpu, precision, degree, attention_kernel, fusion, ep_degree, routing_skew,
-                        engine=engine, collectives=collectives, kernel_efficiency=kernel_efficiency)
+        system = _system(model, gpu, precision, degree, attention_kernel, fusion, ep_degree, routing_skew, engine,
+                         collectives, kernel_efficiency)
         plan = plan_memory(model, precision, gpu, degree, batch, context_tokens, system.operators)
         return Deployment(system, plan, auto_tp=tp is None)
 
