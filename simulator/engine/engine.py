@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from pathlib import Path
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Generator
@@ -43,6 +44,7 @@ from simulator.engine.metrics import (
     itl_samples,
 )
 from simulator.engine.prefix_cache import PrefixAllocator, PrefixCache, reusable_blocks
+from simulator.engine.records import RECORD_FIELDS, RecordFiles
 from simulator.engine.scheduler import (
     Chunk,
     SchedulerConfig,
@@ -66,6 +68,9 @@ PER_REQUEST: dict[str, type] = {
 }
 """The engine's per-request state (name: dtype of the result array), kept as Python lists during a run: an
 element of a list is read and written several times faster than one of a numpy array."""
+
+STREAM_WINDOW = 1 << 16
+"""Requests taken in at a time when streaming records to disk (see :mod:`simulator.engine.records`)."""
 
 STRETCH_MAX = 4096
 """Most decode iterations costed in one vectorised call (bounds the arrays' size)."""
@@ -244,6 +249,32 @@ def reject_reasons(prompt: np.ndarray, output: np.ndarray, config: SchedulerConf
 class Engine:
     """State of one serving run; :meth:`run` drives it with simpy and returns an :class:`EngineResult`."""
 
+    # Per-request state (PER_REQUEST), indexed by local request id (set by __init__ from _new_requests).
+    arrival: list[float]
+    prompt: list[int]
+    output: list[int]
+    prefix_id: list[int]
+    prefix_blocks: list[int]
+    shared: list[int]
+    status: list[int]
+    reject_reason: list[int]
+    first_scheduled: list[float]
+    first_token: list[float]
+    finish: list[float]
+    last_token: list[float]
+    join_time: list[float]
+    preemptions: list[int]
+    queued_mark: list[int]
+    waited_for_kv: list[bool]
+    emitted: list[int]
+    target: list[int]
+    prefilled: list[int]
+    held: list[int]
+    base_cached: list[int]
+    base_clock: list[int]
+    finish_clock: list[int]
+    admit_serial: list[int]
+
     def __init__(
         self,
         system: "System | PipelineSystem",
@@ -251,13 +282,12 @@ class Engine:
         config: SchedulerConfig,
         kv_blocks: int,
         progress: Callable[[int, int], None] | None = None,
+        records: Path | str | None = None,
+        window: int = STREAM_WINDOW,
     ) -> None:
         n = len(workload)
         self.system, self.workload, self.config = system, workload, config
-        self.n = n
-        self.arrival = workload.arrival_seconds
-        self.prompt = workload.prompt_tokens.astype(np.int64)
-        self.output = workload.output_tokens.astype(np.int64)
+        self.total = n  # requests in the workload
         self.bs = config.block_size
         self.incremental = config.incremental_blocks
         self.chunked = config.scheduler == "chunked"
@@ -266,34 +296,24 @@ class Engine:
         # Prefix caching (simulator.engine.prefix_cache): the prefix each request starts with (-1: none), its
         # reusable whole blocks, and the blocks of it the request shares with the cache (0: none, or not yet).
         self.prefixes: PrefixCache | None = None
-        self.prefix_id = np.full(n, -1, dtype=np.int64)
-        self.prefix_blocks = np.zeros(n, dtype=np.int64)
-        self.shared = np.zeros(n, dtype=np.int64)
         if config.prefix_caching:
             self.prefixes = PrefixCache()
             self.alloc = PrefixAllocator(kv_blocks, self.prefixes)
-            if workload.prefix_id is not None and workload.prefix_tokens is not None:
-                self.prefix_id[:] = workload.prefix_id
-                self.prefix_blocks[:] = reusable_blocks(self.prompt, workload.prefix_tokens.astype(np.int64), self.bs)
-                self.prefix_blocks[self.prefix_id < 0] = 0
-
-        self.status = np.zeros(n, dtype=np.int8)
-        self.reject_reason = self._reject_reasons(kv_blocks)
-        nan = np.full(n, np.nan)
-        self.first_scheduled, self.first_token, self.finish = nan.copy(), nan.copy(), nan.copy()
-        self.last_token, self.join_time = nan.copy(), nan.copy()
-        self.preemptions = np.zeros(n, dtype=np.int32)
+        # Whole-workload columns (the engine's own request state is built from them, window by window when streaming).
+        self._prompts = workload.prompt_tokens.astype(np.int64)
+        self._outputs = workload.output_tokens.astype(np.int64)
+        self._reasons = self._reject_reasons(kv_blocks)
         # A request waited for KV if the queue head was refused for lack of free blocks while it was queued:
         # kv_refusals counts refusals, queued_mark holds its value when the request (re)joined the queue.
         self.kv_refusals = 0
-        self.queued_mark = np.zeros(n, dtype=np.int64)
-        self.waited_for_kv = np.zeros(n, dtype=bool)
-        zeros = np.zeros(n, dtype=np.int64)
-        self.emitted, self.target, self.prefilled, self.held = zeros.copy(), zeros.copy(), zeros.copy(), zeros.copy()
-        self.base_cached, self.base_clock, self.finish_clock, self.admit_serial = (
-            zeros.copy(), zeros.copy(), zeros.copy(), zeros.copy())
-        for name in PER_REQUEST:
-            setattr(self, name, getattr(self, name).tolist())
+        # Streaming (simulator.engine.records): only a window of requests is held; local request k is request
+        # offset + k of the workload.
+        self.records = None if records is None else RecordFiles(Path(records) / "requests")
+        self.window = window
+        self.offset = 0
+        self.n = n if self.records is None else min(n, window)  # requests held
+        for name, values in self._new_requests(0, self.n).items():
+            setattr(self, name, values)
 
         self.clock = 0  # decode ticks so far: every decoding sequence advances one token per tick
         self.decoding = 0
@@ -315,6 +335,9 @@ class Engine:
 
         self.log = iteration_log()
         self.itl = itl_samples()
+        if records is not None:
+            self.log.spill_to(Path(records) / "iterations")
+            self.itl.spill_to(Path(records) / "itl")
         self.totals = Totals()
         self.cost_cache: dict[tuple, tuple] = {}
         # A decode tick's totals as a function of the keys it attends, per batch (simulator.cost.tracing; None:
@@ -326,13 +349,87 @@ class Engine:
         self.first_decode: list[tuple | None] = [None, None]
         self.last_decode: list[tuple | None] = [None, None]
 
+    def _new_requests(self, lo: int, hi: int) -> dict[str, list]:
+        """The initial per-request state (:data:`PER_REQUEST`) of requests ``lo`` to ``hi`` - 1 of the workload."""
+        count = hi - lo
+        workload = self.workload
+        prompt = self._prompts[lo:hi]
+        state: dict[str, list] = {
+            "arrival": workload.arrival_seconds[lo:hi].tolist(), "prompt": prompt.tolist(),
+            "output": self._outputs[lo:hi].tolist(), "reject_reason": self._reasons[lo:hi].tolist(),
+        }
+        prefix_id, prefix_blocks = [-1] * count, [0] * count
+        if self.prefixes is not None and workload.prefix_id is not None and workload.prefix_tokens is not None:
+            ids = workload.prefix_id[lo:hi].astype(np.int64)
+            blocks = reusable_blocks(prompt, workload.prefix_tokens[lo:hi].astype(np.int64), self.bs)
+            prefix_id, prefix_blocks = ids.tolist(), np.where(ids < 0, 0, blocks).tolist()
+        state["prefix_id"], state["prefix_blocks"] = prefix_id, prefix_blocks
+        for name, dtype in PER_REQUEST.items():
+            if name not in state:
+                nan = name in ("first_scheduled", "first_token", "finish", "last_token", "join_time")
+                state[name] = [np.nan if nan else np.zeros((), dtype=dtype).item()] * count
+        return state
+
+    # -- streaming (simulator.engine.records) ------------------------------------------------------------------
+
+    def _load_more(self) -> bool:
+        """Streaming: write and drop the finished requests at the start of the window, then take in the next
+        requests of the workload. False when every request has been taken in (or not streaming)."""
+        if self.records is None or self.offset + self.n >= self.total:
+            return False
+        self._drop_finished()
+        lo = self.offset + self.n
+        hi = min(self.total, lo + self.window)
+        for name, values in self._new_requests(lo, hi).items():
+            getattr(self, name).extend(values)
+        self.n += hi - lo
+        return True
+
+    def _drop_finished(self) -> None:
+        """Write the records of the finished requests before the first unfinished one, drop them, renumber."""
+        assert self.records is not None
+        status, low = self.status, 0
+        while low < self.next_arrival and status[low] in (DONE, REJECTED):
+            low += 1
+        if not low:
+            return
+        self.records.write({name: getattr(self, name)[:low] for name in RECORD_FIELDS})
+        for name in PER_REQUEST:
+            del getattr(self, name)[:low]
+        self.offset += low
+        self.n -= low
+        self.next_arrival -= low
+        # Requests still referred to are unfinished, so at or after ``low``; stale entries of finished ones go.
+        self.waiting = deque(rid - low for rid in self.waiting)
+        self.partials = [rid - low for rid in self.partials]
+        self.finish_heap = [(clock, rid - low, serial) for clock, rid, serial in self.finish_heap if rid >= low]
+        heapq.heapify(self.finish_heap)
+        self.admission_order = [(serial, rid - low) for serial, rid in self.admission_order if rid >= low]
+        self.log.spill()
+        self.itl.spill()
+
+    def _write_all(self) -> None:
+        """Streaming, at the end of the run: write every request's record."""
+        assert self.records is not None
+        self.records.write({name: getattr(self, name) for name in RECORD_FIELDS})
+        for name in PER_REQUEST:
+            del getattr(self, name)[:]
+        self.offset += self.n
+        self.next_arrival -= self.n
+        self.n = 0
+        self.log.spill()
+        self.itl.spill()
+
     # -- admission -----------------------------------------------------------------------------------------
 
     def _reject_reasons(self, kv_blocks: int) -> np.ndarray:
         """Reason code per request (0: admissible), see metrics.REJECT_REASONS."""
-        return reject_reasons(self.prompt, self.output, self.config, self.system.model.max_context, kv_blocks)
+        return reject_reasons(self._prompts, self._outputs, self.config, self.system.model.max_context, kv_blocks)
 
     def _arrive(self, now: float) -> None:
+        if self.next_arrival >= self.n and self._load_more():
+            self._arrive(now)
+            return
         n, arrival = self.n, self.arrival
         while self.next_arrival < n and arrival[self.next_arrival] <= now:
             rid = self.next_arrival
@@ -345,6 +442,8 @@ class Engine:
             self.target[rid] = self.prompt[rid]
             self.queued_mark[rid] = self.kv_refusals
             self.waiting.append(rid)
+        if self.next_arrival >= n and self._load_more():
+            self._arrive(now)
 
     def admission_blocks(self, rid: int) -> int:
         """Free blocks ``rid`` needs to start (less a cached prefix it shares, plus one it takes back from the free pool)."""
@@ -901,7 +1000,7 @@ class Engine:
             if self.progress is not None and loops % 64 == 0:
                 wall = time.perf_counter()
                 if wall - last_report > 0.1:
-                    self.progress(self.done, self.n)
+                    self.progress(self.done, self.total)
                     last_report = wall
             if scheduler == "static":
                 chunks = plan_static(self)
@@ -939,11 +1038,13 @@ class Engine:
 
     def _next_arrival_seconds(self) -> float | None:
         """When the next request not yet seen arrives (None: no more are known)."""
-        return float(self.arrival[self.next_arrival]) if self.next_arrival < self.n else None
+        if self.next_arrival >= self.n and not self._load_more():
+            return None
+        return float(self.arrival[self.next_arrival])
 
     def _idle_event(self, env: simpy.Environment, now: float) -> simpy.Event | None:
         """What an idle engine waits for (the next arrival), or None when the run is over."""
-        if self.next_arrival >= self.n:
+        if self.next_arrival >= self.n and not self._load_more():
             return None
         return env.timeout(float(self.arrival[self.next_arrival]) - now)
 
@@ -953,12 +1054,16 @@ class Engine:
         started = time.perf_counter()
         env.process(self._serve(env))
         env.run()
+        if self.records is not None:
+            self._write_all()
         if self.progress is not None:
-            self.progress(self.done, self.n)
+            self.progress(self.done, self.total)
         return self.result(time.perf_counter() - started)
 
     def _array(self, name: str) -> np.ndarray:
-        """Per-request state ``name`` as a numpy array of its result dtype."""
+        """Per-request state ``name`` as a numpy array of its result dtype (streaming: mapped from its file)."""
+        if self.records is not None and name in RECORD_FIELDS:
+            return self.records.array(name)
         return np.array(getattr(self, name), dtype=PER_REQUEST[name])
 
     def result(self, wall_seconds: float = 0.0) -> EngineResult:
@@ -993,6 +1098,11 @@ def simulate(
     config: SchedulerConfig,
     kv_blocks: int,
     progress: Callable[[int, int], None] | None = None,
+    records: Path | str | None = None,
 ) -> EngineResult:
-    """Serve ``workload`` on ``system`` with ``config`` and a KV cache of ``kv_blocks`` blocks."""
-    return Engine(system, workload, config, kv_blocks, progress).run()
+    """Serve ``workload`` on ``system`` with ``config`` and a KV cache of ``kv_blocks`` blocks.
+
+    ``records``: a folder to stream the per-request records, the iteration log and the inter-token gaps to
+    (:mod:`simulator.engine.records`); the result's arrays then map those files. None: all held in memory.
+    """
+    return Engine(system, workload, config, kv_blocks, progress, records).run()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -50,10 +51,30 @@ class Columns:
         self._dtypes = tuple(np.dtype(dtype) for dtype in dtypes.values())
         self._columns = tuple(array(_TYPECODES[dtype]) for dtype in self._dtypes)
         self._read: dict[str, tuple[int, np.ndarray]] = {}
+        self._folder: Path | None = None
+        self._spilled = 0
+
+    def spill_to(self, folder: Path) -> None:
+        """From now on :meth:`spill` moves the rows held to one raw file per column in ``folder`` (a run too long
+        to hold its log in memory); reads then map the files."""
+        folder.mkdir(parents=True, exist_ok=True)
+        self._folder = folder
+        for name in self._names:
+            (folder / f"{name}.bin").write_bytes(b"")
+
+    def spill(self) -> None:
+        """Append the rows held in memory to the column files (if :meth:`spill_to` named a folder) and drop them."""
+        if self._folder is None or not len(self._columns[0]):
+            return
+        for name, column in zip(self._names, self._columns):
+            with open(self._folder / f"{name}.bin", "ab") as file:
+                column.tofile(file)
+            del column[:]
+        self._spilled = (self._folder / f"{self._names[0]}.bin").stat().st_size // self._dtypes[0].itemsize
 
     @property
     def size(self) -> int:
-        return len(self._columns[0])
+        return self._spilled + len(self._columns[0])
 
     def add(self, *row) -> None:
         """Append one row: one value per column, in the columns' order."""
@@ -84,7 +105,13 @@ class Columns:
         cached = self._read.get(name)
         if cached is None or cached[0] != size:
             index = self._names.index(name)
-            cached = self._read[name] = (size, np.frombuffer(self._columns[index], dtype=self._dtypes[index]).copy())
+            column: np.ndarray
+            if self._folder is not None and size:
+                self.spill()  # read-only map of the column's file: the OS pages it in and out
+                column = np.memmap(self._folder / f"{name}.bin", dtype=self._dtypes[index], mode="r", shape=(size,))
+            else:
+                column = np.frombuffer(self._columns[index], dtype=self._dtypes[index]).copy()
+            cached = self._read[name] = (size, column)
         return cached[1]
 
 
