@@ -114,3 +114,17 @@ def test_trace_window_replays_the_arrivals_inside_it():
 def test_trace_window_settings_need_a_trace():
     with pytest.raises(InputError, match="--trace-start: applies only with trace|trace_start: applies only with trace"):
         parse(trace_start=5.0)
+
+
+def test_options_without_model_and_gpu_are_an_error_not_help():
+    runner = CliRunner()
+    assert runner.invoke(main, []).exit_code == 0  # bare `simulate` shows its help
+    result = runner.invoke(main, ["--json"])
+    assert result.exit_code == 2 and "--model and --gpu are required" in result.output
+
+
+def test_an_open_ended_trace_window_prints_no_infinity():
+    result = CliRunner().invoke(main, ["--model", "llama2-7b", "--gpu", "a100", "--trace", "tests/data/azure_trace_small.csv",
+                                       "--trace-start", "0.01", "-q"])
+    assert result.exit_code == 0, result.output
+    assert "window from 0.01 s to the end" in result.output and "inf" not in result.output

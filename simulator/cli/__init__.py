@@ -83,6 +83,10 @@ def main(click_ctx: click.Context, **values: Any) -> None:
         return
     shown = {name: values.pop(name) for name in PRESENTATION_NAMES}
     if not values.get("model") and not values.get("gpu"):
+        if any(value not in (None, False, ()) for value in values.values()) or shown["as_json"] or shown["as_csv"]:
+            # Options without a model and GPU are a mistake, not a request for help (and --json must stay JSON).
+            raise InputError("--model and --gpu are required (e.g. --model llama2-70b --gpu a100; "
+                             "`simulate models` and `simulate gpus` list them)")
         click.echo(click_ctx.get_help())
         return
     if shown["as_json"] and shown["as_csv"]:

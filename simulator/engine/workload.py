@@ -316,10 +316,12 @@ def _window(trace: Trace, start_seconds: float, duration_seconds: float | None) 
     end = math.inf if duration_seconds is None else start_seconds + duration_seconds
     sorted_times = times[order]
     lo, hi = np.searchsorted(sorted_times, [start_seconds, end], side="left")
-    label = f", window [{start_seconds:g}, {end:g}) s"
+    # An open-ended window is spelled in words: a report never prints 'inf'.
+    window = f"from {start_seconds:g} s to the end" if duration_seconds is None else f"[{start_seconds:g}, {end:g}) s"
+    label = f", window {window}"
     if lo == hi:
         span = float(sorted_times[-1])
-        raise InputError(f"--trace-start/--trace-duration: the window [{start_seconds:g}, {end:g}) s holds no requests; "
+        raise InputError(f"--trace-start/--trace-duration: the window {window} holds no requests; "
                          f"{trace.path.name}'s arrivals span 0 to {span:g} s")
     return order[lo:hi], label
 
