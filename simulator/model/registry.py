@@ -38,7 +38,7 @@ def data_root() -> Path:
 
 
 def data_path(*parts: str) -> Path:
-    """A shipped data file or folder, e.g. ``data_path("validation", "measurements.csv")``."""
+    """A shipped data file or folder, e.g. ``data_path("validation", "published.csv")``."""
     return data_root().joinpath(*parts)
 
 
