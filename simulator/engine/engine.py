@@ -561,12 +561,11 @@ class Engine:
         self.done += 1
 
     def _finish_decoders(self, now: float) -> None:
-        heap = self.finish_heap
-        while heap and heap[0][0] <= self.clock:
-            entry = heapq.heappop(heap)
-            if not self._current(entry):
+        heap, clock, status, serials = self.finish_heap, self.clock, self.status, self.admit_serial
+        while heap and heap[0][0] <= clock:
+            _, rid, serial = heapq.heappop(heap)
+            if status[rid] != DECODING or serials[rid] != serial:
                 continue  # stale: the sequence was preempted after this entry was pushed
-            rid = entry[1]
             cached = self._leave_decode(rid)
             blocks = blocks_for(cached, self.bs) - int(self.shared[rid]) if self.incremental else int(self.held[rid])
             self.emitted[rid] = self.output[rid]
@@ -589,17 +588,22 @@ class Engine:
         Walks only the part of the heap at or below ``last_clock`` (a heap's children are never
         smaller than their parent), so the cost is the number of entries found, not the heap size.
         """
-        heap = self.finish_heap
+        heap, status, serials = self.finish_heap, self.status, self.admit_serial
+        size = len(heap)
         found = []
         pending = [0] if heap else []
         while pending:
             index = pending.pop()
-            entry = heap[index]
-            if entry[0] > last_clock:
+            clock, rid, serial = heap[index]
+            if clock > last_clock:
                 continue
-            if self._current(entry):
-                found.append((entry[0], entry[1]))
-            pending.extend(child for child in (2 * index + 1, 2 * index + 2) if child < len(heap))
+            if status[rid] == DECODING and serials[rid] == serial:  # see _current
+                found.append((clock, rid))
+            child = 2 * index + 1
+            if child < size:
+                pending.append(child)
+                if child + 1 < size:
+                    pending.append(child + 1)
         found.sort()
         return found
 
@@ -653,20 +657,23 @@ class Engine:
     def _ticks(self, ends: np.ndarray | list[float]) -> None:
         """Bookkeeping after ``len(ends)`` decode ticks ending at times ``ends`` (blocks already allocated)."""
         first = float(ends[0])
-        joined = sum(self.pending_joins.values())
-        old = self.decoding - joined
-        if old > 0:
-            self.itl.add(first - self.last_tick, old)
-        for when, count in self.pending_joins.items():
-            if count > 0:
-                self.itl.add(first - when, count)
-        self.pending_joins.clear()
-        if len(ends) > 1:
+        itl, joins, ticks = self.itl, self.pending_joins, len(ends)
+        if joins:
+            old = self.decoding - sum(joins.values())
+            if old > 0:
+                itl.add(first - self.last_tick, old)
+            for when, count in joins.items():
+                if count > 0:
+                    itl.add(first - when, count)
+            joins.clear()
+        elif self.decoding:
+            itl.add(first - self.last_tick, self.decoding)
+        if ticks > 1:
             gaps = np.diff(ends) if isinstance(ends, np.ndarray) else [b - a for a, b in zip(ends, ends[1:])]
-            self.itl.add_rows(gaps, self.decoding)
+            itl.add_rows(gaps, self.decoding)
         self.last_tick = float(ends[-1])
-        self.clock += len(ends)
-        self.decode_cached += self.decoding * len(ends)
+        self.clock += ticks
+        self.decode_cached += self.decoding * ticks
 
     # -- costing -------------------------------------------------------------------------------------------
 
@@ -900,54 +907,59 @@ class Engine:
         used: list[int] = []
         ends: list[float] = []
         seconds: list[float] = []
+        add_batch, add_needed, add_used, add_end, add_seconds = (
+            batches.append, needed_by.append, used.append, ends.append, seconds.append)
         elapsed = flops = moved = compute_bound = memory_bound = communication = 0.0
         gone = gone_cached = freed = needed = 0
         k, count = 0, len(leaving)
         next_leave = leave_at[0] if count else horizon + 1
         cost_batch, cost = -1, None
         first_context = last_context = 0.0
+        phase = (-clock) % bs  # decoders in this block phase need a new block at the tick
         steps = horizon
         for j in range(horizon):
             while next_leave <= j:
                 rid = leaving[k][1]
-                start_phase = int(self.base_cached[rid]) - int(self.base_clock[rid])
+                start_phase = self.base_cached[rid] - self.base_clock[rid]
                 cached_now = start_phase + clock
                 gone += 1
                 gone_cached += cached_now
                 if incremental:
-                    freed += -(-(cached_now + next_leave) // bs) - int(self.shared[rid])
+                    freed += -(-(cached_now + next_leave) // bs) - self.shared[rid]
                     phase_counts[start_phase % bs] -= 1
                 else:
-                    freed += int(self.held[rid])
+                    freed += self.held[rid]
                 k += 1
                 next_leave = leave_at[k] if k < count else horizon + 1
             batch = decoding - gone
             if incremental:
-                needed += phase_counts[(-(clock + j)) % bs]
+                needed += phase_counts[phase]
                 if needed > free + freed:
                     steps = j  # this tick's blocks are not free
                     break
+                phase = phase - 1 if phase else bs - 1
             context = (cached_sum - gone_cached) + batch * (j + 1.0)
             if batch != cost_batch:  # the first tick, or decoders left
                 cost_batch, cost = batch, self._tick_cost(batch)
                 if not j:
                     first_context = context
             if cost is not None:
-                value = cost(context)
+                tick_seconds, tick_flops, tick_bytes, tick_compute, tick_memory, tick_communication = cost(context)
             else:
-                value = self._cost_scalar((float(batch), 0.0, float(batch), float(batch), context, 0.0, context, context))
-            elapsed += value[0]
+                tick_seconds, tick_flops, tick_bytes, tick_compute, tick_memory, tick_communication = self._cost_scalar(
+                    (float(batch), 0.0, float(batch), float(batch), context, 0.0, context, context))
+            elapsed += tick_seconds
             end = now + elapsed
-            flops += value[1]
-            moved += value[2]
-            compute_bound += value[3]
-            memory_bound += value[4]
-            communication += value[5]
-            batches.append(batch)
-            needed_by.append(needed)
-            used.append(used_before - freed + needed)
-            ends.append(end)
-            seconds.append(value[0])
+            flops += tick_flops
+            moved += tick_bytes
+            compute_bound += tick_compute
+            memory_bound += tick_memory
+            communication += tick_communication
+            add_batch(batch)
+            add_needed(needed)
+            add_used(used_before - freed + needed)
+            add_end(end)
+            add_seconds(tick_seconds)
             last_context = context
             if end >= arrival:
                 steps = j + 1  # the first iteration boundary at or after the next arrival

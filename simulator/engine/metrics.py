@@ -83,12 +83,16 @@ class Columns:
 
     def add_rows(self, *columns) -> None:
         """Append rows: per column (in order) a list or array of equal length, or one value for every row."""
-        count = next(len(values) for values in columns if isinstance(values, (list, np.ndarray)))
+        count = 0
+        for values in columns:
+            if type(values) is list or isinstance(values, np.ndarray):
+                count = len(values)
+                break
         for column, dtype, values in zip(self._columns, self._dtypes, columns):
-            if isinstance(values, np.ndarray):
-                column.frombytes(np.ascontiguousarray(values, dtype=dtype).tobytes())
-            elif isinstance(values, list):
+            if type(values) is list:
                 column.extend(values)
+            elif isinstance(values, np.ndarray):
+                column.frombytes(np.ascontiguousarray(values, dtype=dtype).tobytes())
             else:
                 column.extend([values] * count)
 
