@@ -448,11 +448,11 @@ class Engine:
     def admission_blocks(self, rid: int) -> int:
         """Free blocks ``rid`` needs to start (less a cached prefix it shares, plus one it takes back from the free pool)."""
         if self.incremental:
-            blocks = blocks_for(int(self.target[rid]), self.bs)
+            blocks = blocks_for(self.target[rid], self.bs)
         else:
-            blocks = blocks_for(int(self.prompt[rid] + self.output[rid] - 1), self.bs)
+            blocks = blocks_for(self.prompt[rid] + self.output[rid] - 1, self.bs)
         if self.prefixes is not None and self.prefix_blocks[rid]:
-            hit, retake = self.prefixes.peek(int(self.prefix_id[rid]), int(self.prefix_blocks[rid]))
+            hit, retake = self.prefixes.peek(self.prefix_id[rid], self.prefix_blocks[rid])
             blocks += retake - hit
         return blocks
 
@@ -474,7 +474,7 @@ class Engine:
         hit = retake = 0
         if self.prefixes is not None and self.prefix_blocks[rid]:
             # Claimed before allocating, so the allocation cannot evict the prefix it is about to share.
-            hit, retake = self.prefixes.claim(int(self.prefix_id[rid]), int(self.prefix_blocks[rid]), self.bs)
+            hit, retake = self.prefixes.claim(self.prefix_id[rid], self.prefix_blocks[rid], self.bs)
         self.alloc.allocate(blocks)
         self.held[rid] = blocks - retake  # the request's own blocks (the prefix's belong to the cache)
         self.shared[rid] = hit
@@ -507,12 +507,12 @@ class Engine:
     def _prefill_done(self, rid: int, now: float) -> None:
         """``rid``'s prompt is all cached: it emits a token, then decodes or finishes."""
         if self.prefixes is not None and self.prefix_blocks[rid] and not self.shared[rid]:
-            blocks = int(self.prefix_blocks[rid])
-            if self.prefixes.register(int(self.prefix_id[rid]), blocks):  # its prefix blocks now belong to the cache
+            blocks = self.prefix_blocks[rid]
+            if self.prefixes.register(self.prefix_id[rid], blocks):  # its prefix blocks now belong to the cache
                 self.shared[rid] = blocks
                 self.held[rid] -= blocks
-        cached = int(self.target[rid])
-        emitted = int(self.emitted[rid]) + 1
+        cached = self.target[rid]
+        emitted = self.emitted[rid] + 1
         self.emitted[rid] = emitted
         if emitted == 1:
             self.first_token[rid] = now
@@ -520,7 +520,7 @@ class Engine:
             self.itl.add(now - self.last_token[rid], 1)
         self.last_token[rid] = now
         if emitted >= self.output[rid]:
-            self._finish(rid, now, int(self.held[rid]))
+            self._finish(rid, now, self.held[rid])
             return
         self.status[rid] = DECODING
         self.base_cached[rid] = cached
@@ -528,27 +528,27 @@ class Engine:
         self.phase_counts[(cached - self.clock) % self.bs] += 1
         self.decoding += 1
         self.decode_cached += cached
-        finish_clock = self.clock + int(self.output[rid]) - emitted
+        finish_clock = self.clock + self.output[rid] - emitted
         self.finish_clock[rid] = finish_clock
-        heapq.heappush(self.finish_heap, (finish_clock, rid, int(self.admit_serial[rid])))
+        heapq.heappush(self.finish_heap, (finish_clock, rid, self.admit_serial[rid]))
         self.join_time[rid] = now
         self.pending_joins[now] = self.pending_joins.get(now, 0) + 1
 
     def _drop_prefix(self, rid: int) -> None:
         if self.shared[rid]:
             assert self.prefixes is not None
-            self.prefixes.drop(int(self.prefix_id[rid]), self.alloc)
+            self.prefixes.drop(self.prefix_id[rid], self.alloc)
             self.shared[rid] = 0
 
     def _cached(self, rid: int) -> int:
-        return int(self.base_cached[rid]) + self.clock - int(self.base_clock[rid])
+        return self.base_cached[rid] + self.clock - self.base_clock[rid]
 
     def _leave_decode(self, rid: int) -> int:
         """Remove a decoder from the running sums; returns its cached tokens."""
         cached = self._cached(rid)
         self.decoding -= 1
         self.decode_cached -= cached
-        self.phase_counts[(int(self.base_cached[rid]) - int(self.base_clock[rid])) % self.bs] -= 1
+        self.phase_counts[(self.base_cached[rid] - self.base_clock[rid]) % self.bs] -= 1
         return cached
 
     def _finish(self, rid: int, now: float, blocks: int) -> None:
@@ -567,7 +567,7 @@ class Engine:
             if status[rid] != DECODING or serials[rid] != serial:
                 continue  # stale: the sequence was preempted after this entry was pushed
             cached = self._leave_decode(rid)
-            blocks = blocks_for(cached, self.bs) - int(self.shared[rid]) if self.incremental else int(self.held[rid])
+            blocks = blocks_for(cached, self.bs) - self.shared[rid] if self.incremental else self.held[rid]
             self.emitted[rid] = self.output[rid]
             self.last_token[rid] = now
             self._finish(rid, now, blocks)
