@@ -530,6 +530,21 @@ def _fixed_key_ok(operators: tuple[Operator, ...], memo: dict) -> bool:
     return ok
 
 
+_CONTEXT_OPERATORS = "context operators"
+"""memo key: the (operator, rates) pairs that are not token-only (attention), listed once per memo."""
+
+
+def _context_operators(operators: tuple[Operator, ...], rates: tuple[OperatorRates | None, ...],
+                       memo: dict | None) -> list[tuple[Operator, OperatorRates | None]]:
+    """The operators whose share depends on more than the step's token count, with their rates, in order."""
+    listed = memo.get(_CONTEXT_OPERATORS) if memo is not None else None
+    if listed is None:
+        listed = [(op, op_rates) for op, op_rates in zip(operators, rates) if not op.works_from_tokens]
+        if memo is not None:
+            memo[_CONTEXT_OPERATORS] = listed
+    return listed
+
+
 def _sum_shares(shares) -> tuple:
     """Shares summed component by component, in order, starting from 0.0 (one summation order for every path)."""
     seconds = flops = moved = compute_bound = communication = 0.0
@@ -622,7 +637,8 @@ def step_totals(
     """
     captured = _captured(model, step)
     memo_ok = memo is not None and _fixed_key_ok(operators, memo)
-    varying = any(isinstance(part, np.ndarray) for part in (step.tokens, step.logit_tokens, captured))
+    varying = (isinstance(step.tokens, np.ndarray) or isinstance(step.logit_tokens, np.ndarray)
+               or isinstance(captured, np.ndarray))
     if memo is None or (varying and not memo_ok):
         fixed = _sum_shares(operator_totals(op, step, gpu, op_rates, captured, model)
                             for op, op_rates in zip(operators, rates) if op.works_from_tokens)
@@ -630,9 +646,10 @@ def step_totals(
         fixed = _fixed_runs(operators, step, gpu, rates, captured, model, memo)
     else:
         fixed = _fixed_scalar(operators, step, gpu, rates, captured, model, memo, memo_ok)
-    rest = _sum_shares(operator_totals(op, step, gpu, op_rates, captured, model)
-                       for op, op_rates in zip(operators, rates) if not op.works_from_tokens)
-    seconds, flops, moved, compute_bound, communication = (a + b for a, b in zip(fixed, rest))
+    rest = _sum_shares([operator_totals(op, step, gpu, op_rates, captured, model)
+                        for op, op_rates in _context_operators(operators, rates, memo)])
+    seconds, flops, moved, compute_bound, communication = (
+        fixed[0] + rest[0], fixed[1] + rest[1], fixed[2] + rest[2], fixed[3] + rest[3], fixed[4] + rest[4])
     overhead = _overhead(model, step, seconds)
     return StepTotals(seconds + overhead, flops, moved, compute_bound, seconds - compute_bound - communication,
                       communication)
