@@ -1,7 +1,8 @@
 """Sweep speed: a grid of closed-batch points, evaluated with the machine's cores (and optionally one worker).
 
 Run: python -m benchmarks.bench_sweep [--out benchmarks/results.json] [--points 10000] [--one-worker]
-The grid is LLaMA-3-8B closed batches on H100: batch x context x weights x KV dtype (64 generated tokens).
+The grid is LLaMA-3-8B closed batches on H100: batch (1-25) x context x weights x KV dtype (64 generated
+tokens); see grid_scenario.
 Target: 10^4 points in < 60 s with the machine's cores (2 here).
 """
 
@@ -22,15 +23,20 @@ from simulator.plan.sweep import InlineExecutor, run_sweep
 
 
 def grid_scenario(folder: Path, points: int) -> Path:
-    """A scenario whose grid has ``points`` points (10 contexts x 4 dtype pairs x points/40 batches)."""
-    batches = max(1, points // 40)
+    """A scenario whose grid has ``points`` points: batches 1-25 x 4 dtype pairs x points/100 contexts.
+
+    Contexts are spread evenly from 256 to ~6,400 tokens (within LLaMA-3-8B's 8,192): 10 for 10^3 points,
+    100 for 10^4. (Before, 10^3 points were batches 1-25 x contexts 256-2,560.)
+    """
+    contexts = max(1, points // 100)
+    step = max(1, (6400 - 256) // max(1, contexts - 1))
     data = {
         "name": "bench",
         "base": {"model": "llama3-8b", "gpu": "h100", "gen": 64},
         "sweep": {
             "grid": {
-                "batch": list(range(1, batches + 1)),
-                "ctx": [256 * (i + 1) for i in range(10)],
+                "batch": list(range(1, 26)),
+                "ctx": [256 + step * i for i in range(contexts)],
                 "weights": ["fp16", "fp8"],
                 "kv": ["fp16", "fp8"],
             }

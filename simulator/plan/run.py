@@ -188,7 +188,10 @@ def simulate_settings(
     peak, bandwidth = system.peak_flops, system.gpu.hbm_bandwidth_bytes_per_second
     # The merged result's FLOPs and bytes are sums over replicas: utilisation is per GPU over all of them.
     metrics = aggregate(result, system.tp, peak * replicas, bandwidth * replicas, *slo)
-    per_replica = tuple(aggregate(part, system.tp, peak, bandwidth, *slo) for part in result.extra["replicas"])
+    parts = result.extra["replicas"]
+    # One replica's result is the run's own, aggregated just above with the same arguments.
+    per_replica = (metrics,) if len(parts) == 1 and parts[0] is result else tuple(
+        aggregate(part, system.tp, peak, bandwidth, *slo) for part in parts)
     return EngineRun(prep.settings, prep.deployment, prep.workload, prep.capacity, prep.config, result, metrics,
                      per_replica)
 
