@@ -15,6 +15,7 @@ shipped one replaces it.
 
 from __future__ import annotations
 
+import functools
 import os
 from importlib import resources
 from pathlib import Path
@@ -27,8 +28,9 @@ CONFIG_DIR_ENV = "MEMWALL_CONFIG_DIR"
 _KIND_LABELS = {"models": "model", "gpus": "GPU", "engines": "engine profile", "interconnects": "interconnect"}
 
 
+@functools.lru_cache(maxsize=1)
 def data_root() -> Path:
-    """The folder of the package data (``configs/`` and ``validation/`` inside it)."""
+    """The folder of the package data (``configs/`` and ``validation/`` inside it); found once per process."""
     # A zipped install would give a Traversable that is not a file-system path; the readers
     # need real paths (stat for the cache, paths in error messages), so that is refused.
     root = resources.files("simulator") / "data"
