@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import heapq
 import time
-from pathlib import Path
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Generator
 
 import numpy as np
