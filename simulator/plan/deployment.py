@@ -15,7 +15,6 @@ from simulator.model.gpu import GPUSpec, load_gpu
 from simulator.model.layers import AttentionKernel, Fusion
 from simulator.model.precision import Precision, parse_precision
 
-
 SYSTEMS_KEPT = 4
 """Systems remembered by :func:`_system` (a sweep's points mostly share one: its cost memo and traced
 decode ticks then carry over from point to point)."""
