@@ -115,7 +115,12 @@ def bisect_min_int(passes: Callable[[int], bool], start: int, limit: int) -> int
             good = probe
         else:
             bad = probe
-    while good - bad > 1:
+    return narrow(passes, good, bad)
+
+
+def narrow(passes: Callable[[int], bool], good: int, bad: int) -> int:
+    """Bisect between an integer where ``passes`` holds and one where it fails (either order); the last that holds."""
+    while abs(good - bad) > 1:
         middle = (good + bad) // 2
         if passes(middle):
             good = middle
@@ -160,14 +165,7 @@ def bisect_max_int(passes: Callable[[int], bool], low: int, high: int) -> int | 
         return None
     if passes(high):
         return high
-    good, bad = low, high
-    while bad - good > 1:
-        middle = (good + bad) // 2
-        if passes(middle):
-            good = middle
-        else:
-            bad = middle
-    return good
+    return narrow(passes, low, high)
 
 
 def bisect_max_float(passes: Callable[[float], bool], low: float, high: float, tolerance: float) -> float | None:
