@@ -300,8 +300,8 @@ class Engine:
             self.prefixes = PrefixCache()
             self.alloc = PrefixAllocator(kv_blocks, self.prefixes)
         # Whole-workload columns (the engine's own request state is built from them, window by window when streaming).
-        self._prompts = workload.prompt_tokens.astype(np.int64)
-        self._outputs = workload.output_tokens.astype(np.int64)
+        self._prompts = workload.prompt_tokens.astype(np.int64, copy=False)
+        self._outputs = workload.output_tokens.astype(np.int64, copy=False)
         self._reasons = self._reject_reasons(kv_blocks)
         # A request waited for KV if the queue head was refused for lack of free blocks while it was queued:
         # kv_refusals counts refusals, queued_mark holds its value when the request (re)joined the queue.
