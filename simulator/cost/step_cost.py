@@ -47,6 +47,7 @@ costed in one call.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -512,37 +513,32 @@ def operator_totals(op: Operator, step: Step, gpu: GPUSpec, rates: OperatorRates
 MEMO_MAX = 100_000
 """Per-operator shares remembered by :func:`step_totals` (cleared when full)."""
 
-_TOKEN_FIELDS_OK = "token fields checked"
-"""memo key: do the token-only operators read only ``step.tokens`` / ``step.logit_tokens`` (see _fixed_key_ok)?"""
 
 
-def _fixed_key_ok(operators: tuple[Operator, ...], memo: dict) -> bool:
-    """Is (tokens, logit tokens, graph capture) a valid key for the summed share of the token-only operators?
+_OPERATOR_FACTS: OrderedDict[tuple[int, int], tuple[tuple, tuple, bool, list]] = OrderedDict()
+OPERATOR_FACTS_KEPT = 16
+"""Operator tuples whose facts (see :func:`_operator_facts`) are kept, the most recently used."""
 
-    True when each operator with ``works_from_tokens`` takes its token count from ``step.tokens`` or
-    ``step.logit_tokens`` (checked once per memo on a probe step whose fields all differ).
+
+def _operator_facts(operators: tuple[Operator, ...],
+                    rates: tuple[OperatorRates | None, ...]) -> tuple[tuple, tuple, bool, list]:
+    """Facts about an operator tuple that step_totals needs on every call, worked out once per tuple.
+
+    (the tuples themselves, so their ids stay their own; whether (tokens, logit tokens, graph capture) is a valid key
+    for the summed share of the token-only operators, i.e. each takes its token count from ``step.tokens``
+    or ``step.logit_tokens``, checked on a probe step whose fields all differ; the (operator, rates) pairs
+    that are not token-only, in order).
     """
-    ok = memo.get(_TOKEN_FIELDS_OK)
-    if ok is None:
+    key = (id(operators), id(rates))
+    facts = _OPERATOR_FACTS.get(key)
+    if facts is None or facts[0] is not operators or facts[1] is not rates:
         probe = Step(*(float(k + 1) for k in range(8)))
-        ok = memo[_TOKEN_FIELDS_OK] = all(
-            op.tokens(probe) in (probe.tokens, probe.logit_tokens) for op in operators if op.works_from_tokens)
-    return ok
-
-
-_CONTEXT_OPERATORS = "context operators"
-"""memo key: the (operator, rates) pairs that are not token-only (attention), listed once per memo."""
-
-
-def _context_operators(operators: tuple[Operator, ...], rates: tuple[OperatorRates | None, ...],
-                       memo: dict | None) -> list[tuple[Operator, OperatorRates | None]]:
-    """The operators whose share depends on more than the step's token count, with their rates, in order."""
-    listed = memo.get(_CONTEXT_OPERATORS) if memo is not None else None
-    if listed is None:
-        listed = [(op, op_rates) for op, op_rates in zip(operators, rates) if not op.works_from_tokens]
-        if memo is not None:
-            memo[_CONTEXT_OPERATORS] = listed
-    return listed
+        key_ok = all(op.tokens(probe) in (probe.tokens, probe.logit_tokens) for op in operators if op.works_from_tokens)
+        context = [(op, op_rates) for op, op_rates in zip(operators, rates) if not op.works_from_tokens]
+        facts = _OPERATOR_FACTS[key] = (operators, rates, key_ok, context)
+        while len(_OPERATOR_FACTS) > OPERATOR_FACTS_KEPT:
+            _OPERATOR_FACTS.popitem(last=False)
+    return facts
 
 
 def _sum_shares(shares) -> tuple:
@@ -597,12 +593,17 @@ def _fixed_runs(operators, step: Step, gpu: GPUSpec, rates, captured: Number, mo
     for column in columns:
         change[1:] |= column[1:] != column[:-1]
     starts = np.flatnonzero(change)
+    if len(starts) > max(16, size // 8):
+        # Runs too short to look up one by one: the operators on the arrays themselves (the same IEEE
+        # operations entry by entry, summed in the same order, so the same values bit for bit).
+        return _sum_shares(operator_totals(op, step, gpu, op_rates, captured, model)
+                           for op, op_rates in zip(operators, rates) if op.works_from_tokens)
     tokens, logits, capture = (column[starts].tolist() for column in columns)
     values = []
     for t, logit, cap in zip(tokens, logits, capture):
         scalar = Step(tokens=t, prefill_tokens=0.0, sequences=0.0, logit_tokens=logit, attention_pairs=0.0,
                       prefill_attention_pairs=0.0, score_elements=0.0, context_tokens=0.0)
-        # Token-only operators read only tokens and logit tokens (checked by _fixed_key_ok), so a step
+        # Token-only operators read only tokens and logit tokens (checked by _operator_facts), so a step
         # with just those fields set has their shares.
         values.append(_fixed_scalar(operators, scalar, gpu, rates, cap, model, memo, True))
     if len(values) == 1:
@@ -636,7 +637,8 @@ def step_totals(
     which decoders finish) looks the sum up once per run of equal entries.
     """
     captured = _captured(model, step)
-    memo_ok = memo is not None and _fixed_key_ok(operators, memo)
+    _, _, key_ok, context_operators = _operator_facts(operators, rates)
+    memo_ok = memo is not None and key_ok
     varying = (isinstance(step.tokens, np.ndarray) or isinstance(step.logit_tokens, np.ndarray)
                or isinstance(captured, np.ndarray))
     if memo is None or (varying and not memo_ok):
@@ -647,7 +649,7 @@ def step_totals(
     else:
         fixed = _fixed_scalar(operators, step, gpu, rates, captured, model, memo, memo_ok)
     rest = _sum_shares([operator_totals(op, step, gpu, op_rates, captured, model)
-                        for op, op_rates in _context_operators(operators, rates, memo)])
+                        for op, op_rates in context_operators])
     seconds, flops, moved, compute_bound, communication = (
         fixed[0] + rest[0], fixed[1] + rest[1], fixed[2] + rest[2], fixed[3] + rest[3], fixed[4] + rest[4])
     overhead = _overhead(model, step, seconds)
