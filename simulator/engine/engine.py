@@ -75,7 +75,7 @@ STREAM_WINDOW = 1 << 16
 STRETCH_MAX = 4096
 """Most decode iterations costed in one vectorised call (bounds the arrays' size)."""
 
-COST_CACHE_MAX = 200_000
+COST_CACHE_MAX = 1 << 16
 """Scalar steps remembered (identical steps recur in closed batches and fixed-length workloads)."""
 
 SCALAR_TICKS = 64
