@@ -11,11 +11,17 @@ cached tokens holds ceil(t / block_size) KV blocks. A preempted request is recom
 prompt and the tokens it has emitted are prefilled again, which emits its next token.
 
 Decode *stretches*: while no sequence joins or leaves, every decode iteration has the same
-batch and a context sum that grows by the batch size per iteration, so the engine costs up
-to :data:`STRETCH_MAX` iterations in one vectorised cost-model call, stopping at the next
-completion, the first iteration that would need a block that is not free, and (when a new
-arrival could be admitted) the first iteration boundary after the next arrival. The
-per-iteration log and latencies are exactly those of stepping one iteration at a time.
+batch and a context sum that grows by the batch size per iteration, so the engine plans up
+to :data:`STRETCH_MAX` iterations at once, stopping at the next completion, the first
+iteration that would need a block that is not free, and (when a new arrival could be
+admitted) the first iteration boundary after the next arrival. A stretch of at most
+:data:`SCALAR_TICKS` ticks is planned, costed and replayed in plain Python, each tick costed
+by a function traced from the cost model (:mod:`simulator.cost.tracing`); a longer one is
+costed in one vectorised cost-model call. Both give the same run bit for bit, and the
+per-iteration log and latencies are those of stepping one iteration at a time.
+
+Streaming (``records``, :mod:`simulator.engine.records`): only a window of requests is held;
+the records of finished ones go to files.
 """
 
 from __future__ import annotations
