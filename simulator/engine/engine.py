@@ -588,6 +588,22 @@ class Engine:
         _, rid, serial = entry
         return self.status[rid] == DECODING and self.admit_serial[rid] == serial
 
+    def _horizon(self, limit: int, across_completions: bool) -> tuple[int, list[tuple[int, int]]]:
+        """Ticks a stretch may run and the (finish tick, rid) of the decoders finishing within them.
+
+        Without ``across_completions`` a stretch stops at the first completion (a waiting request
+        might take the freed slot); with it, it runs to ``limit`` or until the last decoder finishes.
+        """
+        clock = self.clock
+        first = self.finish_heap[0][0] - clock
+        if across_completions:
+            leaving = self._finishing_by(clock + limit)
+            if len(leaving) == self.decoding:
+                return leaving[-1][0] - clock, leaving  # everyone finishes inside the horizon
+            return limit, leaving
+        horizon = min(first, limit)
+        return horizon, (self._finishing_by(first + clock) if first <= horizon else [])
+
     def _finishing_by(self, last_clock: int) -> list[tuple[int, int]]:
         """(finish clock, rid) of the live decoders finishing by ``last_clock``, sorted.
 
@@ -758,15 +774,7 @@ class Engine:
         """
         self._clean_heap()
         clock, bs = self.clock, self.bs
-        first = self.finish_heap[0][0] - clock
-        if across_completions:
-            horizon = limit
-            leaving = self._finishing_by(clock + horizon)
-            if len(leaving) == self.decoding:
-                horizon = leaving[-1][0] - clock  # everyone finishes inside the horizon
-        else:
-            horizon = min(first, limit)
-            leaving = self._finishing_by(first + clock) if first <= horizon else []
+        horizon, leaving = self._horizon(limit, across_completions)
         if not leaving:
             return self._plain_stretch(horizon)
         rids = [rid for _, rid in leaving]
@@ -893,15 +901,7 @@ class Engine:
         the same replay.
         """
         clock, bs, incremental = self.clock, self.bs, self.incremental
-        first = self.finish_heap[0][0] - clock
-        if across_completions:
-            horizon = limit
-            leaving = self._finishing_by(clock + horizon)
-            if len(leaving) == self.decoding:
-                horizon = leaving[-1][0] - clock  # everyone finishes inside the horizon
-        else:
-            horizon = min(first, limit)
-            leaving = self._finishing_by(first + clock) if first <= horizon else []
+        horizon, leaving = self._horizon(limit, across_completions)
         leave_at = [finish - clock for finish, _ in leaving]  # first tick index each is gone
         phase_counts = self.phase_counts.copy() if incremental else []
         decoding, cached_sum, free = self.decoding, self.decode_cached, self.alloc.free
