@@ -14,6 +14,14 @@
   the budget goes to prefill chunks (unfinished prefills first, then new admissions).
   Prefill and decode tokens share the iteration.
 
+KV admission (``kv_admission``), for ``continuous`` and ``chunked``:
+
+- ``incremental`` (vLLM, SGLang): a request is admitted when its prompt's blocks fit; blocks are
+  added as it decodes, and a decode that finds none free preempts the newest request.
+- ``reserve`` (TensorRT-LLM's default capacity policy, ``GUARANTEED_NO_EVICT``): a request is
+  admitted only when the blocks of its whole prompt plus its maximum output fit, and they are
+  reserved at once, so nothing is ever preempted (fewer sequences run, none is recomputed).
+
 Policies decide; :mod:`simulator.engine.engine` keeps the state and charges the cost model.
 """
 
@@ -24,6 +32,7 @@ from dataclasses import dataclass
 from simulator.errors import InputError
 
 SCHEDULERS = ("static", "continuous", "chunked")
+KV_ADMISSIONS = ("incremental", "reserve")
 
 # vLLM's default cap on running sequences, and its token budget per iteration when
 # chunked prefill is on (vLLM V0 default max_num_batched_tokens with chunked prefill).
@@ -41,10 +50,14 @@ class SchedulerConfig:
     block_size: int = 16
     prefix_caching: bool = False
     """keep and reuse the KV blocks of shared prompt prefixes (simulator.engine.prefix_cache)"""
+    kv_admission: str = "incremental"
+    """``incremental`` (blocks as sequences grow, preemption) or ``reserve`` (whole request at admission)"""
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
             raise InputError(f"--scheduler: unknown {self.scheduler!r}; allowed: {', '.join(SCHEDULERS)}")
+        if self.kv_admission not in KV_ADMISSIONS:
+            raise InputError(f"--kv-admission: unknown {self.kv_admission!r}; allowed: {', '.join(KV_ADMISSIONS)}")
         if self.max_num_seqs < 1:
             raise InputError(f"--max-num-seqs: must be >= 1 (got {self.max_num_seqs})")
         if self.block_size < 1:
@@ -62,8 +75,8 @@ class SchedulerConfig:
 
     @property
     def incremental_blocks(self) -> bool:
-        """True when blocks are allocated as sequences grow (static reserves the whole request up front)."""
-        return self.scheduler != "static"
+        """True when blocks are allocated as sequences grow (static and ``reserve`` take the whole request up front)."""
+        return self.scheduler != "static" and self.kv_admission == "incremental"
 
 
 @dataclass

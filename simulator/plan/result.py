@@ -161,6 +161,7 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
             "max_num_seqs": run.config.max_num_seqs,
             "max_batched_tokens": run.config.max_batched_tokens,
             "prefix_caching": run.config.prefix_caching,
+            "kv_admission": run.config.kv_admission,
         },
         "slo": {
             "ttft_seconds": None if opts.slo_ttft is None else float(opts.slo_ttft),

@@ -267,6 +267,12 @@ class ServingSettings(BaseModel):
     block_size: Annotated[Int | None, Field(ge=1, le=4096)] = Field(
         default=None, description="Tokens per KV-cache block. [default: the engine profile's; vllm: 16]",
     )
+    kv_admission: Literal["incremental", "reserve"] | None = Field(
+        default=None, description="When a request may start: incremental (its prompt's KV blocks fit; blocks grow as it "
+        "decodes and the newest request is preempted when they run out: vLLM, SGLang) or reserve (its prompt plus its "
+        "maximum output fit and are reserved at once, never preempted: TensorRT-LLM's GUARANTEED_NO_EVICT). "
+        "[default: the engine profile's; vllm: incremental, trtllm: reserve]",
+    )
     gpu_memory_utilization: Annotated[Float, Field(gt=0.0, le=1.0)] = Field(
         default=0.9, description="Fraction of GPU memory the server may use, in (0, 1].",
     )

@@ -144,7 +144,10 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         f"  kernels      {system.attention_kernel} attention, fusion {system.fusion}",
         *time_model_lines(system),
         f"  workload     {run.workload.description}",
-        f"  scheduler    {config.scheduler}, at most {_count(config.max_num_seqs, 'sequence')}, {budget}",
+        f"  scheduler    {config.scheduler}, at most {_count(config.max_num_seqs, 'sequence')}, {budget}"
+        + ("" if config.scheduler == "static" else
+           ", KV reserved for the whole request at admission (no preemption)" if config.kv_admission == "reserve"
+           else ", KV blocks as sequences grow (preemption when full)"),
         *(f"  warning      {note}" for note in [*model.warnings, *run.notes]),
         "",
         "Memory per GPU" + f"  (planned for batch {int(opts.batch)} x {_count(int(opts.ctx), 'token')}"
