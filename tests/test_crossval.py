@@ -360,3 +360,39 @@ def test_a_runs_headline_figures_get_the_band_of_their_class(tmp_path):
     # arrivals at a rate on an H100: hopper / vllm / serving; its ttft class falls back to hopper / serving (6 rows)
     assert bands["ttft"]["level"] == "family_regime" and bands["ttft"]["rows"] == 6
     assert bands["throughput"]["low"] is None and "fewer than 5" in bands["throughput"]["reason"]
+
+
+# --- one vote per campaign; a family with no row borrows -----------------------------------------
+
+def test_each_campaign_has_one_vote_in_a_median():
+    """Source a: five rows solving to 0.2; sources b and c: one row each, 0.8 and 0.7.
+    Pooled, the median of the seven values would be 0.2; one vote per campaign: median(0.2, 0.8, 0.7) = 0.7."""
+    from types import SimpleNamespace
+
+    from simulator.plan.crossval import _median
+
+    values = {"a1": 0.2, "a2": 0.2, "a3": 0.2, "a4": 0.2, "a5": 0.2, "b1": 0.8, "c1": 0.7}
+    rows = [SimpleNamespace(id=i, source_id=i[0]) for i in values]
+    solver = SimpleNamespace(solve=lambda row, parameter, held: values[row.id])
+    value, used, unsolved = _median(solver, rows, "compute", 0.5, 0.7)
+    assert value == pytest.approx(0.7) and len(used) == 7 and unsolved == ()
+
+
+def test_a_ceiling_comes_from_the_class_the_family_the_engine_elsewhere_or_all_families():
+    from simulator.plan.crossval import FamilyFit, Fit, ceiling_for
+
+    fits = Fit(
+        {"ampere": FamilyFit("ampere", 0.6, 0.8, ("r",), ("r",)), "hopper": FamilyFit("hopper", 0.4, 0.8, ("r",), ("r",)),
+         "blackwell": FamilyFit("blackwell", 0.7, 0.8)},  # no row: the defaults, fitted on nothing
+        {("ampere", "trtllm"): FamilyFit("ampere", 0.7, 0.8, ("r",), ("r",), engine="trtllm"),
+         ("hopper", "trtllm"): FamilyFit("hopper", 0.5, 0.8, ("r",), ("r",), engine="trtllm"),
+         ("hopper", "tgi"): FamilyFit("hopper", 0.4, 0.8, (), ("r",), engine="tgi", compute_from_family=True)},
+    )
+    assert ceiling_for(fits, "ampere", "trtllm", "compute") == (0.7, "class")
+    assert ceiling_for(fits, "ampere", "vllm", "compute") == (0.6, "family")
+    assert ceiling_for(fits, "hopper", "tgi", "compute") == (0.4, "family")  # too few rows of its own
+    # Blackwell has no row: trtllm's own classes elsewhere, median(0.7, 0.5) = 0.6 ...
+    assert ceiling_for(fits, "blackwell", "trtllm", "compute") == (pytest.approx(0.6), "engine elsewhere")
+    # ... and an engine with no class anywhere takes the median of the fitted families, median(0.6, 0.4) = 0.5
+    assert ceiling_for(fits, "blackwell", "vllm", "compute") == (pytest.approx(0.5), "all families")
+    assert ceiling_for(Fit(), "blackwell", "vllm", "memory") == (DEFAULT_EFFICIENCIES.memory, "default")

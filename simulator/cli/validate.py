@@ -20,6 +20,7 @@ from simulator.plan.crossval import (
     FamilyFit,
     Scored,
     Validation,
+    ceiling_for,
     cross_validate,
     grouped,
     report_block,
@@ -114,7 +115,25 @@ def _fit_text(v: Validation) -> str:
     for (family, engine), fit in sorted(v.in_sample_fit.classes.items()):
         folds = [f.classes[(family, engine)] for f in v.fold_fits.values() if (family, engine) in f.classes]
         lines.append(f"  {family + ' / ' + engine:<24} {_one(fit, folds, 'compute')};  {_one(fit, folds, 'memory')}")
+    borrowed = [(pair, c) for pair, c in _ceilings(v).items() if {c["compute_from"], c["memory_from"]} - {"class", "family"}]
+    if borrowed:
+        lines.append("Borrowed (the family has no calibrating row of a kind: the engine's classes on other families, "
+                     "else every fitted family):")
+        for pair, c in borrowed:
+            lines.append(f"  {pair.replace('/', ' / '):<24} compute {c['compute']:.3f} ({c['compute_from']});  "
+                         f"memory {c['memory']:.3f} ({c['memory_from']})")
     return "\n".join(lines)
+
+
+def _ceilings(v: Validation) -> dict[str, dict[str, Any]]:
+    """The in-sample ceilings each (family, engine) of the table is predicted with, and where each came from."""
+    out: dict[str, dict[str, Any]] = {}
+    for family, engine in sorted({(s.row.family, s.row.engine) for s in v.scored if s.row.family is not None}):
+        compute, compute_from = ceiling_for(v.in_sample_fit, family, engine, "compute")
+        memory, memory_from = ceiling_for(v.in_sample_fit, family, engine, "memory")
+        out[f"{family}/{engine}"] = {"compute": compute, "compute_from": compute_from,
+                                     "memory": memory, "memory_from": memory_from}
+    return out
 
 
 def _one(fit: FamilyFit, folds: list[FamilyFit], what: str) -> str:
@@ -210,6 +229,7 @@ def validation_dict(v: Validation, table: Path) -> dict[str, Any]:
             "in_sample": {family: _fit_dict(f) for family, f in v.in_sample_fit.items()},
             "folds": {source: {family: _fit_dict(f) for family, f in fits.items()} for source, fits in v.fold_fits.items()},
             "classes_in_sample": {f"{family}/{engine}": _fit_dict(f) for (family, engine), f in v.in_sample_fit.classes.items()},
+            "ceilings_in_sample": _ceilings(v),
             "classes_folds": {source: {f"{family}/{engine}": _fit_dict(f) for (family, engine), f in fits.classes.items()}
                               for source, fits in v.fold_fits.items()},
         },

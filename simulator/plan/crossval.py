@@ -261,13 +261,22 @@ class Fit(dict[str, FamilyFit]):
 
 def _median(solver: Solver, rows: list[Row], parameter: str, held: float, default: float,
             least: int = 1) -> tuple[float, tuple[str, ...], tuple[str, ...]]:
-    """(median of the rows' solutions, rows used, rows unsolved); ``default`` when fewer than ``least`` solve."""
-    solved = [(row.id, solver.solve(row, parameter, held)) for row in rows]
-    kept = [(i, v) for i, v in solved if v is not None]
-    unsolved = tuple(i for i, v in solved if v is None)
+    """(median over sources of each source's median solution, rows used, rows unsolved).
+
+    ``default`` when fewer than ``least`` rows solve. One vote per campaign: rows of one campaign
+    share its machine, build and method, so they are not independent evidence, and a pooled median
+    would let the largest campaign (165 LMDeploy rows on A100) decide a whole family's ceiling.
+    """
+    solved = [(row, solver.solve(row, parameter, held)) for row in rows]
+    kept = [(row, v) for row, v in solved if v is not None]
+    unsolved = tuple(row.id for row, v in solved if v is None)
     if len(kept) < least or not kept:
         return default, (), unsolved
-    return round(statistics.median(v for _, v in kept), DECIMALS), tuple(i for i, _ in kept), unsolved
+    by_source: dict[str, list[float]] = {}
+    for row, v in kept:
+        by_source.setdefault(row.source_id, []).append(v)
+    votes = [statistics.median(values) for values in by_source.values()]
+    return round(statistics.median(votes), DECIMALS), tuple(row.id for row, _ in kept), unsolved
 
 
 def fit(rows: Iterable[Row], solver: Solver, rounds: int = ROUNDS,
@@ -313,15 +322,45 @@ def _fit_rows(solver: Solver, family: str, engine: str | None, compute_rows: lis
     return FamilyFit(family, compute, memory, used_c, used_m, bad_c + bad_m, engine, from_family_c, from_family_m)
 
 
+SOURCES_OF_A_CEILING = ("class", "family", "engine elsewhere", "all families", "default")
+"""Where a row's ceiling comes from, first that applies (:func:`ceiling_for`)."""
+
+
+def ceiling_for(fits: Fit, family: str | None, engine: str, parameter: str,
+                fallback: Efficiencies = DEFAULT_EFFICIENCIES) -> tuple[float, str]:
+    """(``parameter`` ceiling, where it came from) for a (family, engine): the first of
+
+    - ``class``: the class's own value (at least :data:`MIN_CLASS_ROWS` rows);
+    - ``family``: the family-wide value, every engine of the family voting;
+    - ``engine elsewhere``: the family has no row of this kind (a new GPU generation), so the median of
+      the engine's own class values on the other families: an engine's kernels reach a similar fraction
+      of a GPU's peak from one generation to the next more closely than 0.70 / 0.80 fitted on nothing;
+    - ``all families``: neither, so the median of every family-wide value;
+    - ``default``: nothing fitted at all (``fallback``).
+    """
+    def fitted(f: FamilyFit) -> bool:
+        return bool(f.compute_rows if parameter == "compute" else f.memory_rows)
+
+    own = fits.classes.get((family, engine)) if family is not None else None
+    if own is not None and fitted(own):
+        return getattr(own, parameter), "class"
+    wide = fits.get(family) if family is not None else None
+    if wide is not None and fitted(wide):
+        return getattr(wide, parameter), "family"
+    same_engine = [getattr(c, parameter) for (_, e), c in fits.classes.items() if e == engine and fitted(c)]
+    if same_engine:
+        return round(statistics.median(same_engine), DECIMALS), "engine elsewhere"
+    families = [getattr(f, parameter) for f in fits.values() if fitted(f)]
+    if families:
+        return round(statistics.median(families), DECIMALS), "all families"
+    return getattr(fallback, parameter), "default"
+
+
 def efficiencies_for(fits: Fit, row: Row, fallback: Efficiencies = DEFAULT_EFFICIENCIES) -> Efficiencies:
-    """The ceilings a row is predicted with: its (family, engine) class's, else its family's, else ``fallback``."""
-    family = row.family
-    if family is None:
-        return fallback
-    own = fits.classes.get((family, row.engine))
-    if own is not None:
-        return own.efficiencies
-    return fits[family].efficiencies if family in fits else fallback
+    """The ceilings a row is predicted with, each parameter from the first source :func:`ceiling_for` finds."""
+    compute, _ = ceiling_for(fits, row.family, row.engine, "compute", fallback)
+    memory, _ = ceiling_for(fits, row.family, row.engine, "memory", fallback)
+    return Efficiencies(compute, memory)
 
 
 # --- scoring -------------------------------------------------------------------------------------
