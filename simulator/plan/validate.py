@@ -44,6 +44,7 @@ import functools
 import math
 import multiprocessing
 import os
+import re
 import tempfile
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
@@ -110,6 +111,15 @@ ENGINE_PROFILE_FOR: dict[str, str] = {
     "lmdeploy": "trtllm", "llamacpp": "trtllm", "tgi": "vllm", "deepspeed-fastgen": "vllm",
 }
 DEFAULT_PROFILE = "vllm"
+
+# Releases whose scheduler is the V0 kind (prefill iterations of their own, no chunked prefill,
+# a synchronous Python loop): vLLM before 0.8, where V1 became the default engine (vLLM 0.8.0
+# release notes, March 2025); TGI before 3.0, which introduced prefill chunking (TGI v3.0.0
+# release notes, December 2024: "chunking"). (engine, first version of the newer kind).
+OLDER_SCHEDULER_BEFORE: dict[str, tuple[tuple[int, ...], str]] = {
+    "vllm": ((0, 8), "vllm-v0"),
+    "tgi": ((3, 0), "vllm-v0"),
+}
 
 # GPU families: the calibrated parameters are per family (GPUSpec.name).
 GPU_FAMILIES: dict[str, tuple[str, ...]] = {
@@ -519,9 +529,25 @@ def _gpu(name: str) -> GPUSpec:
     return load_gpu(name)
 
 
-def engine_profile(engine: str) -> tuple[str, str]:
-    """(profile name, note) for a row's engine: its own profile, or the closest one with a note."""
+def release(version: str) -> tuple[int, ...] | None:
+    """The leading dotted number of an ``engine_version`` cell ('0.7.3 (ROCm 6.3.1)' -> (0, 7, 3)); None if none."""
+    match = re.match(r"\s*v?(\d+(?:\.\d+)*)", version)
+    return tuple(int(part) for part in match.group(1).split(".")) if match else None
+
+
+def engine_profile(engine: str, version: str = "") -> tuple[str, str]:
+    """(profile name, note) for a row's engine and version: its own profile, or the closest one with a note.
+
+    A stated release older than :data:`OLDER_SCHEDULER_BEFORE` gives the V0-style profile; an
+    unstated version keeps the engine's current one.
+    """
     profile = ENGINE_PROFILE_FOR.get(engine, DEFAULT_PROFILE)
+    stated = release(version)
+    if engine in OLDER_SCHEDULER_BEFORE and stated is not None:
+        first_new, older = OLDER_SCHEDULER_BEFORE[engine]
+        if stated < first_new:
+            return older, f"engine {engine} {'.'.join(map(str, stated))} simulated with the {older} profile " \
+                          f"(before {'.'.join(map(str, first_new))}: no chunked prefill, synchronous loop)"
     if profile == engine:
         return profile, ""
     return profile, f"engine {engine} simulated with the {profile} profile"
@@ -676,7 +702,7 @@ class Replayer:
             _gpu(row.gpu)
         except InputError as exc:
             return Replayed(None, skipped=str(exc))
-        profile, profile_note = engine_profile(row.engine)
+        profile, profile_note = engine_profile(row.engine, row.engine_version)
         notes = [profile_note] if profile_note else []
         options: dict[str, Any] = {
             "model": row.model, "gpu": row.gpu, "tp": row.tp, "weights": row.weights, "kv": row.kv, "engine": profile,
