@@ -396,3 +396,30 @@ def test_a_ceiling_comes_from_the_class_the_family_the_engine_elsewhere_or_all_f
     # ... and an engine with no class anywhere takes the median of the fitted families, median(0.6, 0.4) = 0.5
     assert ceiling_for(fits, "blackwell", "vllm", "compute") == (pytest.approx(0.5), "all families")
     assert ceiling_for(Fit(), "blackwell", "vllm", "memory") == (DEFAULT_EFFICIENCIES.memory, "default")
+
+
+def test_fixed_costs_count_in_a_steps_time_and_moe_rows_do_not_calibrate():
+    from types import SimpleNamespace
+
+    from simulator.plan.crossval import _shares, calibration_role
+
+    # 0.4 s of memory-bound operators in a 1.0 s step (the rest launches and host time): share 0.4, below half
+    step = SimpleNamespace(compute_bound_seconds=0.1, memory_bound_seconds=0.4, seconds=1.0, communication_seconds=0.0)
+    assert _shares(step) == (pytest.approx(0.1), pytest.approx(0.4))
+    rows = {r.id: r for r in load_table(default_table())}
+    # row 2: Mistral-7B prefill of 2,048 tokens at batch 1 on H200 (dense, compute-bound): calibrates compute
+    assert calibration_role(rows["2"]) == "compute"
+    # row 3004: Llama 4 Scout (MoE) batch-1 decode on B200: predicted, never fitted
+    assert rows["3004"].model == "llama4-scout" and calibration_role(rows["3004"]) is None
+
+
+def test_older_releases_replay_with_the_v0_style_profile():
+    from simulator.plan.validate import engine_profile, release
+
+    assert release("0.7.3 (ROCm 6.3.1)") == (0, 7, 3) and release("not stated") is None
+    assert engine_profile("vllm", "0.5.4")[0] == "vllm-v0"  # before 0.8: V0
+    assert engine_profile("vllm", "0.10.0 (ROCm 6.4.1)")[0] == "vllm"
+    assert engine_profile("vllm", "")[0] == "vllm"  # unstated: the current engine
+    assert engine_profile("tgi", "1.0.3")[0] == "vllm-v0"  # before 3.0: no chunked prefill
+    assert engine_profile("tgi", "3.0.1")[0] == "vllm"
+    assert engine_profile("lmdeploy", "0.1.0")[0] == "trtllm"
