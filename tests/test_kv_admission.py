@@ -35,3 +35,28 @@ def test_profiles_choose_their_engines_policy_and_unknown_values_are_refused():
     assert not SchedulerConfig("chunked", kv_admission="reserve").incremental_blocks
     with pytest.raises(InputError, match="--kv-admission"):
         SchedulerConfig("chunked", kv_admission="sometimes")
+
+
+def test_an_engine_sizing_its_cache_from_free_memory_gets_a_tenth_of_what_it_holds_more():
+    """vLLM: budget = 0.9 * HBM - held; TensorRT-LLM: budget = 0.9 * (HBM - held), i.e. 0.1 * held more,
+    where held = weights + workspace + runtime. Blocks = floor(budget / (16 tokens * 524,288 bytes)) for
+    Llama-2-7B at fp16 (2 * 32 layers * 32 heads * 128 * 2 bytes = 524,288 bytes per token)."""
+    from simulator.engine.kvcache import kv_capacity
+    from simulator.model import load_gpu, load_model
+    from simulator.model.precision import parse_precision
+    from simulator.plan.deployment import plan_deployment
+
+    model, gpu = load_model("llama2-7b"), load_gpu("a100")
+    caps = {}
+    for engine in ("vllm", "trtllm"):
+        deployment = plan_deployment(model, gpu, parse_precision("fp16", "fp16"), 1, 4096, tp=1,
+                                     engine=load_engine_profile(engine))
+        caps[engine] = kv_capacity(deployment, 16, 0.9)
+    vllm, trt = caps["vllm"], caps["trtllm"]
+    held = vllm.weights_bytes_per_gpu + vllm.workspace_bytes_per_gpu + vllm.reserved_bytes_per_gpu
+    assert not vllm.of_free and trt.of_free
+    assert vllm.budget_bytes_per_gpu == pytest.approx(0.9 * gpu.hbm_bytes - held)
+    assert trt.budget_bytes_per_gpu == pytest.approx(0.9 * (gpu.hbm_bytes - held))
+    assert trt.budget_bytes_per_gpu - vllm.budget_bytes_per_gpu == pytest.approx(0.1 * held)
+    assert vllm.blocks == math.floor(vllm.budget_bytes_per_gpu / (16 * 524_288))
+    assert trt.blocks == math.floor(trt.budget_bytes_per_gpu / (16 * 524_288))

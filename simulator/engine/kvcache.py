@@ -9,6 +9,11 @@ Capacity, per GPU of the tensor-parallel group (every GPU holds its share of eve
     budget   = hbm_bytes * gpu_memory_utilization - weights - activation workspace - runtime reserve
     blocks   = floor(budget / (block_size * KV bytes per token per GPU))
 
+or, for an engine whose fraction is of the *free* memory (``EngineProfile.kv_cache_memory``
+``of_free``: TensorRT-LLM's ``free_gpu_memory_fraction``, measured after the model is loaded),
+
+    budget   = (hbm_bytes - weights - activation workspace - runtime reserve) * gpu_memory_utilization
+
 The runtime reserve (CUDA context, library workspaces) is counted because vLLM's
 ``gpu_memory_utilization`` bounds everything the process holds, not just tensors.
 """
@@ -47,6 +52,8 @@ class KVCapacity:
     workspace_bytes_per_gpu: float
     reserved_bytes_per_gpu: float
     overridden: bool = False
+    of_free: bool = False
+    """the fraction was of the memory left after weights, workspace and runtime (TensorRT-LLM), not of HBM"""
 
     @property
     def tokens(self) -> int:
@@ -77,7 +84,9 @@ def kv_capacity(
     workspace = workspace_bytes_per_gpu(model, system.precision, system.tp, step_tokens, max_num_seqs)
     per_block = block_size * kv_bytes_per_token_per_gpu(model, system.precision, system.tp)
     hbm = system.gpu.hbm_bytes
-    budget = hbm * gpu_memory_utilization - plan.weights_bytes_per_gpu - workspace - plan.reserved_bytes_per_gpu
+    of_free = getattr(getattr(system, "engine", None), "kv_cache_memory", "of_total") == "of_free"
+    held = plan.weights_bytes_per_gpu + workspace + plan.reserved_bytes_per_gpu
+    budget = (hbm - held) * gpu_memory_utilization if of_free else hbm * gpu_memory_utilization - held
     if blocks_override is not None:
         if blocks_override < 1:
             raise InputError(f"--kv-blocks: must be >= 1 (got {blocks_override})")
@@ -102,6 +111,7 @@ def kv_capacity(
         workspace_bytes_per_gpu=workspace,
         reserved_bytes_per_gpu=plan.reserved_bytes_per_gpu,
         overridden=blocks_override is not None,
+        of_free=of_free,
     )
 
 

@@ -88,6 +88,11 @@ class EngineProfile(BaseModel):
     enforce_eager: bool = False
     allreduce: Literal["custom", "nccl"] = "nccl"
     custom_allreduce_max_bytes: float = Field(default=8 * 2**20, ge=0.0, le=2.0**40)
+    kv_cache_memory: Literal["of_total", "of_free"] = "of_total"
+    """What the KV-cache memory fraction (``gpu_memory_utilization``) is a fraction of: ``of_total`` HBM,
+    bounding everything the process holds (vLLM's gpu_memory_utilization, SGLang's mem_fraction_static),
+    or ``of_free``, the memory left after weights, activations and runtime (TensorRT-LLM's
+    KvCacheConfig.free_gpu_memory_fraction, default 0.9)"""
     scheduler: SchedulerDefaults = Field(default_factory=SchedulerDefaults)
 
     def eager(self) -> EngineProfile:

@@ -163,7 +163,10 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         "Paged KV cache",
         f"  capacity     {_count(cap.blocks, 'block')} of {_count(cap.block_size, 'token')} = {_count(cap.tokens, 'token')} "
         f"({fmt_bytes(cap.kv_bytes_per_gpu)} per GPU"
-        + (", set by --kv-blocks)" if cap.overridden else f" at --gpu-memory-utilization {cap.gpu_memory_utilization:g})"),
+        + (", set by --kv-blocks)" if cap.overridden
+           else f" at {cap.gpu_memory_utilization:g} of the memory left after weights, workspace and runtime, "
+                f"as the engine sizes it)" if cap.of_free
+           else f" at --gpu-memory-utilization {cap.gpu_memory_utilization:g})"),
         f"  high water   {_count(m.kv_high_water_blocks, 'block')} ({100 * m.kv_high_water_fraction:.1f}%), "
         f"{_count(m.max_running, 'sequence')} running at most",
         "",
