@@ -110,7 +110,8 @@ def _fit_text(v: Validation) -> str:
         lines.append(f"  {family:<9} {_one(fit, folds, 'compute')};  {_one(fit, folds, 'memory')}")
         if fit.unsolved_rows:
             lines.append(f"            rows left out (no efficiency in [0.05, 1] reproduces them): {', '.join(fit.unsolved_rows)}")
-    lines.append("  (default = simulator/model/gpu.py's 0.70 / 0.80, fitted on nothing: the family has no such row)")
+    lines.append("  (default = simulator/model/gpu.py's 0.70 / 0.80, fitted on nothing: the family has no such row; "
+                 "its rows are predicted with the borrowed ceilings listed below)")
     lines.append(f"Per (family, engine) class (fewer than {MIN_CLASS_ROWS} rows of a kind: the family-wide value):")
     for (family, engine), fit in sorted(v.in_sample_fit.classes.items()):
         folds = [f.classes[(family, engine)] for f in v.fold_fits.values() if (family, engine) in f.classes]

@@ -7,25 +7,33 @@ One ceiling per family would mix engines of very different speed (llama.cpp and 
 prefills on one Ada GPU), so DESIGN.md asks for parameters per family and engine. The rule
 (:func:`fit`), the same for the shipped table and a user's benchmark:
 
-1. A row *calibrates compute* when it is a static-batch TTFT whose prefill step, at the bare
-   roofline (efficiencies 1), spends more than half its time in compute-bound operators (so
-   its time says something about FLOP/s and little about bandwidth or the interconnect).
-2. A row *calibrates memory* when it is a static-batch decode figure (TPOT, per-sequence
-   decode rate, throughput, batch latency) whose run is decode-dominated (decode >= 80% of the
-   closed batch's roofline time) and whose last decode step spends more than half its time
-   in memory-bound operators.
+1. A row *calibrates compute* when it is a static-batch TTFT of a dense model whose prefill step,
+   at full efficiency (ceilings 1), spends more than half its whole time (launches, collectives
+   and the row's engine's exposed host time included) in compute-bound operators (so its time
+   says something about FLOP/s and little about bandwidth, the interconnect or fixed costs).
+2. A row *calibrates memory* when it is a static-batch decode figure (TPOT, per-sequence decode
+   rate, throughput, batch latency) of a dense model whose run is decode-dominated (decode >= 80%
+   of the closed batch's roofline time) and whose last decode step spends more than half its
+   whole time in memory-bound operators. MoE rows never calibrate: their expert GEMMs have a few
+   rows per expert and their grouped kernels reach a kernel-dependent fraction of a dense
+   kernel's rate, so they are predicted, not fitted (a user's own benchmark, ``include_serving``,
+   fits its own model, MoE or not).
 3. For each such row, the efficiency at which the engine replay reproduces the measurement
    exactly is solved (regula falsi on a monotone function; rows the bracket [0.05, 1] cannot
    reproduce are left out and listed).
-4. Family-wide: compute = the median over the family's compute rows (memory held), memory =
-   the median over its memory rows (compute held), every engine together; two rounds from the
-   defaults (0.70 / 0.80), values rounded to 3 decimals. A family with no row of a kind keeps
-   that default (simulator/model/gpu.py, fitted on nothing); the fit says so.
+4. Family-wide: compute = the median of the family's compute rows (memory held), memory = that
+   of its memory rows (compute held), every engine together, **one vote per campaign** (each
+   source's median, then the median of those: rows of one campaign share a machine, a build and
+   a method, so 165 rows of one campaign are not 165 independent pieces of evidence); two rounds
+   from the defaults (0.70 / 0.80), values rounded to 3 decimals.
 5. Per class: the same medians over the rows of one (family, engine), starting from the
    family-wide values. A parameter with fewer than :data:`MIN_CLASS_ROWS` solved rows in the
    class falls back to the family-wide value (a median of one or two rows is one campaign's
-   quirk, not an engine's speed). A row is predicted with its class's ceilings, or the
-   family-wide ones when its class has no calibrating row.
+   quirk, not an engine's speed).
+6. A row is predicted with, per parameter, the first of (:func:`ceiling_for`): its class's own
+   value; its family's; where the family has no calibrating row of that kind (a new GPU
+   generation), the median of the engine's own class values on the other families; else the
+   median of every fitted family; else the defaults, fitted on nothing.
 
 Out of sample (:func:`cross_validate`): for each ``source_id``, the whole fit (family-wide and
 per class) uses every OTHER source's rows and predicts that source's rows; no row is ever
