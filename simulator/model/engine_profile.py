@@ -60,6 +60,21 @@ class GraphCapture(BaseModel):
     """host time to launch one kernel outside a graph (driver + framework dispatch)"""
 
 
+class LargeGpuDefaults(BaseModel):
+    """Scheduler defaults an engine picks on GPUs with a lot of memory (vLLM: 70 GiB or more, A100 excepted)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    min_hbm_bytes: float = Field(gt=0.0, le=2.0**50)
+    exclude_names: list[str] = Field(default_factory=list)
+    """GPU names containing any of these (case-insensitive) keep the ordinary defaults"""
+    max_num_seqs: int = Field(ge=1, le=1 << 20)
+    max_batched_tokens: int | None = Field(default=None, ge=1, le=1 << 24)
+
+    def applies_to(self, name: str, hbm_bytes: float) -> bool:
+        return hbm_bytes >= self.min_hbm_bytes and not any(x.lower() in name.lower() for x in self.exclude_names)
+
+
 class SchedulerDefaults(BaseModel):
     """The engine's default scheduler settings (names as simulator.engine.scheduler.SchedulerConfig)."""
 
@@ -72,6 +87,8 @@ class SchedulerDefaults(BaseModel):
     kv_admission: Literal["incremental", "reserve"] = "incremental"
     """KV blocks as sequences grow, with preemption (vLLM, SGLang), or the whole request reserved at admission
     (TensorRT-LLM's GUARANTEED_NO_EVICT); see simulator.engine.scheduler"""
+    large_gpu: LargeGpuDefaults | None = None
+    """other max_num_seqs / max_batched_tokens on GPUs with a lot of memory (:meth:`EngineProfile.for_gpu`)"""
 
 
 class EngineProfile(BaseModel):
@@ -94,6 +111,15 @@ class EngineProfile(BaseModel):
     or ``of_free``, the memory left after weights, activations and runtime (TensorRT-LLM's
     KvCacheConfig.free_gpu_memory_fraction, default 0.9)"""
     scheduler: SchedulerDefaults = Field(default_factory=SchedulerDefaults)
+
+    def for_gpu(self, name: str, hbm_bytes: float) -> EngineProfile:
+        """This profile with the scheduler defaults the engine picks on this GPU (``scheduler.large_gpu``)."""
+        large = self.scheduler.large_gpu
+        if large is None or not large.applies_to(name, hbm_bytes):
+            return self
+        scheduler = self.scheduler.model_copy(update={"max_num_seqs": large.max_num_seqs,
+                                                      "max_batched_tokens": large.max_batched_tokens, "large_gpu": None})
+        return self.model_copy(update={"scheduler": scheduler})
 
     def eager(self) -> EngineProfile:
         """This profile with CUDA graphs off (``--enforce-eager``)."""

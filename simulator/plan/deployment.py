@@ -118,6 +118,10 @@ def engine_from_options(options: dict[str, Any]) -> EngineProfile:
     """The engine profile named by ``engine`` (default vLLM), eager when ``enforce_eager`` is set."""
     engine = options.get("engine")
     profile = engine if isinstance(engine, EngineProfile) else load_engine_profile(str(engine or DEFAULT_ENGINE))
+    if options.get("gpu") is not None:
+        # The engine's scheduler defaults may depend on the GPU (vLLM on GPUs of 70 GiB or more).
+        gpu = load_gpu(options["gpu"])
+        profile = profile.for_gpu(gpu.name, gpu.hbm_bytes)
     return profile.eager() if options.get("enforce_eager") else profile
 
 

@@ -585,14 +585,18 @@ def _replay_in_worker(job: tuple[Row, Efficiencies, str, int]) -> Replayed:
     return _WORKER_REPLAYER.run(row, eff)
 
 
-def _profile_scheduler(profile: str) -> Any:
-    """The engine profile's scheduler defaults (kind, max_num_seqs, max_batched_tokens, block_size), or None."""
+def _profile_scheduler(profile: str, gpu: str | None = None) -> Any:
+    """The engine profile's scheduler defaults on ``gpu`` (kind, max_num_seqs, max_batched_tokens, block_size), or None."""
     try:
         from simulator.model.engine_profile import load_engine_profile
     except ImportError:  # pragma: no cover - a tree without engine profiles
         return None
     try:
-        return load_engine_profile(profile).scheduler
+        engine = load_engine_profile(profile)
+        if gpu is not None:
+            spec = _gpu(gpu)
+            engine = engine.for_gpu(spec.name, spec.hbm_bytes)
+        return engine.scheduler
     except InputError:
         return None
 
@@ -604,7 +608,7 @@ def scheduler_settings(row: Row, profile: str) -> dict[str, Any]:
     continuous scheduler only when the source states one (it refuses longer prompts), and is
     never below ``max_num_seqs`` (every running decode takes one token of it).
     """
-    defaults = _profile_scheduler(profile)
+    defaults = _profile_scheduler(profile, row.gpu)
     out: dict[str, Any] = {}
     if row.chunked_prefill is not None:
         out["scheduler"] = "chunked" if row.chunked_prefill else "continuous"
