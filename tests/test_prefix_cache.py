@@ -162,3 +162,27 @@ def test_bad_trace_prefix_cells_name_the_line(tmp_path, rows, message):
     path.write_text("arrival_seconds,prompt_tokens,output_tokens,prefix_id,prefix_tokens\n" + rows)
     with pytest.raises(InputError, match=message):
         simulate_settings({"model": "llama2-7b", "gpu": "a100", "trace": str(path), "prefix_caching": True})
+
+
+def test_a_warm_cache_starts_with_every_prefix_resident(tmp_path):
+    # Four requests, each its own whole prompt as prefix (65 tokens): a hit reuses floor(min(65, 65 - 1) / 16) = 4
+    # blocks = 64 tokens (the last token is always computed). Cold: nobody repeats a prefix, 0 hits.
+    # Warm (the prompts were served before): 4 hits, 4 x 64 = 256 prefill tokens saved, nothing evicted.
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_seconds,prompt_tokens,output_tokens,prefix_id,prefix_tokens\n"
+                    + "".join(f"{i},65,8,{i},65\n" for i in range(4)))
+    base = {"model": "llama2-7b", "gpu": "a100", "trace": str(path), "prefix_caching": True, "block_size": 16}
+    cold = simulate_settings(base).result.extra["prefix_cache"]
+    warm_run = simulate_settings({**base, "prefix_cache_warm": True})
+    warm = warm_run.result.extra["prefix_cache"]
+    assert (cold.lookups, cold.hits, cold.saved_tokens) == (4, 0, 0)
+    assert (warm.lookups, warm.hits, warm.saved_tokens, warm.evictions) == (4, 4, 256, 0)
+    with pytest.raises(InputError, match="prefix_cache_warm"):
+        simulate_settings({**base, "prefix_caching": False, "prefix_cache_warm": True})
+
+
+def test_warming_stops_at_the_cache_capacity():
+    cache = PrefixCache()
+    # prefixes of 3, 4 and 2 blocks into 6 blocks of room, in id order: 3 fits, 3 + 4 does not, 3 + 2 = 5 does
+    assert cache.warm({0: 3, 1: 4, 2: 2}, 6) == 5
+    assert sorted(cache.blocks) == [0, 2] and cache.idle_blocks == 5

@@ -309,6 +309,8 @@ class Engine:
         self._prompts = workload.prompt_tokens.astype(np.int64, copy=False)
         self._outputs = workload.output_tokens.astype(np.int64, copy=False)
         self._reasons = self._reject_reasons(kv_blocks)
+        if self.prefixes is not None and config.prefix_cache_warm:
+            self._warm_prefix_cache(kv_blocks)
         # A request waited for KV if the queue head was refused for lack of free blocks while it was queued:
         # kv_refusals counts refusals, queued_mark holds its value when the request (re)joined the queue.
         self.kv_refusals = 0
@@ -354,6 +356,19 @@ class Engine:
         # decode-only step is kept as (batch, keys attended) and built once the run is over.
         self.first_decode: list[tuple | None] = [None, None]
         self.last_decode: list[tuple | None] = [None, None]
+
+    def _warm_prefix_cache(self, kv_blocks: int) -> None:
+        """Every prefix of the workload starts resident and unreferenced (the server served these prompts before)."""
+        workload = self.workload
+        if self.prefixes is None or workload.prefix_id is None or workload.prefix_tokens is None:
+            return
+        ids = workload.prefix_id.astype(np.int64)
+        blocks = reusable_blocks(self._prompts, workload.prefix_tokens.astype(np.int64), self.bs)
+        largest: dict[int, int] = {}
+        for prefix, count in zip(ids[ids >= 0].tolist(), blocks[ids >= 0].tolist(), strict=True):
+            if count > largest.get(prefix, 0):
+                largest[prefix] = count
+        self.prefixes.warm(largest, kv_blocks)
 
     def _new_requests(self, lo: int, hi: int) -> dict[str, list]:
         """The initial per-request state (:data:`PER_REQUEST`) of requests ``lo`` to ``hi`` - 1 of the workload."""

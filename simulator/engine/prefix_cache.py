@@ -114,6 +114,19 @@ class PrefixCache:
             self.idle[prefix] = None
             self.idle_blocks += blocks
 
+    def warm(self, prefixes: dict[int, int], room: int) -> int:
+        """Start with ``prefixes`` (id -> blocks) resident and unreferenced, as a server that served them before
+        holds them; in id order while they take at most ``room`` blocks. Returns the blocks they hold."""
+        for prefix in sorted(prefixes):
+            blocks = prefixes[prefix]
+            if blocks <= 0 or prefix in self.blocks or self.idle_blocks + blocks > room:
+                continue
+            self.blocks[prefix] = blocks
+            self.refs[prefix] = 0
+            self.idle[prefix] = None
+            self.idle_blocks += blocks
+        return self.idle_blocks
+
     def evict_to(self, room: int) -> None:
         """Evict unreferenced prefixes, least recently released first, until they take at most ``room`` blocks."""
         while self.idle_blocks > room:

@@ -50,6 +50,8 @@ class SchedulerConfig:
     block_size: int = 16
     prefix_caching: bool = False
     """keep and reuse the KV blocks of shared prompt prefixes (simulator.engine.prefix_cache)"""
+    prefix_cache_warm: bool = False
+    """with ``prefix_caching``: every prefix of the workload starts resident (its prompts were served before)"""
     kv_admission: str = "incremental"
     """``incremental`` (blocks as sequences grow, preemption) or ``reserve`` (whole request at admission)"""
 
@@ -58,6 +60,8 @@ class SchedulerConfig:
             raise InputError(f"--scheduler: unknown {self.scheduler!r}; allowed: {', '.join(SCHEDULERS)}")
         if self.kv_admission not in KV_ADMISSIONS:
             raise InputError(f"--kv-admission: unknown {self.kv_admission!r}; allowed: {', '.join(KV_ADMISSIONS)}")
+        if self.prefix_cache_warm and not self.prefix_caching:
+            raise InputError("--prefix-cache-warm needs --prefix-caching (a warm cache is the prefix cache's)")
         if self.max_num_seqs < 1:
             raise InputError(f"--max-num-seqs: must be >= 1 (got {self.max_num_seqs})")
         if self.block_size < 1:

@@ -122,6 +122,7 @@ def scheduler_config(settings: RunSettings, profile: EngineProfile) -> Scheduler
         max_batched_tokens=budget,
         block_size=settings.block_size or defaults.block_size,
         prefix_caching=settings.prefix_caching,
+        prefix_cache_warm=settings.prefix_cache_warm,
         kv_admission=settings.kv_admission or defaults.kv_admission,
     )
 

@@ -301,6 +301,11 @@ class ServingSettings(BaseModel):
         default=False,
         description="Keep and reuse the KV blocks of shared prompt prefixes (vLLM's automatic prefix caching, SGLang's RadixAttention; both on by default there).",
     )
+    prefix_cache_warm: bool = Field(
+        default=False,
+        description="With --prefix-caching: start with every prompt prefix of the workload already cached, as on a "
+        "server that has just served the same prompts (a benchmark re-sending its prompts, a warmed-up system prompt).",
+    )
     shared_prefix_tokens: Annotated[Int | None, Field(ge=1, le=MAX_CONTEXT_TOKENS)] = Field(
         default=None, description="Put a shared system prompt of this many tokens before the prompts (see --shared-prefix-ratio).",
     )
@@ -551,6 +556,8 @@ class RunSettings(DisaggregationSettings, SpeculativeSettings, ServingSettings, 
             raise ValueError(f"arrival: {self.arrival} arrivals need qps")
         if "shared_prefix_ratio" in given and self.shared_prefix_tokens is None:
             raise ValueError("shared_prefix_ratio: applies only with shared_prefix_tokens")
+        if self.prefix_cache_warm and not self.prefix_caching:
+            raise ValueError("prefix_cache_warm: applies only with prefix_caching (a warm cache is the prefix cache's)")
         return self
 
     @property
