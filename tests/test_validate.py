@@ -286,3 +286,29 @@ def test_a_missing_table_is_one_line_and_exit_2(tmp_path):
 def test_a_bad_plot_path_fails_before_any_replay(tmp_path):
     result = CliRunner().invoke(main, ["validate", "--csv", str(SMALL), "--plot", str(tmp_path / "x.txt")])
     assert result.exit_code == 2 and "--plot" in result.output
+
+
+def test_a_row_whose_prompts_were_cached_replays_with_a_warm_prefix_cache(tmp_path):
+    """Two serving rows alike but for prompts_cached: 20 requests of 1,024-token prompts at once. Cold, every
+    prompt is prefilled; warm, each reuses floor((1024 - 1) / 16) = 63 blocks and prefills 1024 - 1008 = 16 tokens,
+    so its TTFT is far shorter. Rows in an old table without the column load as not cached."""
+    import csv as _csv
+
+    rows = []
+    for i, cached in enumerate(("false", "true")):
+        rows.append({"id": str(i), "source_id": "s", "engine": "vllm", "model": "llama2-7b", "gpu": "a100", "tp": "1",
+                     "weights": "fp16", "kv": "fp16", "mode": "serving", "regime": "serving", "batch": "",
+                     "input_tokens": "1024", "output_tokens": "16", "request_rate": "inf", "num_prompts": "20",
+                     "prompts_cached": cached, "metric": "ttft_mean_seconds", "measured": "0.1"})
+    path = tmp_path / "t.csv"
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = _csv.DictWriter(handle, fieldnames=list(COLUMNS))
+        writer.writeheader()
+        writer.writerows(rows)
+    cold_row, warm_row = load_table(path)
+    assert (cold_row.prompts_cached, warm_row.prompts_cached) == (False, True)
+    eff = Efficiencies(0.6, 0.7)
+    with Replayer() as replayer:
+        cold, warm = replayer.predict(cold_row, eff), replayer.predict(warm_row, eff)
+    assert warm.value < cold.value / 5
+    assert any("already cached" in note for note in warm.notes)

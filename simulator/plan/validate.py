@@ -79,7 +79,7 @@ def default_table() -> Path:
 COLUMNS: tuple[str, ...] = (
     "id", "source_id", "engine", "engine_version", "model", "gpu", "tp", "replicas", "weights", "kv", "mode",
     "regime", "batch", "input_tokens", "output_tokens", "input_dist", "output_dist", "request_rate", "num_prompts",
-    "max_num_seqs", "max_batched_tokens", "chunked_prefill", "metric", "measured", "unit", "quote", "source", "link",
+    "max_num_seqs", "max_batched_tokens", "chunked_prefill", "prompts_cached", "metric", "measured", "unit", "quote", "source", "link",
     "notes", "explanation",
 )
 REQUIRED_COLUMNS: tuple[str, ...] = (
@@ -191,6 +191,8 @@ class Row:
     max_num_seqs: int | None = None
     max_batched_tokens: int | None = None
     chunked_prefill: bool | None = None
+    prompts_cached: bool = False
+    """the server had just served the same prompts with prefix caching on: each prompt starts in its KV cache"""
     unit: str = ""
     quote: str = ""
     source: str = ""
@@ -223,6 +225,7 @@ class Row:
             self.engine, self.model, self.gpu, self.tp, self.replicas, self.weights, self.kv, self.mode,
             self.batch, self.input_tokens, self.output_tokens, self.input_dist, self.output_dist, self.request_rate,
             self.num_prompts, self.max_num_seqs, self.max_batched_tokens, self.chunked_prefill, self.lengths_dirs,
+            engine_profile(self.engine, self.engine_version)[0], self.prompts_cached,
         )
 
 
@@ -291,6 +294,8 @@ def _row(raw: dict[str, str | None], where: str, lengths_dirs: tuple[Path, ...])
     chunked = {"": None, "true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
     if cell["chunked_prefill"].lower() not in chunked:
         raise InputError(f"{where}: column 'chunked_prefill': {cell['chunked_prefill']!r}; allowed: true, false or blank")
+    if cell["prompts_cached"].lower() not in chunked:
+        raise InputError(f"{where}: column 'prompts_cached': {cell['prompts_cached']!r}; allowed: true, false or blank")
     for column in ("input_dist", "output_dist"):
         _check_dist(cell[column] or "fixed", f"{where}: column '{column}'")
     row = Row(
@@ -308,6 +313,7 @@ def _row(raw: dict[str, str | None], where: str, lengths_dirs: tuple[Path, ...])
         max_num_seqs=_int(cell["max_num_seqs"], "max_num_seqs", where, 1, True),
         max_batched_tokens=_int(cell["max_batched_tokens"], "max_batched_tokens", where, 1, True),
         chunked_prefill=chunked[cell["chunked_prefill"].lower()],
+        prompts_cached=bool(chunked[cell["prompts_cached"].lower()]),
         unit=cell["unit"], quote=cell["quote"], source=cell["source"], link=cell["link"], notes=cell["notes"],
         explanation=cell["explanation"], lengths_dirs=lengths_dirs,
     )
@@ -771,6 +777,10 @@ class Replayer:
                 notes.extend(trace_notes)
                 serving: dict[str, Any] = dict(options, trace=str(trace), ctx=max(2, longest), gen=1)
                 serving.update(scheduler)
+                if row.prompts_cached:
+                    serving.update(prefix_caching=True, prefix_cache_warm=True)
+                    notes.append("the source's prompts were already cached (served just before): the run starts with "
+                                 "each prompt in the prefix cache")
                 result = simulate_settings(serving)
                 requests = n
         except InputError as exc:
@@ -781,6 +791,7 @@ class Replayer:
     def _trace(self, row: Row, n: int, max_context: int, at_once: bool) -> tuple[Path, int, tuple[str, ...]]:
         """A trace file of the row's requests: (path, longest request in tokens, notes); one per distinct workload."""
         key = (row.input_tokens, row.output_tokens, row.input_dist, row.output_dist, row.request_rate, row.replicas, n,
+               row.prompts_cached,
                max_context, at_once, row.lengths_dirs)
         if key not in self._traces:
             arrivals_rng, lengths_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(SEED).spawn(2))
@@ -793,8 +804,14 @@ class Replayer:
                 arrivals = np.cumsum(arrivals_rng.exponential(1.0 / rate, n))
             path = self.workdir / f"trace-{len(self._traces)}.csv"
             with path.open("w", encoding="utf-8") as handle:
-                handle.write("arrival_seconds,prompt_tokens,output_tokens\n")
-                for t, p, o in zip(arrivals, prompts, outputs):
-                    handle.write(f"{float(t)!r},{int(p)},{int(o)}\n")
+                if row.prompts_cached:
+                    # each request's whole prompt is its own prefix, resident from the start (prefix_cache_warm)
+                    handle.write("arrival_seconds,prompt_tokens,output_tokens,prefix_id,prefix_tokens\n")
+                    for i, (t, p, o) in enumerate(zip(arrivals, prompts, outputs)):
+                        handle.write(f"{float(t)!r},{int(p)},{int(o)},{i},{int(p)}\n")
+                else:
+                    handle.write("arrival_seconds,prompt_tokens,output_tokens\n")
+                    for t, p, o in zip(arrivals, prompts, outputs):
+                        handle.write(f"{float(t)!r},{int(p)},{int(o)}\n")
             self._traces[key] = (path, int((prompts + outputs).max()), tuple(notes))
         return self._traces[key]
