@@ -142,7 +142,8 @@ def _one(fit: FamilyFit, folds: list[FamilyFit], what: str) -> str:
     rows = getattr(fit, f"{what}_rows")
     if not rows:
         return f"{what} {value:.3f} ({'family' if getattr(fit, f'{what}_from_family') else 'default'})"
-    values = [getattr(f, what) for f in folds] or [value]
+    # folds in which the class had no row of this kind predict with borrowed ceilings (listed below), not this value
+    values = [getattr(f, what) for f in folds if getattr(f, f"{what}_rows")] or [value]
     spread = f", folds {min(values):.3f}-{max(values):.3f}" if min(values) != max(values) else ""
     return f"{what} {value:.3f} from {len(rows)} rows{spread}"
 
