@@ -243,6 +243,24 @@ def check_output_path(path: str | Path, what: str, suffixes: Iterable[str] | Non
     return out
 
 
+def check_output_folder(path: str | Path, what: str) -> Path:
+    """An output folder, checked before any work: not empty, not a file, its parent exists and it is writable.
+
+    The folder itself may exist (its files of the same names are replaced) or is created by the writer.
+    """
+    if str(path).strip() == "":
+        raise InputError(f"{what}: empty path; give a folder")
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{what}: '{path}' is a file; give a folder")
+    target = out if out.is_dir() else out.parent
+    if not target.is_dir():
+        raise InputError(f"{what}: folder '{target}' of '{path}' does not exist; create it or choose another path")
+    if not os.access(target, os.W_OK | os.X_OK):
+        raise InputError(f"{what}: folder '{target}' is not writable")
+    return out
+
+
 def atomic_write(path: str | Path, write: Callable[[Any], None] | str, what: str = "", binary: bool = False) -> None:
     """Write a file whole or not at all.
 

@@ -27,7 +27,7 @@ from simulator.cli.roofline import roofline_command
 from simulator.cli.sweep import sweep_command
 from simulator.cli.validate import validate_command
 from simulator.errors import InputError
-from simulator.files import atomic_write, check_output_path
+from simulator.files import atomic_write, check_output_folder, check_output_path
 from simulator.plan.result import engine_run_dict
 from simulator.plan.run import simulate_settings
 from simulator.plan.settings import RunSettings
@@ -95,10 +95,12 @@ def main(click_ctx: click.Context, **values: Any) -> None:
     for option, path, suffixes in (("--per-request", shown["per_request"], (".csv",)), ("--save-result", shown["save_result"], (".json",))):
         if path:
             check_output_path(path, option, suffixes)
+    if shown["records"]:
+        check_output_folder(shown["records"], "--records")
     settings = settings_from_cli(RunSettings, values)
     progress = ProgressBar(shown["quiet"])
     try:
-        run = simulate_settings(settings, progress.callback())
+        run = simulate_settings(settings, progress.callback(), records=shown["records"])
     finally:
         progress.close()
     for note in run.notes:
@@ -127,7 +129,7 @@ def main(click_ctx: click.Context, **values: Any) -> None:
 
 PRESENTATION_NAMES = (
     "top", "as_json", "as_csv", "result_format", "save_result", "metric_percentiles", "percentile_metrics", "launch_command",
-    "per_request", "quiet",
+    "per_request", "quiet", "records",
 )
 
 

@@ -27,6 +27,9 @@ PRESENTATION_OPTIONS = [
     click.option("--launch-command", type=click.Choice(["vllm", "sglang"]), default=None,
                  help="Also print the command that launches this deployment on that engine."),
     click.option("--per-request", metavar="PATH", default=None, help="Write one CSV row per request to this file."),
+    click.option("--records", metavar="DIR", default=None,
+                 help="Stream the per-request records and the iteration log to binary columns in DIR while the run "
+                      "goes, holding only a window of requests in memory (for 10^6-10^7 requests; one replica)."),
     click.option("--quiet", "-q", is_flag=True, help="No progress bar."),
 ]
 

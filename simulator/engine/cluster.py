@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator
+from pathlib import Path
 
 import numpy as np
 import simpy
@@ -286,17 +287,21 @@ def simulate_cluster(
     router: str = "round_robin",
     progress: Callable[[int, int], None] | None = None,
     cosimulate: bool = False,
+    records: Path | str | None = None,
 ) -> EngineResult:
     """Serve ``workload`` on ``replicas`` copies of ``system`` (each with ``kv_blocks`` blocks) behind ``router``.
 
     ``cosimulate`` runs round-robin through the shared simpy environment too (a check of the
-    co-simulation: it gives the same result as the up-front split).
+    co-simulation: it gives the same result as the up-front split). ``records``: stream one
+    replica's per-request records and iteration log to this folder (simulator.engine.records).
     """
     if replicas < 1:
         raise InputError(f"--replicas: must be >= 1 (got {replicas})")
     check_router(router)
+    if records is not None and replicas > 1:
+        raise InputError(f"--records: streams the records of one replica; run with --replicas 1 (got {replicas})")
     if replicas == 1:
-        result = simulate(system, workload, config, kv_blocks, progress)
+        result = simulate(system, workload, config, kv_blocks, progress, records)
         result.extra["replica"] = np.where(result.status == REJECTED, -1, 0)
         result.extra["replicas"] = [result]
         return result

@@ -13,6 +13,7 @@ the KV cache then holds what memory allows.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -168,10 +169,18 @@ def fit_error(settings: RunSettings | dict[str, Any]) -> str | None:
 
 
 def simulate_settings(
-    settings: RunSettings | dict[str, Any], progress: Callable[[int, int], None] | None = None
+    settings: RunSettings | dict[str, Any], progress: Callable[[int, int], None] | None = None,
+    records: Path | str | None = None,
 ) -> EngineRun:
-    """Prepare and run the engine; ``progress(finished, total requests)`` is called now and then."""
+    """Prepare and run the engine; ``progress(finished, total requests)`` is called now and then.
+
+    ``records``: a folder to stream the per-request records and the iteration log to, so a run of
+    10^7 requests holds only a window of them in memory (simulator.engine.records; one replica,
+    no speculative decoding or disaggregation).
+    """
     settings = as_settings(settings)
+    if records is not None and (settings.disaggregate is not None or settings.speculative is not None):
+        raise InputError("--records: streams a plain engine run; not with --disaggregate or --speculative")
     # Disaggregated prefill/decode and speculative decoding run in their own modules (h10).
     if settings.disaggregate is not None:
         from simulator.plan.disaggregation import simulate_disaggregated
@@ -185,7 +194,7 @@ def simulate_settings(
     system = prep.deployment.system
     replicas = prep.settings.replicas
     result = simulate_cluster(system, prep.workload, prep.config, prep.capacity.blocks, replicas,
-                              prep.settings.router, progress)
+                              prep.settings.router, progress, records=records)
     slo = (prep.settings.slo_ttft, prep.settings.slo_tpot, prep.settings.slo_e2e)
     peak, bandwidth = system.peak_flops, system.gpu.hbm_bandwidth_bytes_per_second
     # The merged result's FLOPs and bytes are sums over replicas: utilisation is per GPU over all of them.
