@@ -183,8 +183,11 @@ def test_run_from_options_rejects_unknown_keys_and_bad_values():
         run_from_options({"model": "llama2-7b", "gpu": "a100", "qsp": 3})
     with pytest.raises(InputError, match="scheduler: must be .static., .continuous. or .chunked."):
         run_from_options({"model": "llama2-7b", "gpu": "a100", "scheduler": "fifo"})
-    with pytest.raises(InputError, match="--max-batched-tokens 64 is below --max-num-seqs 256"):
+    with pytest.raises(InputError, match="--max-batched-tokens 64 is below the vllm profile's default --max-num-seqs 256"):
         run_from_options({"model": "llama2-7b", "gpu": "a100", "scheduler": "chunked", "max_batched_tokens": 64})
+    with pytest.raises(InputError, match="--max-batched-tokens 64 is below --max-num-seqs 128"):
+        run_from_options({"model": "llama2-7b", "gpu": "a100", "scheduler": "chunked", "max_batched_tokens": 64,
+                          "max_num_seqs": 128})
     # 0.15 x 80 GiB = 12 GiB per GPU is below the 12.6 GiB of fp16 weights (6.74e9 x 2 bytes) at tp 1.
     message = fit_error({"model": "llama2-7b", "gpu": "a100", "tp": 1, "gpu_memory_utilization": 0.15})
     assert "does not fit" in message and "less than one 2048-token sequence" in message

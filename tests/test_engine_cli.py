@@ -81,7 +81,7 @@ def test_the_three_schedulers_run_and_report_themselves():
     [
         (["--trace", "no/such/file.csv"], "--trace: cannot read"),
         (["--qps", "-1"], "--qps: must be >= 0.000001"),
-        (["--scheduler", "chunked", "--max-batched-tokens", "10"], "--max-batched-tokens 10 is below --max-num-seqs"),
+        (["--scheduler", "chunked", "--max-batched-tokens", "10"], "--max-batched-tokens 10 is below the vllm profile's default --max-num-seqs"),
         (["--output-tokens", "uniform:9"], "--output-tokens: cannot read"),
         (["--gpu-memory-utilization", "0.1", "--tp", "1"], "less than one"),
         (["--slo-ttft", "0"], "--slo-ttft: must be > 0"),

@@ -117,6 +117,12 @@ def scheduler_config(settings: RunSettings, profile: EngineProfile) -> Scheduler
     budget = settings.max_batched_tokens
     if budget is None and kind == defaults.kind:
         budget = defaults.max_batched_tokens
+    if (kind == "chunked" and settings.max_num_seqs is None and settings.max_batched_tokens is not None
+            and settings.max_batched_tokens < defaults.max_num_seqs):
+        raise InputError(
+            f"--max-batched-tokens {settings.max_batched_tokens} is below the {profile.name} profile's default "
+            f"--max-num-seqs {defaults.max_num_seqs} on this GPU: every running decode needs a token of the budget; "
+            f"give --max-num-seqs {settings.max_batched_tokens} or less, or a larger budget")
     return SchedulerConfig(
         scheduler=kind,
         max_num_seqs=settings.max_num_seqs or defaults.max_num_seqs,
