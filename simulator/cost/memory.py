@@ -45,8 +45,15 @@ def kv_bytes_per_token(model: ModelSpec, precision: Precision) -> float:
     return model.num_layers * _kv_elements_per_token_per_layer(model, model.num_kv_heads) * precision.kv_bytes_per_element
 
 
-def kv_bytes_per_token_per_gpu(model: ModelSpec, precision: Precision, tp: int) -> float:
-    """KV-cache bytes one token adds on each GPU of a tensor-parallel group (an MLA latent is held whole)."""
+def kv_bytes_per_token_per_gpu(model: ModelSpec, precision: Precision, tp: int, dp_attention: bool = False) -> float:
+    """KV-cache bytes one token adds on each GPU of a tensor-parallel group (an MLA latent is held whole).
+
+    Under attention data parallelism a token's whole KV lives on one GPU of the ``tp``: on average
+    1/tp of it per GPU (the group's sequences split evenly).
+    """
+    if dp_attention:
+        per_layer = _kv_elements_per_token_per_layer(model, kv_heads_per_gpu(model, 1))
+        return model.num_layers * per_layer * precision.kv_bytes_per_element / tp
     per_layer = _kv_elements_per_token_per_layer(model, kv_heads_per_gpu(model, tp))
     return model.num_layers * per_layer * precision.kv_bytes_per_element
 
@@ -60,9 +67,11 @@ def windowed_tokens(model: ModelSpec, tokens: float) -> float:
     return (full * tokens + sliding * min(tokens, model.sliding_window)) / model.num_layers
 
 
-def kv_bytes_per_sequence(model: ModelSpec, precision: Precision, tokens: float, tp: int | None = None) -> float:
+def kv_bytes_per_sequence(model: ModelSpec, precision: Precision, tokens: float, tp: int | None = None,
+                          dp_attention: bool = False) -> float:
     """KV-cache bytes of one sequence of ``tokens`` tokens, windows applied (per GPU of ``tp``; None: logical)."""
-    rate = kv_bytes_per_token(model, precision) if tp is None else kv_bytes_per_token_per_gpu(model, precision, tp)
+    rate = kv_bytes_per_token(model, precision) if tp is None else kv_bytes_per_token_per_gpu(
+        model, precision, tp, dp_attention)
     return rate * windowed_tokens(model, tokens)
 
 
@@ -139,6 +148,7 @@ def plan_memory(
     context_tokens: int,
     operators: tuple[Operator, ...],
     prefill_tokens: int | None = None,
+    dp_attention: bool = False,
 ) -> MemoryPlan:
     """Memory of ``batch`` sequences of ``context_tokens`` each on ``tp`` GPUs (``operators`` built for that tp).
 
@@ -153,7 +163,7 @@ def plan_memory(
         weights_bytes_per_gpu=weight_bytes(operators),
         kv_bytes_per_token=per_token,
         kv_bytes=batch * kv_bytes_per_sequence(model, precision, context_tokens),
-        kv_bytes_per_gpu=batch * kv_bytes_per_sequence(model, precision, context_tokens, tp),
+        kv_bytes_per_gpu=batch * kv_bytes_per_sequence(model, precision, context_tokens, tp, dp_attention),
         workspace_bytes_per_gpu=workspace_bytes_per_gpu(model, precision, tp, step_tokens, batch),
         reserved_bytes_per_gpu=RUNTIME_RESERVED_BYTES_PER_GPU,
     )

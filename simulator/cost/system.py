@@ -60,6 +60,8 @@ class System:
     """all-reduce algorithm: auto (the engine's choice), nccl/ring, tree, one-shot, two-shot, off"""
     kernel_efficiency: str = "flat"
     """shape: efficiency by GEMM shape, bytes moved and FlashAttention's ceiling; flat: one factor each"""
+    dp_attention: bool = False
+    """attention data-parallel over the tp GPUs (each: all heads, 1/tp of the sequences), experts expert-parallel"""
     time_model: TimeModel = field(init=False, repr=False, compare=False)
     operators: tuple[Operator, ...] = field(init=False, repr=False, compare=False)
     rates: tuple[OperatorRates | None, ...] = field(init=False, repr=False, compare=False)
@@ -85,7 +87,7 @@ class System:
         model = TimeModel(self.engine, self.collectives, self.kernel_efficiency == "shape")
         object.__setattr__(self, "time_model", model)
         ops = build_operators(self.model, self.precision, self.gpu, self.tp, self.attention_kernel, self.fusion,
-                              self.ep, self.routing_skew)
+                              self.ep, self.routing_skew, self.dp_attention)
         if model.shape:
             # FlashAttention's row tiles share K/V through L2 (Attention.l2_reuse): part of the shape-aware model.
             ops = tuple(replace(op, l2_bytes=self.gpu.l2_bytes, sm_count=self.gpu.sm_count)

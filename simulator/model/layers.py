@@ -166,6 +166,8 @@ class Gemm:
     compute_dtype: str
     dequant_ops_per_weight: float = 0.0
     dequant_tile_tokens: int = 16
+    data_parallel: int = 1
+    """attention data parallelism: this GPU runs 1/data_parallel of the step's tokens with the whole matrix"""
     token_source: Literal["all", "logits"] = "all"
     active_params: int | None = None
     input_read_elements: int | None = None
@@ -176,7 +178,8 @@ class Gemm:
     """True: ``work(step)`` depends on the step only through ``tokens(step)`` (the cost model memoises on it)"""
 
     def tokens(self, step: Step) -> Number:
-        return step.logit_tokens if self.token_source == "logits" else step.tokens
+        tokens = step.logit_tokens if self.token_source == "logits" else step.tokens
+        return tokens / self.data_parallel if self.data_parallel > 1 else tokens
 
     def work(self, step: Step) -> Work:
         tokens = self.tokens(step)
@@ -284,6 +287,8 @@ class Attention:
     params: int = 0
     resident_bytes: float = 0.0
     window: int | None = None
+    data_parallel: int = 1
+    """attention data parallelism: this GPU holds and attends 1/data_parallel of the step's sequences, all heads"""
     """sliding window: each query attends at most this many keys (None: the whole context)"""
     l2_bytes: float = 0.0
     """the GPU's L2, where the row tiles of one head find the K/V an earlier tile read (0: no reuse)"""
@@ -341,11 +346,12 @@ class Attention:
             kv_reads = step.context_tokens
             score_traffic = 4.0 * n * scores * b_a
             launches = 3.0 * _active(step.tokens)
+        share = 1.0 / self.data_parallel  # attention data parallelism: this GPU's share of the sequences
         return Work(
-            flops=4.0 * n * d * scores + SOFTMAX_FLOPS_PER_SCORE * n * scores,
-            kv_read_bytes=kv_token_bytes * kv_reads,
-            kv_write_bytes=kv_token_bytes * step.tokens,
-            activation_bytes=io + score_traffic,
+            flops=(4.0 * n * d * scores + SOFTMAX_FLOPS_PER_SCORE * n * scores) * share,
+            kv_read_bytes=kv_token_bytes * kv_reads * share,
+            kv_write_bytes=kv_token_bytes * step.tokens * share,
+            activation_bytes=(io + score_traffic) * share,
             launches=launches,
         )
 
@@ -410,6 +416,8 @@ class LatentAttention:
     io_fused: bool
     params: int
     resident_bytes: float
+    data_parallel: int = 1
+    """attention data parallelism: this GPU holds and attends 1/data_parallel of the step's sequences, all heads"""
     kind: str = "attention"
     works_from_tokens: ClassVar[bool] = False
     """False: ``work(step)`` reads the context and attention pairs of the step"""
@@ -435,12 +443,13 @@ class LatentAttention:
         expanded_traffic = (2.0 * prefill_keys + step.prefill_attention_pairs / self.query_tile_rows) * expanded * b_a
         io = 0.0 if self.io_fused else step.tokens * n * (d_n + d_r + d_v) * b_a
         kv_b = r * n * (d_n + d_v) * (self.weight_bytes_per_element + self.scale_bytes_per_weight)
+        share = 1.0 / self.data_parallel  # attention data parallelism: this GPU's share of the sequences
         return Work(
-            flops=flops,
+            flops=flops * share,
             weight_bytes=kv_b * _active(step.tokens),
-            kv_read_bytes=latent_bytes * step.context_tokens,
-            kv_write_bytes=latent_bytes * step.tokens,
-            activation_bytes=io + expanded_traffic,
+            kv_read_bytes=latent_bytes * step.context_tokens * share,
+            kv_write_bytes=latent_bytes * step.tokens * share,
+            activation_bytes=(io + expanded_traffic) * share,
             # decode: the W_UK bmm, the latent attention kernel, the W_UV bmm; prefill: kv_b GEMM, attention
             launches=3.0 * _active(decode_tokens) + 2.0 * _active(step.prefill_tokens),
         )
@@ -634,6 +643,19 @@ def check_expert_parallel(model: ModelSpec, tp: int, ep: int) -> None:
         raise InputError(f"--ep: {ep} does not divide the {model.moe_experts} routed experts of {model.name}")
 
 
+def check_attention_data_parallel(model: ModelSpec, tp: int, ep: int, dp_attention: bool) -> None:
+    """Attention data parallelism runs attention on 1/tp of the sequences per GPU; the MoE layers see every token,
+    their experts split over the same GPUs (``--ep`` tp: whole experts, all-to-all) or sliced (``--ep`` 1)."""
+    if not dp_attention:
+        return
+    if not model.is_moe:
+        raise InputError(f"--dp-attention: {model.name} has no routed experts; attention data parallelism is "
+                         "deployed with expert parallelism (SGLang's --enable-dp-attention, TensorRT-LLM's "
+                         "enable_attention_dp); use --replicas for a dense model")
+    if tp < 2:
+        raise InputError(f"--dp-attention: needs --tp N with N >= 2 GPUs to split the sequences over (got --tp {tp})")
+
+
 def build_operators(
     model: ModelSpec,
     precision: Precision,
@@ -643,16 +665,21 @@ def build_operators(
     fusion: Fusion = "elementwise",
     ep: int = 1,
     routing_skew: float = 0.0,
+    dp_attention: bool = False,
 ) -> tuple[Operator, ...]:
     """Every operator of one forward pass, per GPU, in execution order (decoder ops repeat over their layers).
 
     ``ep``: expert-parallel degree (1 or ``tp``, see :func:`check_expert_parallel`);
     ``routing_skew``: Zipf-like exponent of expert popularity (0: uniform; simulator.model.routing).
+    ``dp_attention``: attention data-parallel over the ``tp`` GPUs (:func:`check_attention_data_parallel`):
+    each GPU runs the attention block with all heads and whole weights for 1/tp of the sequences,
+    and holds only their KV cache; the MLP and experts stay tensor/expert-parallel.
     Layers differ only in their window (full or sliding attention) and MLP (dense or MoE); each
     kind is one operator whose ``count`` is the number of such layers.
     """
     check_tensor_parallel(model, tp)
     check_expert_parallel(model, tp, ep)
+    check_attention_data_parallel(model, tp, ep, dp_attention)
     if attention_kernel not in ATTENTION_KERNELS:
         raise InputError(f"--attention-kernel: '{attention_kernel}' is not one of {', '.join(ATTENTION_KERNELS)}")
     if fusion not in FUSIONS:
@@ -664,7 +691,7 @@ def build_operators(
         )
     if not (math.isfinite(routing_skew) and routing_skew >= 0.0):
         raise InputError(f"--routing-skew: must be a finite exponent >= 0 (got {routing_skew})")
-    return _Builder(model, precision, gpu, tp, attention_kernel, fusion, ep, routing_skew).build()
+    return _Builder(model, precision, gpu, tp, attention_kernel, fusion, ep, routing_skew, dp_attention).build()
 
 
 @dataclass(frozen=True)
@@ -679,6 +706,17 @@ class _Builder:
     fusion: Fusion
     ep: int
     routing_skew: float
+    dp_attention: bool = False
+
+    @property
+    def attention_tp(self) -> int:
+        """GPUs one attention block is split over: 1 under attention data parallelism, else tp."""
+        return 1 if self.dp_attention else self.tp
+
+    @property
+    def attention_dp(self) -> int:
+        """Ways the sequences are split for attention: tp under attention data parallelism, else 1."""
+        return self.tp if self.dp_attention else 1
 
     @property
     def b_a(self) -> float:
@@ -703,6 +741,7 @@ class _Builder:
         write: int | None = None,
         launches: float = 1.0,
         active_params: int | None = None,
+        data_parallel: int = 1,
     ) -> Gemm:
         """``bias_params``: logical bias elements; ``bias_gpu``: bias elements each GPU holds."""
         p = self.precision.for_module(module)
@@ -728,6 +767,7 @@ class _Builder:
             input_read_elements=read,
             output_write_elements=write,
             launches_per_step=launches,
+            data_parallel=data_parallel,
         )
 
     def elementwise(
@@ -815,15 +855,16 @@ class _Builder:
 
     def attention(self) -> list[Operator]:
         """QKV projection, q/k norms, rotary, attention (full and sliding-window layers apart), output projection."""
-        model, tp = self.model, self.tp
+        model, tp, dp = self.model, self.attention_tp, self.attention_dp
         H, d, L = model.hidden_size, model.head_dim, model.num_layers
         n, g = model.num_heads, model.num_kv_heads
         n_gpu, g_gpu = n // tp, kv_heads_per_gpu(model, tp)
         # Under full fusion q stays on chip and k, v go straight into the KV cache (charged by attention).
         ops: list[Operator] = [self.gemm("qkv_proj", H, (n_gpu + 2 * g_gpu) * d, H * (n + 2 * g) * d,
                                          (n + 2 * g) * d, (n_gpu + 2 * g_gpu) * d,
-                                         write=0 if self.fused_block else None)]
-        width = (n_gpu + g_gpu) * d
+                                         write=0 if self.fused_block else None, data_parallel=dp)]
+        # per-token elementwise work: all heads for 1/dp of the tokens = 1/dp of the heads for all of them
+        width = (n_gpu + g_gpu) * d // dp
         if model.qk_norm:
             # Per-head RMSNorm of q and k (one weight vector of d each), in the QKV epilogue when fused.
             ops.append(self.elementwise("qk_norm", width, width, NORM_FLOPS_PER_ELEMENT * width, weights=2 * d))
@@ -837,18 +878,18 @@ class _Builder:
             ops.append(self.attention_op("attention_local", sliding, model.sliding_window))
         # Row-parallel projections: every GPU holds the whole bias, added after the all-reduce.
         ops.append(self.gemm("o_proj", n_gpu * d, H, n * d * H, H, H, read=0 if self.fused_block else None,
-                             launches=0.0 if self.fused_block else 1.0))
+                             launches=0.0 if self.fused_block else 1.0, data_parallel=dp))
         return ops
 
     def attention_op(self, name: str, count: int, window: int | None) -> Attention:
-        model, d = self.model, self.model.head_dim
+        model, d, tp = self.model, self.model.head_dim, self.attention_tp
         # gpt-oss's attention sinks: one learned logit per head, added to each softmax denominator.
         sinks = model.num_heads if model.attention_sinks else 0
         return Attention(
             name=name,
             count=count,
-            q_heads=model.num_heads // self.tp,
-            kv_heads=kv_heads_per_gpu(model, self.tp),
+            q_heads=model.num_heads // tp,
+            kv_heads=kv_heads_per_gpu(model, tp),
             head_dim=d,
             kv_bytes_per_element=self.precision.kv_bytes_per_element,
             activation_bytes_per_element=self.b_a,
@@ -857,8 +898,9 @@ class _Builder:
             query_tile_rows=flash_query_tile_rows(self.gpu, d, self.b_a),
             io_fused=self.fusion == "full",
             params=sinks,
-            resident_bytes=sinks // self.tp * self.b_a,
+            resident_bytes=sinks // tp * self.b_a,
             window=window,
+            data_parallel=self.attention_dp,
         )
 
     def latent_attention(self) -> list[Operator]:
@@ -867,7 +909,7 @@ class _Builder:
         q_a_proj and kv_a_proj (down-projections to the query and KV latents) are replicated on every
         GPU (vLLM's ReplicatedLinear); q_b_proj (or q_proj) and kv_b_proj are split by heads, o_proj by rows.
         """
-        model, tp = self.model, self.tp
+        model, tp, dp = self.model, self.attention_tp, self.attention_dp
         H, L, n = model.hidden_size, model.num_layers, model.num_heads
         n_gpu = n // tp
         r, r_q = model.kv_lora_rank, model.q_lora_rank
@@ -875,14 +917,14 @@ class _Builder:
         qk = d_n + d_r
         ops: list[Operator] = []
         if r_q:
-            ops.append(self.gemm("q_a_proj", H, r_q, H * r_q, r_q, r_q))
+            ops.append(self.gemm("q_a_proj", H, r_q, H * r_q, r_q, r_q, data_parallel=dp))
             ops.append(self.norm("q_a_norm", width=r_q))
-            ops.append(self.gemm("q_b_proj", r_q, n_gpu * qk, r_q * n * qk, n * qk, n_gpu * qk))
+            ops.append(self.gemm("q_b_proj", r_q, n_gpu * qk, r_q * n * qk, n * qk, n_gpu * qk, data_parallel=dp))
         else:
-            ops.append(self.gemm("q_proj", H, n_gpu * qk, H * n * qk, n * qk, n_gpu * qk))
-        ops.append(self.gemm("kv_a_proj", H, r + d_r, H * (r + d_r), r + d_r, r + d_r))
+            ops.append(self.gemm("q_proj", H, n_gpu * qk, H * n * qk, n * qk, n_gpu * qk, data_parallel=dp))
+        ops.append(self.gemm("kv_a_proj", H, r + d_r, H * (r + d_r), r + d_r, r + d_r, data_parallel=dp))
         ops.append(self.norm("kv_a_norm", width=r))
-        rotary_width = (n_gpu + 1) * d_r
+        rotary_width = (n_gpu + 1) * d_r // dp
         ops.append(self.elementwise("rotary", rotary_width, rotary_width, ROTARY_FLOPS_PER_ELEMENT * rotary_width))
         p = self.precision.for_module("attention")
         ops.append(
@@ -903,10 +945,11 @@ class _Builder:
                 io_fused=self.fusion == "full",
                 params=r * n * (d_n + d_v),
                 resident_bytes=r * n_gpu * (d_n + d_v) * (p.weight_bytes_per_element + p.scale_bytes_per_weight),
+                data_parallel=dp,
             )
         )
         ops.append(self.gemm("o_proj", n_gpu * d_v, H, n * d_v * H, H, H, read=0 if self.fused_block else None,
-                             launches=0.0 if self.fused_block else 1.0))
+                             launches=0.0 if self.fused_block else 1.0, data_parallel=dp))
         return ops
 
     def mlp(self, prefix: str, F: int, F_gpu: int, count: int, module: str) -> list[Operator]:

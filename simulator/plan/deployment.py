@@ -24,15 +24,16 @@ _SYSTEMS: OrderedDict[tuple, System] = OrderedDict()
 
 def _system(model: ModelSpec, gpu: GPUSpec, precision: Precision, tp: int, attention_kernel: AttentionKernel,
             fusion: Fusion, ep: int, routing_skew: float, engine: EngineProfile, collectives: str,
-            kernel_efficiency: str) -> System:
+            kernel_efficiency: str, dp_attention: bool = False) -> System:
     """``System(...)`` of these settings, the same object for the same settings (Systems are immutable; the
     configs are compared by their JSON, as pydantic models do not hash)."""
     key = (model.model_dump_json(), gpu.model_dump_json(), precision.model_dump_json(), tp, attention_kernel, fusion,
-           ep, routing_skew, engine.model_dump_json(), collectives, kernel_efficiency)
+           ep, routing_skew, engine.model_dump_json(), collectives, kernel_efficiency, dp_attention)
     system = _SYSTEMS.get(key)
     if system is None:
         system = _SYSTEMS[key] = System(model, gpu, precision, tp, attention_kernel, fusion, ep, routing_skew,
-                                        engine=engine, collectives=collectives, kernel_efficiency=kernel_efficiency)
+                                        engine=engine, collectives=collectives, kernel_efficiency=kernel_efficiency,
+                                        dp_attention=dp_attention)
         while len(_SYSTEMS) > SYSTEMS_KEPT:
             _SYSTEMS.popitem(last=False)
     _SYSTEMS.move_to_end(key)
@@ -54,6 +55,7 @@ def plan_deployment(
     engine: EngineProfile = IDEAL,
     collectives: str = "ring",
     kernel_efficiency: str = "flat",
+    dp_attention: bool = False,
 ) -> Deployment:
     """The System for ``batch`` sequences reaching ``context_tokens`` each.
 
@@ -64,7 +66,8 @@ def plan_deployment(
     equal to tp; with ``tp`` None and ``ep`` > 1, tp = ep. ``routing_skew``: Zipf-like exponent
     of expert popularity (0: uniform; simulator.model.routing). ``engine``, ``collectives`` and
     ``kernel_efficiency`` are the System's time-model settings (defaults: the plain roofline;
-    :func:`deployment_from_options` defaults to the realistic ones).
+    :func:`deployment_from_options` defaults to the realistic ones). ``dp_attention``: attention
+    data-parallel over the tp GPUs (simulator.model.layers.check_attention_data_parallel).
     """
     ep_degree = 1 if ep is None else ep
     if batch < 1:
@@ -78,8 +81,9 @@ def plan_deployment(
 
     def build(degree: int) -> Deployment:
         system = _system(model, gpu, precision, degree, attention_kernel, fusion, ep_degree, routing_skew, engine,
-                         collectives, kernel_efficiency)
-        plan = plan_memory(model, precision, gpu, degree, batch, context_tokens, system.operators)
+                         collectives, kernel_efficiency, dp_attention)
+        plan = plan_memory(model, precision, gpu, degree, batch, context_tokens, system.operators,
+                           dp_attention=dp_attention)
         return Deployment(system, plan, auto_tp=tp is None)
 
     if tp is None and ep_degree > 1:
@@ -102,7 +106,8 @@ def plan_deployment(
 
 
 DEPLOYMENT_KEYS = (
-    "model", "gpu", "weights", "kv", "group_size", "attention", "tp", "ep", "routing_skew", "attention_kernel", "fusion",
+    "model", "gpu", "weights", "kv", "group_size", "attention", "tp", "ep", "dp_attention", "routing_skew",
+    "attention_kernel", "fusion",
     "compute_efficiency", "memory_efficiency", "link_efficiency", "launch_overhead",
     "engine", "collectives", "kernel_efficiency", "enforce_eager",
 )
@@ -160,4 +165,5 @@ def deployment_from_options(options: dict[str, Any], batch: int, ctx: int, requi
         engine=engine_from_options(options),
         collectives=str(options.get("collectives") or DEFAULT_COLLECTIVES),
         kernel_efficiency=str(options.get("kernel_efficiency") or DEFAULT_KERNEL_EFFICIENCY),
+        dp_attention=bool(options.get("dp_attention")),
     )

@@ -172,6 +172,13 @@ class DeploymentSettings(BaseModel):
     ep: Annotated[Int | None, Field(ge=1, le=1024)] = Field(
         default=None, description="Expert-parallel degree for mixture-of-experts models (experts split over GPUs).",
     )
+    dp_attention: bool = Field(
+        default=False,
+        description="Attention data-parallel over the --tp GPUs (MoE models): each GPU runs attention with all heads "
+        "for 1/tp of the sequences and holds only their KV cache; the MoE layers see every token, experts split "
+        "(--ep tp) or sliced (--ep 1) over the same GPUs (SGLang's --enable-dp-attention, TensorRT-LLM's "
+        "enable_attention_dp; DeepSeek's MLA cache is then not replicated).",
+    )
     routing_skew: Annotated[Float, Field(ge=0.0, le=10.0)] = Field(
         default=0.0, description="MoE routing skew: Zipf-like exponent of expert popularity (0 = uniform routing).",
     )

@@ -171,7 +171,13 @@ def launch_command(run: "EngineRun", engine: str) -> str:
     # An --attention variant is a what-if with no checkpoint to serve: say so rather than print a model that does not exist.
     note = f"# {model} is a what-if variant (--attention); serve a checkpoint with that attention\n" if s.attention else ""
     if engine == "vllm":
-        parts = [f"vllm serve {model}", f"--tensor-parallel-size {system.tp}", f"--max-num-seqs {config.max_num_seqs}"]
+        dp_attention = getattr(system, "dp_attention", False)
+        # vLLM runs attention data-parallel as --data-parallel-size N with --enable-expert-parallel
+        width = f"--tensor-parallel-size 1 --data-parallel-size {system.tp}" if dp_attention else \
+            f"--tensor-parallel-size {system.tp}"
+        parts = [f"vllm serve {model}", width, f"--max-num-seqs {config.max_num_seqs}"]
+        if system.ep > 1:
+            parts.append("--enable-expert-parallel")
         if config.max_batched_tokens is not None:
             parts.append(f"--max-num-batched-tokens {config.max_batched_tokens}")
         parts.append("--enable-chunked-prefill" if config.scheduler == "chunked" else "--no-enable-chunked-prefill")
@@ -193,6 +199,10 @@ def launch_command(run: "EngineRun", engine: str) -> str:
     if engine == "sglang":
         parts = [f"python -m sglang.launch_server --model-path {model}", f"--tp {system.tp}",
                  f"--max-running-requests {config.max_num_seqs}"]
+        if system.ep > 1:
+            parts.append(f"--ep-size {system.ep}")
+        if getattr(system, "dp_attention", False):
+            parts.append(f"--enable-dp-attention --dp {system.tp}")
         if config.max_batched_tokens is not None:
             parts.append(f"--chunked-prefill-size {config.max_batched_tokens}")
         if s.kv == "fp8":
