@@ -79,7 +79,7 @@ def default_table() -> Path:
 COLUMNS: tuple[str, ...] = (
     "id", "source_id", "engine", "engine_version", "model", "gpu", "tp", "replicas", "weights", "kv", "mode",
     "regime", "batch", "input_tokens", "output_tokens", "input_dist", "output_dist", "request_rate", "num_prompts",
-    "max_num_seqs", "max_batched_tokens", "chunked_prefill", "prompts_cached", "metric", "measured", "unit", "quote", "source", "link",
+    "max_num_seqs", "max_batched_tokens", "chunked_prefill", "prompts_cached", "dp_attention", "metric", "measured", "unit", "quote", "source", "link",
     "notes", "explanation",
 )
 REQUIRED_COLUMNS: tuple[str, ...] = (
@@ -193,6 +193,8 @@ class Row:
     chunked_prefill: bool | None = None
     prompts_cached: bool = False
     """the server had just served the same prompts with prefix caching on: each prompt starts in its KV cache"""
+    dp_attention: bool = False
+    """attention ran data-parallel over the tp GPUs (DEP, SGLang's --enable-dp-attention)"""
     unit: str = ""
     quote: str = ""
     source: str = ""
@@ -225,7 +227,7 @@ class Row:
             self.engine, self.model, self.gpu, self.tp, self.replicas, self.weights, self.kv, self.mode,
             self.batch, self.input_tokens, self.output_tokens, self.input_dist, self.output_dist, self.request_rate,
             self.num_prompts, self.max_num_seqs, self.max_batched_tokens, self.chunked_prefill, self.lengths_dirs,
-            engine_profile(self.engine, self.engine_version)[0], self.prompts_cached,
+            engine_profile(self.engine, self.engine_version)[0], self.prompts_cached, self.dp_attention,
         )
 
 
@@ -294,8 +296,9 @@ def _row(raw: dict[str, str | None], where: str, lengths_dirs: tuple[Path, ...])
     chunked = {"": None, "true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
     if cell["chunked_prefill"].lower() not in chunked:
         raise InputError(f"{where}: column 'chunked_prefill': {cell['chunked_prefill']!r}; allowed: true, false or blank")
-    if cell["prompts_cached"].lower() not in chunked:
-        raise InputError(f"{where}: column 'prompts_cached': {cell['prompts_cached']!r}; allowed: true, false or blank")
+    for column in ("prompts_cached", "dp_attention"):
+        if cell[column].lower() not in chunked:
+            raise InputError(f"{where}: column '{column}': {cell[column]!r}; allowed: true, false or blank")
     for column in ("input_dist", "output_dist"):
         _check_dist(cell[column] or "fixed", f"{where}: column '{column}'")
     row = Row(
@@ -314,6 +317,7 @@ def _row(raw: dict[str, str | None], where: str, lengths_dirs: tuple[Path, ...])
         max_batched_tokens=_int(cell["max_batched_tokens"], "max_batched_tokens", where, 1, True),
         chunked_prefill=chunked[cell["chunked_prefill"].lower()],
         prompts_cached=bool(chunked[cell["prompts_cached"].lower()]),
+        dp_attention=bool(chunked[cell["dp_attention"].lower()]),
         unit=cell["unit"], quote=cell["quote"], source=cell["source"], link=cell["link"], notes=cell["notes"],
         explanation=cell["explanation"], lengths_dirs=lengths_dirs,
     )
@@ -718,6 +722,8 @@ class Replayer:
             "model": row.model, "gpu": row.gpu, "tp": row.tp, "weights": row.weights, "kv": row.kv, "engine": profile,
             "compute_efficiency": eff.compute, "memory_efficiency": eff.memory, "seed": SEED,
         }
+        if row.dp_attention:
+            options["dp_attention"] = True
         fits = True
         try:
             if row.is_static_batch:
