@@ -231,15 +231,18 @@ def check_output_path(path: str | Path, what: str, suffixes: Iterable[str] | Non
     allowed = tuple(suffixes) if suffixes is not None else None
     if allowed is not None and out.suffix.lower() not in allowed:
         raise InputError(f"{what}: '{path}' must end in one of {', '.join(allowed)}")
-    if out.is_dir():
-        raise InputError(f"{what}: '{path}' is a folder; give a file path")
-    folder = out.parent
-    if not folder.is_dir():
-        raise InputError(f"{what}: folder '{folder}' of '{path}' does not exist; create it or choose another path")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise InputError(f"{what}: folder '{folder}' is not writable")
-    if out.exists() and not os.access(out, os.W_OK):
-        raise InputError(f"{what}: '{path}' exists and is not writable")
+    try:
+        if out.is_dir():
+            raise InputError(f"{what}: '{path}' is a folder; give a file path")
+        folder = out.parent
+        if not folder.is_dir():
+            raise InputError(f"{what}: folder '{folder}' of '{path}' does not exist; create it or choose another path")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise InputError(f"{what}: folder '{folder}' is not writable")
+        if out.exists() and not os.access(out, os.W_OK):
+            raise InputError(f"{what}: '{path}' exists and is not writable")
+    except OSError as exc:  # a name too long for the file system, a path the OS cannot look at
+        raise InputError(f"{what}: cannot use '{path}': {exc.strerror}") from None
     return out
 
 
@@ -251,13 +254,16 @@ def check_output_folder(path: str | Path, what: str) -> Path:
     if str(path).strip() == "":
         raise InputError(f"{what}: empty path; give a folder")
     out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"{what}: '{path}' is a file; give a folder")
-    target = out if out.is_dir() else out.parent
-    if not target.is_dir():
-        raise InputError(f"{what}: folder '{target}' of '{path}' does not exist; create it or choose another path")
-    if not os.access(target, os.W_OK | os.X_OK):
-        raise InputError(f"{what}: folder '{target}' is not writable")
+    try:
+        if out.exists() and not out.is_dir():
+            raise InputError(f"{what}: '{path}' is a file; give a folder")
+        target = out if out.is_dir() else out.parent
+        if not target.is_dir():
+            raise InputError(f"{what}: folder '{target}' of '{path}' does not exist; create it or choose another path")
+        if not os.access(target, os.W_OK | os.X_OK):
+            raise InputError(f"{what}: folder '{target}' is not writable")
+    except OSError as exc:  # a name too long for the file system, a path the OS cannot look at
+        raise InputError(f"{what}: cannot use '{path}': {exc.strerror}") from None
     return out
 
 

@@ -29,3 +29,13 @@ def test_records_needs_a_folder_and_one_replica(tmp_path):
     assert result.exit_code == 2 and "--records: " in result.output and "is a file" in result.output
     result = runner.invoke(main, [*ARGS, "--records", str(tmp_path / "r"), "--replicas", "2"])
     assert result.exit_code == 2 and "one replica" in result.output
+
+
+def test_a_records_folder_name_the_file_system_refuses_is_a_clear_error():
+    result = CliRunner().invoke(main, [*ARGS, "--records", "a" * 300])  # longer than any file name may be (255)
+    assert result.exit_code == 2 and "--records: cannot use" in result.output and "Traceback" not in result.output
+
+
+def test_an_output_file_name_the_file_system_refuses_is_a_clear_error():
+    result = CliRunner().invoke(main, [*ARGS, "--per-request", "a" * 300 + ".csv"])
+    assert result.exit_code == 2 and "--per-request: cannot use" in result.output and "Traceback" not in result.output
