@@ -227,6 +227,8 @@ def check_output_path(path: str | Path, what: str, suffixes: Iterable[str] | Non
     """
     if str(path).strip() == "":
         raise InputError(f"{what}: empty path; give a file name")
+    if "\x00" in str(path):
+        raise InputError(f"{what}: {str(path)!r} holds a NUL character, which no file name may hold")
     out = Path(path)
     allowed = tuple(suffixes) if suffixes is not None else None
     if allowed is not None and out.suffix.lower() not in allowed:
@@ -243,6 +245,7 @@ def check_output_path(path: str | Path, what: str, suffixes: Iterable[str] | Non
             raise InputError(f"{what}: '{path}' exists and is not writable")
     except OSError as exc:  # a name too long for the file system, a path the OS cannot look at
         raise InputError(f"{what}: cannot use '{path}': {exc.strerror}") from None
+
     return out
 
 
@@ -253,6 +256,8 @@ def check_output_folder(path: str | Path, what: str) -> Path:
     """
     if str(path).strip() == "":
         raise InputError(f"{what}: empty path; give a folder")
+    if "\x00" in str(path):
+        raise InputError(f"{what}: {str(path)!r} holds a NUL character, which no file name may hold")
     out = Path(path)
     try:
         if out.exists() and not out.is_dir():
@@ -264,6 +269,7 @@ def check_output_folder(path: str | Path, what: str) -> Path:
             raise InputError(f"{what}: folder '{target}' is not writable")
     except OSError as exc:  # a name too long for the file system, a path the OS cannot look at
         raise InputError(f"{what}: cannot use '{path}': {exc.strerror}") from None
+
     return out
 
 

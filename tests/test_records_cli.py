@@ -39,3 +39,8 @@ def test_a_records_folder_name_the_file_system_refuses_is_a_clear_error():
 def test_an_output_file_name_the_file_system_refuses_is_a_clear_error():
     result = CliRunner().invoke(main, [*ARGS, "--per-request", "a" * 300 + ".csv"])
     assert result.exit_code == 2 and "--per-request: cannot use" in result.output and "Traceback" not in result.output
+
+
+def test_a_nul_in_an_output_name_is_a_clear_error(tmp_path):
+    result = CliRunner().invoke(main, [*ARGS, "--records", str(tmp_path / "a\x00b")])
+    assert result.exit_code == 2 and "--records:" in result.output and "NUL" in result.output
