@@ -268,6 +268,15 @@ def _check_timings() -> dict:
     return timings
 
 
+def test_a_step_measured_under_a_nanosecond_is_refused(tmp_path):
+    timings = _check_timings()
+    timings["endtoend"]["cases"][0]["seconds"] = 1e-300  # its relative error would overflow to infinity
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(timings))
+    with pytest.raises(InputError, match="seconds"):
+        load_measurements(path)
+
+
 def test_error_percent():
     assert error_percent(1.0, 0.8) == pytest.approx(25.0)
     assert error_percent(1.0, 1.25) == pytest.approx(-20.0)

@@ -244,11 +244,16 @@ class _Case(_Part):
     seconds: Seconds
 
 
+StepSeconds = Annotated[float, Field(ge=1e-9, le=1e6)]
+"""A measured step: no GPU kernel finishes in under a nanosecond, and a smaller figure is not a measurement
+(its relative error would overflow to infinity)."""
+
+
 class _EndToEndCase(_Part):
     phase: Literal["prefill", "decode"]
     batch: Annotated[int, Field(ge=1, le=2**16)]
     context: Annotated[int, Field(ge=1, le=MAX_CONTEXT)]
-    seconds: Rate
+    seconds: StepSeconds
 
 
 class _EndToEnd(_Part):
