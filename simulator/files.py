@@ -18,7 +18,8 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -219,33 +220,47 @@ def read_mapping(path: str | Path, what: str = "", max_bytes: int = MAPPING_LIMI
 # Outputs
 
 
+def _output_name(path: str | Path, what: str, give: str) -> Path:
+    """``path`` as a Path, refused when empty or holding a NUL (no file system takes one); ``give`` names what is wanted."""
+    if str(path).strip() == "":
+        raise InputError(f"{what}: empty path; give {give}")
+    if "\x00" in str(path):
+        raise InputError(f"{what}: {str(path)!r} holds a NUL character, which no file name may hold")
+    return Path(path)
+
+
+@contextmanager
+def _os_errors(what: str, path: str | Path) -> Iterator[None]:
+    """Looking at a path the OS refuses (a name too long for the file system) is an InputError, not a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        raise InputError(f"{what}: cannot use '{path}': {exc.strerror}") from None
+
+
+def _check_writable_folder(folder: Path, path: str | Path, what: str) -> None:
+    if not folder.is_dir():
+        raise InputError(f"{what}: folder '{folder}' of '{path}' does not exist; create it or choose another path")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(f"{what}: folder '{folder}' is not writable")
+
+
 def check_output_path(path: str | Path, what: str, suffixes: Iterable[str] | None = None) -> Path:
     """The output path, checked before any work: not empty, not a folder, right suffix, folder exists and is writable.
 
     ``suffixes`` are the allowed endings, lower case with the dot (``('.png', '.svg')``);
     None allows any.
     """
-    if str(path).strip() == "":
-        raise InputError(f"{what}: empty path; give a file name")
-    if "\x00" in str(path):
-        raise InputError(f"{what}: {str(path)!r} holds a NUL character, which no file name may hold")
-    out = Path(path)
+    out = _output_name(path, what, "a file name")
     allowed = tuple(suffixes) if suffixes is not None else None
     if allowed is not None and out.suffix.lower() not in allowed:
         raise InputError(f"{what}: '{path}' must end in one of {', '.join(allowed)}")
-    try:
+    with _os_errors(what, path):
         if out.is_dir():
             raise InputError(f"{what}: '{path}' is a folder; give a file path")
-        folder = out.parent
-        if not folder.is_dir():
-            raise InputError(f"{what}: folder '{folder}' of '{path}' does not exist; create it or choose another path")
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise InputError(f"{what}: folder '{folder}' is not writable")
+        _check_writable_folder(out.parent, path, what)
         if out.exists() and not os.access(out, os.W_OK):
             raise InputError(f"{what}: '{path}' exists and is not writable")
-    except OSError as exc:  # a name too long for the file system, a path the OS cannot look at
-        raise InputError(f"{what}: cannot use '{path}': {exc.strerror}") from None
-
     return out
 
 
@@ -254,22 +269,11 @@ def check_output_folder(path: str | Path, what: str) -> Path:
 
     The folder itself may exist (its files of the same names are replaced) or is created by the writer.
     """
-    if str(path).strip() == "":
-        raise InputError(f"{what}: empty path; give a folder")
-    if "\x00" in str(path):
-        raise InputError(f"{what}: {str(path)!r} holds a NUL character, which no file name may hold")
-    out = Path(path)
-    try:
+    out = _output_name(path, what, "a folder")
+    with _os_errors(what, path):
         if out.exists() and not out.is_dir():
             raise InputError(f"{what}: '{path}' is a file; give a folder")
-        target = out if out.is_dir() else out.parent
-        if not target.is_dir():
-            raise InputError(f"{what}: folder '{target}' of '{path}' does not exist; create it or choose another path")
-        if not os.access(target, os.W_OK | os.X_OK):
-            raise InputError(f"{what}: folder '{target}' is not writable")
-    except OSError as exc:  # a name too long for the file system, a path the OS cannot look at
-        raise InputError(f"{what}: cannot use '{path}': {exc.strerror}") from None
-
+        _check_writable_folder(out if out.is_dir() else out.parent, path, what)
     return out
 
 
