@@ -69,7 +69,6 @@ from simulator.plan.validate import (
     Row,
     _gpu,
     _model,
-    engine_profile,
     is_time_metric,
 )
 
@@ -122,22 +121,23 @@ def calibration_role(row: Row, include_serving: bool = False) -> str | None:
     if row.replicas > 1:
         return None
     try:
-        if _model(row.model).is_moe and not include_serving:
-            # The ceilings are those of dense GEMMs and GEMVs. An MoE step's expert GEMMs have a few rows per
-            # expert, and their grouped kernels reach a fraction of a dense kernel's rate that depends on the
-            # kernel: one B200 deployment of Llama 4 Scout at batch 1 decodes in 7.60 or 12.84 ms per token
-            # with two MoE kernels (flashinfer issue 1734, rows 3004-3005). MoE rows of the shipped table are
-            # predicted, not fitted; a user's own benchmark (include_serving) fits its own model, MoE or not.
-            return None
+        spec = _model(row.model)
     except InputError:
+        return None
+    if spec.is_moe and not include_serving:
+        # The ceilings are those of dense GEMMs and GEMVs. An MoE step's expert GEMMs have a few rows per
+        # expert, and their grouped kernels reach a fraction of a dense kernel's rate that depends on the
+        # kernel: one B200 deployment of Llama 4 Scout at batch 1 decodes in 7.60 or 12.84 ms per token
+        # with two MoE kernels (flashinfer issue 1734, rows 3004-3005). MoE rows of the shipped table are
+        # predicted, not fitted; a user's own benchmark (include_serving) fits its own model, MoE or not.
         return None
     if not row.is_static_batch:
         return _serving_role(row) if include_serving else None
     try:
-        if row.input_tokens + row.output_tokens > _model(row.model).max_context:
+        if row.input_tokens + row.output_tokens > spec.max_context:
             return None  # the replay skips it
         system = _roofline_system(row.model, row.gpu, row.tp, row.weights, row.kv, row.input_tokens + row.output_tokens,
-                                  engine_profile(row.engine, row.engine_version)[0])
+                                  row.profile[0])
     except InputError:
         return None
     batch = int(row.batch)  # type: ignore[arg-type]
@@ -158,7 +158,7 @@ def _serving_role(row: Row) -> str | None:
     context = row.input_tokens + row.output_tokens
     try:
         system = _roofline_system(row.model, row.gpu, row.tp, row.weights, row.kv, context,
-                                  engine_profile(row.engine, row.engine_version)[0])
+                                  row.profile[0])
         limit = _model(row.model).max_context
     except InputError:
         return None
@@ -348,10 +348,6 @@ def _fit_rows(solver: Solver, family: str, engine: str | None, compute_rows: lis
     from_family_c = wide is not None and not used_c and not wide.compute_is_default
     from_family_m = wide is not None and not used_m and not wide.memory_is_default
     return FamilyFit(family, compute, memory, used_c, used_m, bad_c + bad_m, engine, from_family_c, from_family_m)
-
-
-SOURCES_OF_A_CEILING = ("class", "family", "engine elsewhere", "all families", "default")
-"""Where a row's ceiling comes from, first that applies (:func:`ceiling_for`)."""
 
 
 def ceiling_for(fits: Fit, family: str | None, engine: str, parameter: str,

@@ -79,8 +79,8 @@ def default_table() -> Path:
 COLUMNS: tuple[str, ...] = (
     "id", "source_id", "engine", "engine_version", "model", "gpu", "tp", "replicas", "weights", "kv", "mode",
     "regime", "batch", "input_tokens", "output_tokens", "input_dist", "output_dist", "request_rate", "num_prompts",
-    "max_num_seqs", "max_batched_tokens", "chunked_prefill", "prompts_cached", "dp_attention", "metric", "measured", "unit", "quote", "source", "link",
-    "notes", "explanation",
+    "max_num_seqs", "max_batched_tokens", "chunked_prefill", "prompts_cached", "dp_attention", "metric", "measured",
+    "unit", "quote", "source", "link", "notes", "explanation",
 )
 REQUIRED_COLUMNS: tuple[str, ...] = (
     "id", "source_id", "engine", "model", "gpu", "tp", "weights", "kv", "mode", "regime", "batch",
@@ -213,6 +213,11 @@ class Row:
         return metric_kind(self.metric)
 
     @property
+    def profile(self) -> tuple[str, str]:
+        """(engine profile, note) the row replays with: its engine at its stated version (:func:`engine_profile`)."""
+        return engine_profile(self.engine, self.engine_version)
+
+    @property
     def is_static_batch(self) -> bool:
         """One batch of fixed lengths at t = 0, run by the static scheduler (see the module docstring)."""
         return (
@@ -227,7 +232,7 @@ class Row:
             self.engine, self.model, self.gpu, self.tp, self.replicas, self.weights, self.kv, self.mode,
             self.batch, self.input_tokens, self.output_tokens, self.input_dist, self.output_dist, self.request_rate,
             self.num_prompts, self.max_num_seqs, self.max_batched_tokens, self.chunked_prefill, self.lengths_dirs,
-            engine_profile(self.engine, self.engine_version)[0], self.prompts_cached, self.dp_attention,
+            self.profile[0], self.prompts_cached, self.dp_attention,
         )
 
 
@@ -294,9 +299,7 @@ def _row(raw: dict[str, str | None], where: str, lengths_dirs: tuple[Path, ...])
         if math.isnan(rate) or rate <= 0:
             raise InputError(f"{where}: column 'request_rate': must be > 0 requests/s or inf (got {cell['request_rate']})")
     chunked = {"": None, "true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
-    if cell["chunked_prefill"].lower() not in chunked:
-        raise InputError(f"{where}: column 'chunked_prefill': {cell['chunked_prefill']!r}; allowed: true, false or blank")
-    for column in ("prompts_cached", "dp_attention"):
+    for column in ("chunked_prefill", "prompts_cached", "dp_attention"):
         if cell[column].lower() not in chunked:
             raise InputError(f"{where}: column '{column}': {cell[column]!r}; allowed: true, false or blank")
     for column in ("input_dist", "output_dist"):
@@ -716,7 +719,7 @@ class Replayer:
             _gpu(row.gpu)
         except InputError as exc:
             return Replayed(None, skipped=str(exc))
-        profile, profile_note = engine_profile(row.engine, row.engine_version)
+        profile, profile_note = row.profile
         notes = [profile_note] if profile_note else []
         options: dict[str, Any] = {
             "model": row.model, "gpu": row.gpu, "tp": row.tp, "weights": row.weights, "kv": row.kv, "engine": profile,
@@ -809,15 +812,11 @@ class Replayer:
                 rate = float(row.request_rate) / row.replicas  # type: ignore[arg-type]
                 arrivals = np.cumsum(arrivals_rng.exponential(1.0 / rate, n))
             path = self.workdir / f"trace-{len(self._traces)}.csv"
+            # Cached prompts: each request's whole prompt is its own prefix, resident from the start (prefix_cache_warm).
+            cached = row.prompts_cached
             with path.open("w", encoding="utf-8") as handle:
-                if row.prompts_cached:
-                    # each request's whole prompt is its own prefix, resident from the start (prefix_cache_warm)
-                    handle.write("arrival_seconds,prompt_tokens,output_tokens,prefix_id,prefix_tokens\n")
-                    for i, (t, p, o) in enumerate(zip(arrivals, prompts, outputs)):
-                        handle.write(f"{float(t)!r},{int(p)},{int(o)},{i},{int(p)}\n")
-                else:
-                    handle.write("arrival_seconds,prompt_tokens,output_tokens\n")
-                    for t, p, o in zip(arrivals, prompts, outputs):
-                        handle.write(f"{float(t)!r},{int(p)},{int(o)}\n")
+                handle.write("arrival_seconds,prompt_tokens,output_tokens" + (",prefix_id,prefix_tokens\n" if cached else "\n"))
+                for i, (t, p, o) in enumerate(zip(arrivals, prompts, outputs)):
+                    handle.write(f"{float(t)!r},{int(p)},{int(o)}" + (f",{i},{int(p)}\n" if cached else "\n"))
             self._traces[key] = (path, int((prompts + outputs).max()), tuple(notes))
         return self._traces[key]
