@@ -51,11 +51,9 @@ def kv_bytes_per_token_per_gpu(model: ModelSpec, precision: Precision, tp: int, 
     Under attention data parallelism a token's whole KV lives on one GPU of the ``tp``: on average
     1/tp of it per GPU (the group's sequences split evenly).
     """
-    if dp_attention:
-        per_layer = _kv_elements_per_token_per_layer(model, kv_heads_per_gpu(model, 1))
-        return model.num_layers * per_layer * precision.kv_bytes_per_element / tp
-    per_layer = _kv_elements_per_token_per_layer(model, kv_heads_per_gpu(model, tp))
-    return model.num_layers * per_layer * precision.kv_bytes_per_element
+    per_layer = _kv_elements_per_token_per_layer(model, kv_heads_per_gpu(model, 1 if dp_attention else tp))
+    per_token = model.num_layers * per_layer * precision.kv_bytes_per_element
+    return per_token / tp if dp_attention else per_token
 
 
 def windowed_tokens(model: ModelSpec, tokens: float) -> float:

@@ -309,7 +309,7 @@ class Engine:
         self._prompts = workload.prompt_tokens.astype(np.int64, copy=False)
         self._outputs = workload.output_tokens.astype(np.int64, copy=False)
         self._reasons = self._reject_reasons(kv_blocks)
-        if self.prefixes is not None and config.prefix_cache_warm:
+        if config.prefix_cache_warm:
             self._warm_prefix_cache(kv_blocks)
         # A request waited for KV if the queue head was refused for lack of free blocks while it was queued:
         # kv_refusals counts refusals, queued_mark holds its value when the request (re)joined the queue.
@@ -361,7 +361,7 @@ class Engine:
         """Every prefix of the workload starts resident and unreferenced (the server served these prompts before)."""
         workload = self.workload
         if self.prefixes is None or workload.prefix_id is None or workload.prefix_tokens is None:
-            return
+            return  # no cache, or no request with a prefix
         ids = workload.prefix_id.astype(np.int64)
         blocks = reusable_blocks(self._prompts, workload.prefix_tokens.astype(np.int64), self.bs)
         largest: dict[int, int] = {}

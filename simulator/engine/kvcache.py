@@ -82,10 +82,9 @@ def kv_capacity(
     model = getattr(system, "stage", system).model
     step_tokens = WORKSPACE_TOKENS if max_batched_tokens is None else max_batched_tokens
     workspace = workspace_bytes_per_gpu(model, system.precision, system.tp, step_tokens, max_num_seqs)
-    per_block = block_size * kv_bytes_per_token_per_gpu(model, system.precision, system.tp,
-                                                         getattr(system, "dp_attention", False))
+    per_block = block_size * kv_bytes_per_token_per_gpu(model, system.precision, system.tp, system.dp_attention)
     hbm = system.gpu.hbm_bytes
-    of_free = getattr(getattr(system, "engine", None), "kv_cache_memory", "of_total") == "of_free"
+    of_free = system.engine.kv_cache_memory == "of_free"
     held = plan.weights_bytes_per_gpu + workspace + plan.reserved_bytes_per_gpu
     budget = (hbm - held) * gpu_memory_utilization if of_free else hbm * gpu_memory_utilization - held
     if blocks_override is not None:

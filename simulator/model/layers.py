@@ -287,9 +287,9 @@ class Attention:
     params: int = 0
     resident_bytes: float = 0.0
     window: int | None = None
+    """sliding window: each query attends at most this many keys (None: the whole context)"""
     data_parallel: int = 1
     """attention data parallelism: this GPU holds and attends 1/data_parallel of the step's sequences, all heads"""
-    """sliding window: each query attends at most this many keys (None: the whole context)"""
     l2_bytes: float = 0.0
     """the GPU's L2, where the row tiles of one head find the K/V an earlier tile read (0: no reuse)"""
     sm_count: int = 0
@@ -643,7 +643,7 @@ def check_expert_parallel(model: ModelSpec, tp: int, ep: int) -> None:
         raise InputError(f"--ep: {ep} does not divide the {model.moe_experts} routed experts of {model.name}")
 
 
-def check_attention_data_parallel(model: ModelSpec, tp: int, ep: int, dp_attention: bool) -> None:
+def check_attention_data_parallel(model: ModelSpec, tp: int, dp_attention: bool) -> None:
     """Attention data parallelism runs attention on 1/tp of the sequences per GPU; the MoE layers see every token,
     their experts split over the same GPUs (``--ep`` tp: whole experts, all-to-all) or sliced (``--ep`` 1)."""
     if not dp_attention:
@@ -679,7 +679,7 @@ def build_operators(
     """
     check_tensor_parallel(model, tp)
     check_expert_parallel(model, tp, ep)
-    check_attention_data_parallel(model, tp, ep, dp_attention)
+    check_attention_data_parallel(model, tp, dp_attention)
     if attention_kernel not in ATTENTION_KERNELS:
         raise InputError(f"--attention-kernel: '{attention_kernel}' is not one of {', '.join(ATTENTION_KERNELS)}")
     if fusion not in FUSIONS:

@@ -82,7 +82,7 @@ def build_deployment(options: dict[str, Any], batch: int, context_tokens: int, t
     check_pipeline(model, pp)
     stage = replace(base.system, model=stage_model(model, pp))
     plan = plan_memory(stage.model, stage.precision, stage.gpu, tp, batch, context_tokens, stage.operators,
-                       dp_attention=getattr(stage, "dp_attention", False))
+                       dp_attention=stage.dp_attention)
     # Per-GPU figures are the stage's; the model-wide ones stay the whole model's.
     plan = replace(plan, weights_bytes=base.memory.weights_bytes, kv_bytes_per_token=base.memory.kv_bytes_per_token,
                    kv_bytes=base.memory.kv_bytes)

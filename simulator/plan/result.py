@@ -103,7 +103,7 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
         "attention": system.model.attention_kind,
         **architecture_dict(system, float(result.last_decode_step.tokens) if result.last_decode_step else 1.0),
         "ep": system.ep,
-        "dp_attention": bool(getattr(system, "dp_attention", False)),
+        "dp_attention": system.dp_attention,
         "attention_kernel": system.attention_kernel,
         "fusion": system.fusion,
         "precision": {

@@ -138,7 +138,7 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         f"{fmt_count(gpu.hbm_bandwidth_bytes_per_second, 'B/s')} HBM, ridge {ridge:.0f} FLOP/byte",
         f"  parallelism  tensor parallel {tp}" + (f", expert parallel {system.ep}" if system.ep > 1 else "")
         + (f", attention data-parallel (each GPU: all heads, 1/{tp} of the sequences and of the KV cache)"
-           if getattr(system, "dp_attention", False) else "")
+           if system.dp_attention else "")
         + (f"  ({dep.note})" if dep.note else ""),
         *replica_setup_lines(run),
         *serving_modes.setup_lines(run),

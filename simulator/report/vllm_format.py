@@ -171,9 +171,8 @@ def launch_command(run: "EngineRun", engine: str) -> str:
     # An --attention variant is a what-if with no checkpoint to serve: say so rather than print a model that does not exist.
     note = f"# {model} is a what-if variant (--attention); serve a checkpoint with that attention\n" if s.attention else ""
     if engine == "vllm":
-        dp_attention = getattr(system, "dp_attention", False)
         # vLLM runs attention data-parallel as --data-parallel-size N with --enable-expert-parallel
-        width = f"--tensor-parallel-size 1 --data-parallel-size {system.tp}" if dp_attention else \
+        width = f"--tensor-parallel-size 1 --data-parallel-size {system.tp}" if system.dp_attention else \
             f"--tensor-parallel-size {system.tp}"
         parts = [f"vllm serve {model}", width, f"--max-num-seqs {config.max_num_seqs}"]
         if system.ep > 1:
@@ -201,7 +200,7 @@ def launch_command(run: "EngineRun", engine: str) -> str:
                  f"--max-running-requests {config.max_num_seqs}"]
         if system.ep > 1:
             parts.append(f"--ep-size {system.ep}")
-        if getattr(system, "dp_attention", False):
+        if system.dp_attention:
             parts.append(f"--enable-dp-attention --dp {system.tp}")
         if config.max_batched_tokens is not None:
             parts.append(f"--chunked-prefill-size {config.max_batched_tokens}")
