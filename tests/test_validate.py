@@ -292,20 +292,10 @@ def test_a_row_whose_prompts_were_cached_replays_with_a_warm_prefix_cache(tmp_pa
     """Two serving rows alike but for prompts_cached: 20 requests of 1,024-token prompts at once. Cold, every
     prompt is prefilled; warm, each reuses floor((1024 - 1) / 16) = 63 blocks and prefills 1024 - 1008 = 16 tokens,
     so its TTFT is far shorter. Rows in an old table without the column load as not cached."""
-    import csv as _csv
-
-    rows = []
-    for i, cached in enumerate(("false", "true")):
-        rows.append({"id": str(i), "source_id": "s", "engine": "vllm", "model": "llama2-7b", "gpu": "a100", "tp": "1",
-                     "weights": "fp16", "kv": "fp16", "mode": "serving", "regime": "serving", "batch": "",
-                     "input_tokens": "1024", "output_tokens": "16", "request_rate": "inf", "num_prompts": "20",
-                     "prompts_cached": cached, "metric": "ttft_mean_seconds", "measured": "0.1"})
-    path = tmp_path / "t.csv"
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = _csv.DictWriter(handle, fieldnames=list(COLUMNS))
-        writer.writeheader()
-        writer.writerows(rows)
-    cold_row, warm_row = load_table(path)
+    serving = {"mode": "serving", "regime": "serving", "batch": "", "input_tokens": 1024, "output_tokens": 16,
+               "request_rate": "inf", "num_prompts": 20, "metric": "ttft_mean_seconds", "measured": 0.1}
+    cold_row, warm_row = table(tmp_path, row(id=0, prompts_cached="false", **serving),
+                               row(id=1, prompts_cached="true", **serving))
     assert (cold_row.prompts_cached, warm_row.prompts_cached) == (False, True)
     eff = Efficiencies(0.6, 0.7)
     with Replayer() as replayer:
@@ -318,20 +308,10 @@ def test_a_row_run_with_attention_data_parallelism_replays_with_it(tmp_path):
     """DeepSeek-V3 on 8 H200s, 300 requests of 1,024 + 256 tokens at once: attention data-parallel, each GPU reads
     the latents of 1/8 of the sequences (4,392 bytes per token instead of 35,136), so steps are shorter and the
     replayed throughput is higher than the same row replayed tensor-parallel."""
-    import csv as _csv
-
-    rows = []
-    for i, dp in enumerate(("", "true")):
-        rows.append({"id": str(i), "source_id": "s", "engine": "sglang", "model": "deepseek-v3", "gpu": "h200", "tp": "8",
-                     "weights": "fp8", "kv": "fp8", "mode": "serving", "regime": "serving", "batch": "",
-                     "input_tokens": "1024", "output_tokens": "256", "request_rate": "inf", "num_prompts": "300",
-                     "dp_attention": dp, "metric": "output_tokens_per_second", "measured": "1000"})
-    path = tmp_path / "t.csv"
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = _csv.DictWriter(handle, fieldnames=list(COLUMNS))
-        writer.writeheader()
-        writer.writerows(rows)
-    tp_row, dp_row = load_table(path)
+    serving = {"engine": "sglang", "model": "deepseek-v3", "gpu": "h200", "tp": 8, "weights": "fp8", "kv": "fp8",
+               "mode": "serving", "regime": "serving", "batch": "", "input_tokens": 1024, "output_tokens": 256,
+               "request_rate": "inf", "num_prompts": 300, "metric": "output_tokens_per_second", "measured": 1000}
+    tp_row, dp_row = table(tmp_path, row(id=0, **serving), row(id=1, dp_attention="true", **serving))
     assert (tp_row.dp_attention, dp_row.dp_attention) == (False, True)
     assert tp_row.run_key() != dp_row.run_key()
     with Replayer() as replayer:
