@@ -25,6 +25,17 @@ def test_card_command_prints_the_report():
     assert "327,680 bytes/token" in result.output
 
 
+def test_memory_plan_names_the_requests_it_was_planned_for():
+    # 300 requests queued at once, each reaching 128 + 2,048 = 2,176 tokens: the memory section is planned
+    # for those 300 sequences (300 x 2,176 x 131,072 B = 79.69 GiB of KV for Llama-3.1-8B at fp16), not for
+    # the default --batch 1 the command never set.
+    result = invoke(["--model", "llama3.1-8b", "--gpu", "h100", "--tp", "1", "--input-len", "128",
+                     "--output-len", "2048", "--num-prompts", "300", "--request-rate", "inf"])
+    assert result.exit_code == 0, result.output
+    assert "planned for 300 sequences x 2,176 tokens" in result.output
+    assert "KV cache     79.69 GiB" in result.output
+
+
 def test_card_command_json_contract():
     # Continuous batching (prefill first, no token budget) keeps every decode step a pure decode
     # of the 64 sequences, which is what the hand count of FLOPs per step below describes.

@@ -115,6 +115,10 @@ class MemoryPlan:
     kv_bytes_per_gpu: float
     workspace_bytes_per_gpu: float
     reserved_bytes_per_gpu: float
+    sequences: int = 0
+    """sequences the plan holds at once (the KV cache above is theirs)"""
+    context_tokens: int = 0
+    """tokens each of those sequences reaches"""
 
     @property
     def needed_bytes_per_gpu(self) -> float:
@@ -164,6 +168,8 @@ def plan_memory(
         kv_bytes_per_gpu=batch * kv_bytes_per_sequence(model, precision, context_tokens, tp, dp_attention),
         workspace_bytes_per_gpu=workspace_bytes_per_gpu(model, precision, tp, step_tokens, batch),
         reserved_bytes_per_gpu=RUNTIME_RESERVED_BYTES_PER_GPU,
+        sequences=batch,
+        context_tokens=context_tokens,
     )
 
 

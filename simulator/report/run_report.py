@@ -152,7 +152,7 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
            else ", KV blocks as sequences grow (preemption when full)"),
         *(f"  warning      {note}" for note in [*model.warnings, *run.notes]),
         "",
-        "Memory per GPU" + f"  (planned for batch {int(opts.batch)} x {_count(int(opts.ctx), 'token')}"
+        "Memory per GPU" + f"  (planned for {_count(memory.sequences, 'sequence')} x {_count(memory.context_tokens, 'token')}"
         + (")" if memory.fits else "; its KV exceeds the cache: requests are admitted as blocks free up)"),
         f"  weights      {fmt_bytes(memory.weights_bytes_per_gpu)}  (model total {fmt_bytes(memory.weights_bytes)})",
         f"  KV cache     {fmt_bytes(memory.kv_bytes_per_gpu)}  ({memory.kv_bytes_per_token:,.0f} bytes/token, "
