@@ -83,6 +83,26 @@ def test_grouped_gemm_padding_by_hand():
     assert work.padding_flops == pytest.approx(2 * (74 - 6) * 4096 * 2 * 14336)
 
 
+def test_routing_and_weighted_sum_kernels_by_hand():
+    # Mixtral-8x7B (E = 8, k = 2, H = 4096, bf16), tp 1, a decode step of 10 tokens, per MoE layer:
+    # top-k softmax reads 8 logits and writes 2 ids + 2 weights per token: 10 x 12 x 2 B = 240 B;
+    # the sort of the rows reads and writes k = 2 per token: 10 x 4 x 2 B = 80 B;
+    # the weighted sum reads the 2 expert outputs and writes one: 10 x (2 x 4096 + 4096) x 2 B = 245,760 B.
+    # None fuses into a GEMM: one launch each, even with elementwise fusion on.
+    ops = ops_by_name(fixture("Mixtral-8x7B-v0.1"))
+    step = Step.decode(10, 100)
+    topk, align, combine = (ops[n].work(step) for n in ("moe_topk", "moe_align", "experts_combine"))
+    assert topk.activation_bytes == 10 * (8 + 4) * 2 == 240
+    assert align.activation_bytes == 10 * (2 + 2) * 2 == 80
+    assert combine.activation_bytes == 10 * (2 * 4096 + 4096) * 2 == 245_760
+    assert combine.flops == 10 * 2 * 2 * 4096
+    assert topk.launches == align.launches == combine.launches == 1
+    assert ops["experts_combine"].count == 32
+    # Under expert parallelism (ep 4) a GPU sums only its k / ep = 0.5 rows per token.
+    split = ops_by_name(fixture("Mixtral-8x7B-v0.1"), tp=4, ep=4)["experts_combine"].work(step)
+    assert split.activation_bytes == pytest.approx(10 * (0.5 * 4096 + 4096) * 2)
+
+
 def test_deepseek_v2_lite_flops_per_token_are_k_plus_s_experts():
     ops = ops_by_name(fixture("DeepSeek-V2-Lite"))
     step = Step.decode(1, 10)

@@ -789,6 +789,10 @@ class _Builder:
             fused_read_elements_per_token=fused_read,
         )
 
+    def unfused(self, name: str, read: float, write: float, flops: float, count: int) -> Elementwise:
+        """An elementwise kernel no engine fuses into a GEMM (its launch and traffic always count)."""
+        return replace(self.elementwise(name, read, write, flops, count=count), fused=False)
+
     def norm(self, name: str, count: int | None = None, width: int | None = None) -> Elementwise:
         width = self.model.hidden_size if width is None else width
         params = width * (2 if self.model.norm == "layernorm" else 1)
@@ -972,7 +976,8 @@ class _Builder:
         ]
 
     def moe(self) -> list[Operator]:
-        """Router, (dispatch), routed experts, (combine), shared experts of the MoE layers (simulator.model.routing)."""
+        """Router and routing kernels, (dispatch), routed experts, their weighted sum, (combine), shared experts of the
+        MoE layers (simulator.model.routing)."""
         model, tp, ep = self.model, self.tp, self.ep
         H, E, k = model.hidden_size, model.moe_experts, model.moe_top_k
         count = model.moe_layers
@@ -1012,11 +1017,20 @@ class _Builder:
                 output_write_elements=write,
             )
 
-        ops: list[Operator] = [self.gemm("router", H, E, H * E, E, E, count=count, module="router")]
+        ops: list[Operator] = [
+            self.gemm("router", H, E, H * E, E, E, count=count, module="router"),
+            # Routing runs as kernels of its own in every engine (vLLM/SGLang: topk_softmax, then
+            # moe_align_block_size sorting the (token, expert) rows by expert; TensorRT-LLM: its routing
+            # kernel, then the expert maps): a softmax and top-k over the E logits, writing k ids and k
+            # weights, then the sort of the rows.
+            self.unfused("moe_topk", E, 2 * k, SOFTMAX_FLOPS_PER_SCORE * E, count),
+            self.unfused("moe_align", k, k, 0.0, count),
+        ]
         if ep > 1:
             share = remote_gpus_per_token(E, k, ep) if self.routing_skew == 0 else busiest_share(q_all, ep)
-            ops.append(AllToAll(name="moe_dispatch", count=count, width=H, tp=tp, ep=ep, remote_share=share,
-                                activation_bytes_per_element=self.b_a, compute_dtype=self.precision.activation_dtype))
+            dispatch = AllToAll(name="moe_dispatch", count=count, width=H, tp=tp, ep=ep, remote_share=share,
+                                activation_bytes_per_element=self.b_a, compute_dtype=self.precision.activation_dtype)
+            ops.append(dispatch)
         act = ACTIVATION_FLOPS_PER_ELEMENT * F_gpu * rows
         if model.gated_mlp:
             ops.append(experts("experts_gate_up", H, 2 * F_gpu, 2 * H * F_e, 2 * F_e, write=F_gpu if fused else None))
@@ -1025,8 +1039,11 @@ class _Builder:
             ops.append(experts("experts_up", H, F_gpu, H * F_e, F_e))
             ops.append(self.elementwise("experts_activation", F_gpu * rows, F_gpu * rows, act, count=count))
         ops.append(experts("experts_down", F_gpu, H, F_e * H, H))
+        # The k expert outputs of a token are weighted and summed by a kernel of their own (vLLM's and
+        # SGLang's moe_sum, TensorRT-LLM's finalizeMoeRouting): it reads the rows the down GEMM wrote.
+        ops.append(self.unfused("experts_combine", rows * H, H, 2.0 * rows * H, count))
         if ep > 1:
-            ops.append(replace(ops[1], name="moe_combine"))  # the same bytes back to the tokens' GPUs
+            ops.append(replace(dispatch, name="moe_combine"))  # the same bytes back to the tokens' GPUs
         if model.moe_shared_experts:
             F_s = model.moe_shared_experts * model.shared_expert_ffn_size
             if F_s % tp:
