@@ -36,11 +36,18 @@ def test_auto_tp_prefers_the_smallest_that_holds_the_batch_else_one_sequence():
     # tp 4: 32.1 + 20 GiB fits, so the planned batch runs without queueing at tp 4.
     prep = prepare({"model": "llama2-70b", "gpu": "a100", "batch": 64, "ctx": 4096})
     assert prep.deployment.system.tp == 4 and prep.deployment.auto_tp
-    # Batch 2048 x 4096 = 2,560 GiB of KV fits no single node (8 x 80 GiB): the smallest degree that serves
-    # with queueing is chosen. tp 1: weights above 0.9 x 80 = 72 GiB. tp 2: 64.2 GiB of weights + ~1.2 GiB
-    # workspace + 1 GiB runtime leaves ~5.6 GiB, more than one 4096-token sequence (0.625 GiB per GPU).
+    # Batch 2048 x 4096: the engine (vLLM on an A100: at most 256 sequences) never runs more than 256 of them
+    # at once, so 256 are planned: 256 x 4096 x 327,680 B = 320 GiB of KV. tp 4: 32.1 + 80 GiB per GPU > 80 GiB;
+    # tp 8: 16.1 + 40 GiB fits, so tp 8 holds every running sequence, and the report names tp 2 as the fewest
+    # GPUs that serve it with queueing (tp 1: weights above 0.9 x 80 = 72 GiB; tp 2: 64.2 GiB of weights +
+    # ~1.2 GiB workspace + 1 GiB runtime leaves ~5.6 GiB, more than one 4096-token sequence, 0.625 GiB per GPU).
     prep = prepare({"model": "llama2-70b", "gpu": "a100", "batch": 2048, "ctx": 4096})
-    assert prep.deployment.system.tp == 2
+    assert prep.deployment.system.tp == 8 and prep.deployment.memory.sequences == 256
+    assert prep.deployment.fewest_gpus == 2 and "--tp 2" in prep.deployment.note
+    # Allowed more sequences at once than any node holds (2048 x 4096 = 2,560 GiB of KV > 8 x 80 GiB), the
+    # smallest degree that serves with queueing is chosen.
+    prep = prepare({"model": "llama2-70b", "gpu": "a100", "batch": 2048, "ctx": 4096, "max_num_seqs": 2048})
+    assert prep.deployment.system.tp == 2 and prep.deployment.fewest_gpus == 0
     assert prep.capacity.tokens >= 4096
     message = fit_error({"model": "llama2-70b", "gpu": "a100", "batch": 64, "ctx": 4096, "tp": 1})
     assert "does not fit" in message and "less than one 4096-token sequence" in message

@@ -25,6 +25,9 @@ class Deployment:
     memory: MemoryPlan
     auto_tp: bool
     pp: int = 1
+    fewest_gpus: int = 0
+    """the fewest GPUs that could serve the model with queueing when ``auto_tp`` chose more to hold the whole
+    planned batch at once (0: the chosen degree is the fewest that serves it)"""
 
     @property
     def gpus(self) -> int:
@@ -39,6 +42,12 @@ class Deployment:
             return (
                 f"does not fit on one node of {self.system.gpu.max_gpus_per_node} {self.system.gpu.name}; using "
                 f"tensor parallelism within a node and the fewest pipeline stages that fit: --tp {self.system.tp} --pp {self.pp}"
+            )
+        if self.fewest_gpus:
+            return (
+                f"{self.fewest_gpus} {self.system.gpu.name} would serve it with requests queued for KV blocks; using the "
+                f"smallest tensor-parallel degree whose KV cache holds all {self.memory.sequences:,} sequences at once: "
+                f"--tp {self.system.tp} (give --tp {self.fewest_gpus} for the fewer GPUs)"
             )
         return (
             f"does not fit on one {self.system.gpu.name}; using the smallest tensor-parallel degree "

@@ -15,7 +15,9 @@ parallelism per GPU of the heaviest stage). With ``tp`` given, a deployment that
 is an InputError ("does not fit"); without it, the first layout that keeps it is chosen: tensor
 parallelism first, the smallest power of two dividing the heads up to the GPUs of one node
 (``tensor_parallel_candidates``) — among those, the smallest whose KV cache holds the whole planned
-closed batch (``batch`` x ``ctx``) at once when one does, else the smallest that keeps the rule —
+closed batch (``batch`` x ``ctx``, at most the engine's ``max_num_seqs`` sequences: no more ever run at
+once) when one does (the report then names the fewer GPUs that would serve it with queueing,
+``Deployment.fewest_gpus``), else the smallest that keeps the rule —
 then, if even a whole node is too small, the node-wide degree
 with 2, 3, ... pipeline stages (TP needs the node's fast links every layer; PP sends one hidden
 state per stage, so it is the one to span nodes, as Megatron-LM and vLLM deployments do). A batch
@@ -144,7 +146,8 @@ def plan_serving(options: dict[str, Any], batch: int, context_tokens: int, confi
     if kept:
         # The smallest layout whose cache holds the whole batch, else the smallest that serves it with queueing.
         chosen = next((d for d in kept if d.memory.fits), kept[0])
-        return replace(chosen, auto_tp=True)
+        fewest = kept[0].gpus if chosen is not kept[0] else 0
+        return replace(chosen, auto_tp=True, fewest_gpus=fewest)
     model, gpu = deployment.system.model, deployment.system.gpu
     tried = ", ".join(f"tp {tp}" if pp == 1 else f"tp {tp} x pp {pp}" for tp, pp in layouts)
     last_tp, last_pp = layouts[-1]

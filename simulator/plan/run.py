@@ -137,8 +137,10 @@ def scheduler_config(settings: RunSettings, profile: EngineProfile) -> Scheduler
 def prepare(settings: RunSettings | dict[str, Any]) -> Prepared:
     """Plan the deployment, size the KV cache, build the workload; InputError on any problem."""
     settings = as_settings(settings)
-    planned_batch = settings.closed_batch_size if settings.qps is None and settings.trace is None else settings.batch
     config = scheduler_config(settings, engine_from_options(settings.model_dump()))
+    planned_batch = settings.closed_batch_size if settings.qps is None and settings.trace is None else settings.batch
+    # No more than max_num_seqs sequences ever run at once, so no more are planned to fit at once.
+    planned_batch = min(planned_batch, config.max_num_seqs)
     # Only the weights and one ctx-token sequence must fit; the paged cache queues the rest (plan/placement.py).
     deployment = plan_serving(settings.model_dump(), planned_batch, settings.ctx, config, settings.gpu_memory_utilization)
     capacity = kv_capacity(
