@@ -123,9 +123,9 @@ OLDER_SCHEDULER_BEFORE: dict[str, tuple[tuple[int, ...], str]] = {
 
 # GPU families: the calibrated parameters are per family (GPUSpec.name).
 GPU_FAMILIES: dict[str, tuple[str, ...]] = {
-    "ampere": ("A100-SXM4-80GB", "A100-SXM4-40GB", "A10G"),
+    "ampere": ("A100-SXM4-80GB", "A100-SXM4-40GB", "A10G", "RTX-3090"),
     "hopper": ("H100-SXM5-80GB", "H100-PCIe-80GB", "H200-SXM-141GB"),
-    "ada": ("L40S", "L4"),
+    "ada": ("L40S", "L4", "RTX-4090"),
     "cdna3": ("MI300X",),
     "blackwell": ("B200",),
     "volta": ("V100-SXM2-32GB",),
