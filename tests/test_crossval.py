@@ -417,7 +417,9 @@ def test_older_releases_replay_with_the_v0_style_profile():
     from simulator.plan.validate import engine_profile, release
 
     assert release("0.7.3 (ROCm 6.3.1)") == (0, 7, 3) and release("not stated") is None
-    assert engine_profile("vllm", "0.5.4")[0] == "vllm-v0"  # before 0.8: V0
+    assert engine_profile("vllm", "0.5.4")[0] == "vllm-v0"  # before 0.6: V0, output processing in the loop
+    assert engine_profile("vllm", "0.6.1")[0] == "vllm-v0.6"  # 0.6 and 0.7: V0 with asynchronous output processing
+    assert engine_profile("vllm", "0.7.3 (ROCm 6.3.1, V0 engine)")[0] == "vllm-v0.6"
     assert engine_profile("vllm", "0.10.0 (ROCm 6.4.1)")[0] == "vllm"
     assert engine_profile("vllm", "")[0] == "vllm"  # unstated: the current engine
     assert engine_profile("tgi", "1.0.3")[0] == "vllm-v0"  # before 3.0: no chunked prefill

@@ -43,6 +43,23 @@ def test_vllm_v0_overhead_is_vidurs_straight_line():
     assert iteration_cpu_seconds(v0, 64, 64) == pytest.approx(12.558e-3, rel=2e-3)
 
 
+def test_vllm_0_6_overlaps_output_processing_with_the_next_step():
+    v06 = load_engine_profile("vllm-v0.6")
+    # Vidur's phases at batch 64: schedule 0.854 + sampler 1.320 + prepare inputs 1.323 = 3.497 ms block the GPU;
+    # process model outputs, 9.062 ms, runs while the GPU computes the next step.
+    assert iteration_cpu_seconds(v06, 64, 64) == pytest.approx(3.497e-3, rel=2e-3)
+    assert iteration_cpu_seconds(v06, 64, 64, v06.async_cpu) == pytest.approx(9.062e-3, rel=2e-3)
+    # Under a 20 ms step only the blocking part shows; under a 5 ms step 9.062 - 5 = 4.062 ms more.
+    assert iteration_overhead_seconds(v06, 64, 64, 20e-3) == pytest.approx(3.497e-3, rel=2e-3)
+    assert iteration_overhead_seconds(v06, 64, 64, 5e-3) == pytest.approx(3.497e-3 + 4.062e-3, rel=2e-3)
+    # Both parts together are the V0 straight line (12.558 ms at batch 64).
+    v0 = load_engine_profile("vllm-v0")
+    both = iteration_cpu_seconds(v06, 64, 64) + iteration_cpu_seconds(v06, 64, 64, v06.async_cpu)
+    assert both == pytest.approx(iteration_cpu_seconds(v0, 64, 64), rel=2e-3)
+    got = iteration_overhead_seconds(v06, np.array([0.0, 64.0]), np.array([0.0, 64.0]), np.array([1.0, 5e-3]))
+    assert got == pytest.approx([0.0, 7.559e-3], rel=2e-3)
+
+
 def test_an_overlapping_engine_hides_cpu_work_under_the_gpu_step():
     sglang = load_engine_profile("sglang")
     cpu = iteration_cpu_seconds(sglang, 16, 16)  # 300 + 160 + 0.32 us = 460.32 us

@@ -11,7 +11,10 @@ iteration therefore lasts its GPU time plus
 
     exposed = (1 - f) * cpu + max(0, f * cpu - gpu_seconds)
 
-(a fully overlapped engine costs nothing until its CPU work outgrows the GPU's step).
+(a fully overlapped engine costs nothing until its CPU work outgrows the GPU's step). An engine
+whose loop is synchronous except for one part it runs while the GPU computes the next iteration
+(the profile's ``async_cpu``: vLLM 0.6's asynchronous output processing, vllm-project/vllm PR
+#7049) adds that part the same way, ``max(0, async - gpu_seconds)``.
 
 CUDA graphs: a step is replayed from a captured graph when the engine captures (not
 ``enforce_eager``), the step has at most ``graphs.max_batch`` tokens, and it is decode-only or the
@@ -27,13 +30,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.model.engine_profile import EngineProfile
+from simulator.model.engine_profile import EngineProfile, HostWork
 from simulator.model.step import Number, Step
 
 
-def iteration_cpu_seconds(profile: EngineProfile, sequences: Number, tokens: Number) -> Number:
-    """Host seconds of one iteration of ``sequences`` sequences and ``tokens`` new tokens (0 when empty)."""
-    cpu = profile.cpu
+def iteration_cpu_seconds(profile: EngineProfile, sequences: Number, tokens: Number,
+                          work: HostWork | None = None) -> Number:
+    """Host seconds of one iteration of ``sequences`` sequences and ``tokens`` new tokens (0 when empty).
+
+    ``work``: which host work (default: the profile's ``cpu``; its ``async_cpu`` for that part).
+    """
+    cpu = profile.cpu if work is None else work
     seconds = cpu.fixed_seconds + cpu.per_sequence_seconds * sequences + cpu.per_token_seconds * tokens
     if isinstance(seconds, np.ndarray) or isinstance(sequences, np.ndarray):
         return np.where(sequences > 0, seconds, 0.0)
@@ -54,7 +61,11 @@ def exposed_seconds(profile: EngineProfile, cpu_seconds: Number, gpu_seconds: Nu
 def iteration_overhead_seconds(profile: EngineProfile, sequences: Number, tokens: Number,
                                gpu_seconds: Number) -> Number:
     """Seconds an iteration lasts beyond its GPU time: the exposed host CPU work (module docstring)."""
-    return exposed_seconds(profile, iteration_cpu_seconds(profile, sequences, tokens), gpu_seconds)
+    seconds = exposed_seconds(profile, iteration_cpu_seconds(profile, sequences, tokens), gpu_seconds)
+    if profile.async_cpu is None:
+        return seconds
+    beyond = iteration_cpu_seconds(profile, sequences, tokens, profile.async_cpu) - gpu_seconds
+    return seconds + (np.maximum(beyond, 0.0) if isinstance(beyond, np.ndarray) else max(beyond, 0.0))
 
 
 def graph_captured(profile: EngineProfile, step: Step) -> Number:
@@ -70,5 +81,5 @@ def graph_captured(profile: EngineProfile, step: Step) -> Number:
 
 def has_overhead(profile: EngineProfile) -> bool:
     """Does the profile add any host time per iteration (the cost model skips the work when not)?"""
-    cpu = profile.cpu
-    return bool(cpu.fixed_seconds or cpu.per_sequence_seconds or cpu.per_token_seconds)
+    return any(work is not None and bool(work.fixed_seconds or work.per_sequence_seconds or work.per_token_seconds)
+               for work in (profile.cpu, profile.async_cpu))

@@ -2,13 +2,15 @@
 
 A profile (``configs/engines/*.yaml``; user files in ``$MEMWALL_CONFIG_DIR/engines/`` or a path)
 describes one engine at one version (``vllm.yaml`` is vLLM's V1 engine, ``vllm-v0.yaml`` the V0
-engine before 0.6):
+engine before 0.6, ``vllm-v0.6.yaml`` the V0 engine of 0.6 and 0.7):
 
 - ``cpu``: host time per iteration spent outside the GPU's forward pass (scheduling, input
   preparation, sampling bookkeeping, output processing), as ``fixed_seconds`` +
   ``per_sequence_seconds`` x sequences in the batch + ``per_token_seconds`` x new tokens, and
   ``overlap``, the fraction of it that runs while the GPU computes (SGLang's overlap scheduler,
   TensorRT-LLM's overlap scheduler, vLLM's async scheduling: 1; a synchronous loop: 0).
+- ``async_cpu`` (optional): a second part of the same form that an otherwise synchronous loop runs
+  while the GPU computes the next iteration (vLLM 0.6's asynchronous output processing).
 - ``graphs``: CUDA-graph capture: steps of up to ``max_batch`` tokens are replayed from a graph
   (decode-only steps, or any step when ``mixed`` as vLLM V1's piecewise graphs); other steps
   launch each kernel from the host at ``eager_launch_seconds`` per kernel. ``enforce_eager``
@@ -35,7 +37,7 @@ from simulator.model.registry import config_files
 ALLREDUCE_KINDS: tuple[str, ...] = ("custom", "nccl")
 
 
-class CpuOverhead(BaseModel):
+class HostWork(BaseModel):
     """Host time per engine iteration: fixed + per sequence + per new token (seconds)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -43,6 +45,11 @@ class CpuOverhead(BaseModel):
     fixed_seconds: float = Field(default=0.0, ge=0.0, le=1.0)
     per_sequence_seconds: float = Field(default=0.0, ge=0.0, le=1e-2)
     per_token_seconds: float = Field(default=0.0, ge=0.0, le=1e-3)
+
+
+class CpuOverhead(HostWork):
+    """The engine loop's host time per iteration, and the fraction of it that overlaps the GPU."""
+
     overlap: float = Field(default=0.0, ge=0.0, le=1.0)
     """fraction of the CPU time that runs concurrently with the GPU's forward pass"""
 
@@ -101,6 +108,9 @@ class EngineProfile(BaseModel):
     version: str = ""
     description: str = ""
     cpu: CpuOverhead = Field(default_factory=CpuOverhead)
+    async_cpu: HostWork | None = None
+    """host work of an iteration done while the GPU runs the next one (vLLM 0.6's asynchronous output
+    processing): it costs time only where it outlasts that step"""
     graphs: GraphCapture = Field(default_factory=GraphCapture)
     enforce_eager: bool = False
     allreduce: Literal["custom", "nccl"] = "nccl"

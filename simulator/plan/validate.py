@@ -114,11 +114,14 @@ DEFAULT_PROFILE = "vllm"
 
 # Releases whose scheduler is the V0 kind (prefill iterations of their own, no chunked prefill,
 # a synchronous Python loop): vLLM before 0.8, where V1 became the default engine (vLLM 0.8.0
-# release notes, March 2025); TGI before 3.0, which introduced prefill chunking (TGI v3.0.0
-# release notes, December 2024: "chunking"). (engine, first version of the newer kind).
-OLDER_SCHEDULER_BEFORE: dict[str, tuple[tuple[int, ...], str]] = {
-    "vllm": ((0, 8), "vllm-v0"),
-    "tgi": ((3, 0), "vllm-v0"),
+# release notes, March 2025), with output processing overlapping the next step from 0.6.0 (the
+# asynchronous output processor, vllm-project/vllm PR #7049; vllm-v0.6.yaml); TGI before 3.0,
+# which introduced prefill chunking (TGI v3.0.0 release notes, December 2024: "chunking").
+# engine -> ((first version NOT replayed with this profile, profile, what it is), ...), oldest first.
+OLDER_SCHEDULER_BEFORE: dict[str, tuple[tuple[tuple[int, ...], str, str], ...]] = {
+    "vllm": (((0, 6), "vllm-v0", "no chunked prefill, synchronous loop"),
+             ((0, 8), "vllm-v0.6", "no chunked prefill, synchronous loop but output processing overlapped")),
+    "tgi": (((3, 0), "vllm-v0", "no chunked prefill, synchronous loop"),),
 }
 
 # GPU families: the calibrated parameters are per family (GPUSpec.name).
@@ -556,11 +559,10 @@ def engine_profile(engine: str, version: str = "") -> tuple[str, str]:
     """
     profile = ENGINE_PROFILE_FOR.get(engine, DEFAULT_PROFILE)
     stated = release(version)
-    if engine in OLDER_SCHEDULER_BEFORE and stated is not None:
-        first_new, older = OLDER_SCHEDULER_BEFORE[engine]
-        if stated < first_new:
+    for first_new, older, what in OLDER_SCHEDULER_BEFORE.get(engine, ()):
+        if stated is not None and stated < first_new:
             return older, f"engine {engine} {'.'.join(map(str, stated))} simulated with the {older} profile " \
-                          f"(before {'.'.join(map(str, first_new))}: no chunked prefill, synchronous loop)"
+                          f"(before {'.'.join(map(str, first_new))}: {what})"
     if profile == engine:
         return profile, ""
     return profile, f"engine {engine} simulated with the {profile} profile"

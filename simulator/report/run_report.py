@@ -80,7 +80,9 @@ def time_model_lines(system: Any) -> list[str]:
         f"  efficiency   compute {eff.compute:.2f}, memory {eff.memory:.2f}, link {eff.link:.2f}, "
         f"launch {fmt_seconds(eff.kernel_launch_seconds)}/kernel, all-reduce latency {latency}",
         f"  engine       {engine.name}{version}: CPU {fmt_seconds(cpu.fixed_seconds)} + "
-        f"{fmt_seconds(cpu.per_sequence_seconds)}/sequence per iteration, {100 * cpu.overlap:.0f}% overlapped; {capture}",
+        f"{fmt_seconds(cpu.per_sequence_seconds)}/sequence per iteration, {100 * cpu.overlap:.0f}% overlapped"
+        + (f", + {fmt_seconds(engine.async_cpu.fixed_seconds)} + {fmt_seconds(engine.async_cpu.per_sequence_seconds)}"
+           "/sequence run during the next iteration" if engine.async_cpu else "") + f"; {capture}",
         f"  time model   collectives {system.collectives} over {system.gpu.interconnect}, "
         f"kernel efficiency {system.kernel_efficiency}",
     ]
