@@ -422,6 +422,7 @@ def test_older_releases_replay_with_the_v0_style_profile():
     assert engine_profile("vllm", "0.7.3 (ROCm 6.3.1, V0 engine)")[0] == "vllm-v0.6"
     assert engine_profile("vllm", "0.10.0 (ROCm 6.4.1)")[0] == "vllm"
     assert engine_profile("vllm", "")[0] == "vllm"  # unstated: the current engine
-    assert engine_profile("tgi", "1.0.3")[0] == "vllm-v0"  # before 3.0: no chunked prefill
+    assert engine_profile("tgi", "1.0.3")[0] == "tgi-v1"  # before 2.0: no CUDA graphs, no chunked prefill
+    assert engine_profile("tgi", "2.0.4")[0] == "tgi-v2"  # before 3.0: no chunked prefill
     assert engine_profile("tgi", "3.0.1")[0] == "vllm"
     assert engine_profile("lmdeploy", "0.1.0")[0] == "trtllm"
