@@ -417,6 +417,8 @@ def test_older_releases_replay_with_the_v0_style_profile():
     from simulator.plan.validate import engine_profile, release
 
     assert release("0.7.3 (ROCm 6.3.1)") == (0, 7, 3) and release("not stated") is None
+    assert engine_profile("vllm", "0.2.2")[0] == "vllm-v0.2"  # before 0.2.6: no CUDA graphs
+    assert engine_profile("vllm", "0.2.7")[0] == "vllm-v0"
     assert engine_profile("vllm", "0.5.4")[0] == "vllm-v0"  # before 0.6: V0, output processing in the loop
     assert engine_profile("vllm", "0.6.1")[0] == "vllm-v0.6"  # 0.6 and 0.7: V0 with asynchronous output processing
     assert engine_profile("vllm", "0.7.3 (ROCm 6.3.1, V0 engine)")[0] == "vllm-v0.6"
