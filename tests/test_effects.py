@@ -126,6 +126,26 @@ def test_fusion_none_vs_elementwise_activation_bytes_per_layer_by_hand():
     assert fused_kernels == 5  # qkv, attention, o_proj, gate_up, down
 
 
+def test_engine_kernels_fusion_by_hand():
+    # vLLM / SGLang / TGI: norms, rotary and SiLU-and-mul are kernels of their own; each residual add runs
+    # inside the next norm kernel, which reads the residual and writes the updated one.
+    H, n, g, d, F = 4096, 32, 32, 128, 11008
+    tokens = 1000
+    step = Step.prefill(1, tokens)
+    none, none_kernels = layer_activation_bytes("none", step)
+    engine, engine_kernels = layer_activation_bytes("kernels", step)
+    # Against none, per token (elements): each of the two adds is no longer 2H in + H out but 2H inside
+    # the norm kernel: 2 x (3H - 2H) = 2H less; everything else is the same.
+    assert none - engine == tokens * 2 * H * 2 == 16_384_000
+    # Kernels per layer: 2 norms, qkv, rotary, attention, o_proj, gate_up, activation, down.
+    assert none_kernels - engine_kernels == 2 and engine_kernels == 9
+    fused, _ = layer_activation_bytes("elementwise", step)
+    # Against elementwise: the norms' 2 x 2H, rotary's 2 (n + g) d, the activation's 2F + F, gate_up's other F,
+    # and 2 x H more per add (the residual write): 4H + 2(n + g)d + 4F + 2H.
+    assert engine - fused == tokens * (6 * H + 2 * (n + g) * d + 4 * F) * 2 == tokens * 84_992 * 2
+    assert 6 * H + 2 * (n + g) * d + 4 * F == 84_992
+
+
 def test_full_fusion_keeps_q_and_the_attention_output_on_chip():
     H, n, g, d = 4096, 32, 32, 128
     step = Step.decode(8, 512)

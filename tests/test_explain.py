@@ -85,7 +85,7 @@ def test_cli_paragraph_and_json():
     assert "Attention kernel" in text.output and "Fusion" in text.output
     data = json.loads(runner.invoke(main, args + ["--json"]).output)
     assert data["facts"]["max_batch_that_fits"] >= 64
-    assert set(data["kernel_choices"]["fusion"]) == {"none", "elementwise", "full"}
+    assert set(data["kernel_choices"]["fusion"]) == {"none", "kernels", "elementwise", "full"}
 
 
 def test_a_pipeline_deployment_is_refused_in_one_line():

@@ -17,6 +17,9 @@ engine before 0.6, ``vllm-v0.6.yaml`` the V0 engine of 0.6 and 0.7):
   turns capture off (vLLM's ``--enforce-eager``).
 - ``allreduce``: ``custom`` (the engine's one-shot/two-shot kernels for messages up to
   ``custom_allreduce_max_bytes`` where the interconnect allows them, NCCL beyond) or ``nccl``.
+- ``fusion``: how the engine runs norms, rotary embeddings, activations and residual adds
+  (``kernels``: kernels of their own, as vLLM, SGLang and TGI; ``elementwise``: folded into the
+  GEMMs; simulator.model.layers); a run's ``fusion`` setting overrides it.
 - ``scheduler``: the engine's defaults (kind, max sequences, token budget, KV block size).
 
 Every number carries its source in the YAML. :mod:`simulator.cost.engine_overhead` turns a
@@ -115,6 +118,10 @@ class EngineProfile(BaseModel):
     enforce_eager: bool = False
     allreduce: Literal["custom", "nccl"] = "nccl"
     custom_allreduce_max_bytes: float = Field(default=8 * 2**20, ge=0.0, le=2.0**40)
+    fusion: Literal["none", "kernels", "elementwise", "full"] = "elementwise"
+    """how the engine runs norms, rotary embeddings, activations and residual adds (simulator.model.layers):
+    ``kernels`` for the PyTorch engines' own elementwise kernels, ``elementwise`` folded into GEMMs; a run's
+    ``fusion`` setting overrides it"""
     kv_cache_memory: Literal["of_total", "of_free"] = "of_total"
     """What the KV-cache memory fraction (``gpu_memory_utilization``) is a fraction of: ``of_total`` HBM,
     bounding everything the process holds (vLLM's gpu_memory_utilization, SGLang's mem_fraction_static),

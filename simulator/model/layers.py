@@ -17,6 +17,13 @@ LLaMA layer at tp = 1 are worked out in docs/readme-effects.md):
 - ``none``: every norm, rotary embedding, activation and residual add is its own kernel that
   reads and writes activations in HBM and pays a kernel launch (11 kernels per LLaMA layer
   with flash attention, 13 with naive attention).
+- ``kernels``: the PyTorch engines' own elementwise kernels (vLLM, SGLang, TGI: their
+  ``fused_add_rms_norm``, ``rotary_embedding`` and ``silu_and_mul`` CUDA ops, or the Triton
+  kernels torch.compile makes of the same code in vLLM V1): each norm, rotary embedding and
+  activation is a kernel of its own, and each residual add runs inside the next norm's kernel
+  (which reads the residual and writes the updated one: 2H more elements per add) or rides on
+  the all-reduce. cuBLAS GEMMs take no epilogue of theirs, so gate/up writes 2F wide
+  (9 kernels per LLaMA layer with flash attention).
 - ``elementwise``: those chains run in the neighbouring GEMM's prologue/epilogue (5 kernels):
   a norm folds into the next GEMM (its per-row 1/rms scales the GEMM's output rows), rotary
   into the QKV epilogue, SiLU(gate) * up into the gate/up epilogue (which then writes F
@@ -81,9 +88,9 @@ from simulator.model.routing import (
 from simulator.model.step import Number, Step
 
 AttentionKernel = Literal["flash", "naive"]
-Fusion = Literal["none", "elementwise", "full"]
+Fusion = Literal["none", "kernels", "elementwise", "full"]
 ATTENTION_KERNELS: tuple[str, ...] = ("flash", "naive")
-FUSIONS: tuple[str, ...] = ("none", "elementwise", "full")
+FUSIONS: tuple[str, ...] = ("none", "kernels", "elementwise", "full")
 
 # Approximate vector FLOPs per element of the elementwise operators (they are always
 # memory-bound, so these only matter for FLOP totals): RMSNorm/LayerNorm ~4 (square,
@@ -770,10 +777,18 @@ class _Builder:
             data_parallel=data_parallel,
         )
 
+    def fuses(self, residual: bool = False) -> bool:
+        """Does this fusion level fold an elementwise op into a neighbour (``residual``: a residual add)?"""
+        if self.fusion == "kernels":
+            return residual
+        return self.fusion != "none"
+
     def elementwise(
         self, name: str, read: float, write: float, flops: float, weights: int = 0, count: int | None = None,
-        fused_read: int = 0,
+        fused_read: int = 0, residual: bool = False,
     ) -> Elementwise:
+        if residual and self.fusion == "kernels":
+            fused_read = 2 * fused_read  # the norm kernel reads the residual and writes the updated one
         return Elementwise(
             name=name,
             count=self.model.num_layers if count is None else count,
@@ -785,7 +800,7 @@ class _Builder:
             resident_bytes=weights * self.b_a,
             activation_bytes_per_element=self.b_a,
             compute_dtype=self.precision.activation_dtype,
-            fused=self.fusion != "none",
+            fused=self.fuses(residual),
             fused_read_elements_per_token=fused_read,
         )
 
@@ -826,7 +841,7 @@ class _Builder:
                 ops.append(self.allreduce("attn_allreduce"))
             if model.norms_per_layer == 4:
                 ops.append(self.norm("post_attn_norm"))
-            ops.append(self.elementwise("attn_residual", 2 * H, H, ADD_FLOPS_PER_ELEMENT * H, fused_read=H))
+            ops.append(self.elementwise("attn_residual", 2 * H, H, ADD_FLOPS_PER_ELEMENT * H, fused_read=H, residual=True))
             if model.norms_per_layer >= 2:
                 ops.append(self.norm("mlp_norm"))
         dense_layers = model.num_layers - model.moe_layers
@@ -841,11 +856,12 @@ class _Builder:
             ops.append(self.allreduce("mlp_allreduce"))
         if model.parallel_attention:
             # x + attention(x) + mlp(x): one add reading three vectors.
-            ops.append(self.elementwise("residual", 3 * H, H, 2 * ADD_FLOPS_PER_ELEMENT * H, fused_read=2 * H))
+            ops.append(self.elementwise("residual", 3 * H, H, 2 * ADD_FLOPS_PER_ELEMENT * H, fused_read=2 * H,
+                                        residual=True))
         else:
             if model.norms_per_layer == 4:
                 ops.append(self.norm("post_mlp_norm"))
-            ops.append(self.elementwise("mlp_residual", 2 * H, H, ADD_FLOPS_PER_ELEMENT * H, fused_read=H))
+            ops.append(self.elementwise("mlp_residual", 2 * H, H, ADD_FLOPS_PER_ELEMENT * H, fused_read=H, residual=True))
         ops.append(self.norm("final_norm", count=1))
         vocab_gpu = -(-model.vocab_size // tp)
         tied = model.tied_embeddings
@@ -959,7 +975,7 @@ class _Builder:
     def mlp(self, prefix: str, F: int, F_gpu: int, count: int, module: str) -> list[Operator]:
         """A dense MLP (or the shared experts, ``prefix`` 'shared_') of width F, F_gpu per GPU, on ``count`` layers."""
         H = self.model.hidden_size
-        fused = self.fusion != "none"
+        fused = self.fuses()
         act = ACTIVATION_FLOPS_PER_ELEMENT * F_gpu
         if self.model.gated_mlp:
             # Fused SiLU(gate) * up in the epilogue: the GEMM writes F wide, not 2F.
@@ -991,7 +1007,7 @@ class _Builder:
         rows = float(q.sum())  # (token, expert) rows per step token on this GPU: k / ep when uniform
         p = self.precision.for_module("experts")
         bias = 1 if model.linear_bias else 0
-        fused = self.fusion != "none"
+        fused = self.fuses()
 
         def experts(name: str, in_f: int, out_f: int, weights: int, biases: int, write: int | None = None) -> ExpertGemm:
             per_expert = weights + bias * biases

@@ -150,6 +150,7 @@ def deployment_from_options(options: dict[str, Any], batch: int, ctx: int, requi
     )
     precision = parse_precision(weights_format(model, options.get("weights")), options.get("kv") or "fp16",
                                 options.get("group_size") or 128)
+    engine = engine_from_options(options)
     return plan_deployment(
         model,
         gpu,
@@ -158,11 +159,11 @@ def deployment_from_options(options: dict[str, Any], batch: int, ctx: int, requi
         context_tokens=ctx,
         tp=options.get("tp"),
         attention_kernel=options.get("attention_kernel", "flash"),
-        fusion=options.get("fusion", "elementwise"),
+        fusion=options.get("fusion") or engine.fusion,
         require_fit=require_fit,
         ep=options.get("ep"),
         routing_skew=float(options.get("routing_skew") or 0.0),
-        engine=engine_from_options(options),
+        engine=engine,
         collectives=str(options.get("collectives") or DEFAULT_COLLECTIVES),
         kernel_efficiency=str(options.get("kernel_efficiency") or DEFAULT_KERNEL_EFFICIENCY),
         dp_attention=bool(options.get("dp_attention")),

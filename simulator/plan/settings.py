@@ -144,8 +144,10 @@ class DeploymentSettings(BaseModel):
     attention_kernel: Literal["flash", "naive"] = Field(
         default="flash", description="flash keeps scores in SRAM; naive writes the score matrix to HBM.",
     )
-    fusion: Literal["none", "elementwise", "full"] = Field(
-        default="elementwise", description="Operator fusion: none, elementwise (into GEMMs), full (also the attention block).",
+    fusion: Literal["none", "kernels", "elementwise", "full"] | None = Field(
+        default=None, description="Operator fusion: none, kernels (norms, rotary and activation as kernels of their "
+        "own, the residual add inside the norm: vLLM, SGLang, TGI), elementwise (into GEMMs: TensorRT-LLM), full "
+        "(also the attention block). Default: the engine profile's.",
     )
     compute_efficiency: Annotated[Float | None, Field(ge=1e-3, le=1.0)] = Field(
         default=None, description="Override the GPU's achievable fraction of peak FLOP/s, in [0.001, 1].",
