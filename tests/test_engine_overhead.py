@@ -60,6 +60,20 @@ def test_vllm_0_6_overlaps_output_processing_with_the_next_step():
     assert got == pytest.approx([0.0, 7.559e-3], rel=2e-3)
 
 
+def test_multi_step_scheduling_shares_the_host_work_of_decode_iterations():
+    v06 = load_engine_profile("vllm-v0.6").with_scheduler_steps(10)
+    # Batch 64, a 5 ms GPU step: blocking 3.497 ms and overlapped 9.062 ms per pass; a decode-only iteration pays
+    # a tenth of each, 0.3497 ms + max(0, 0.9062 - 5) = 0.3497 ms; an iteration with prefill pays them whole,
+    # 3.497 + (9.062 - 5) = 7.559 ms.
+    assert iteration_overhead_seconds(v06, 64, 64, 5e-3, decode_only=True) == pytest.approx(0.3497e-3, rel=2e-3)
+    assert iteration_overhead_seconds(v06, 64, 64, 5e-3, decode_only=False) == pytest.approx(7.559e-3, rel=2e-3)
+    got = iteration_overhead_seconds(v06, np.array([64.0, 64.0]), np.array([64.0, 64.0]), np.array([5e-3, 5e-3]),
+                                     decode_only=np.array([True, False]))
+    assert got == pytest.approx([0.3497e-3, 7.559e-3], rel=2e-3)
+    # One step per pass is the plain profile.
+    assert load_engine_profile("vllm-v0.6").with_scheduler_steps(1).scheduler_steps == 1
+
+
 def test_an_overlapping_engine_hides_cpu_work_under_the_gpu_step():
     sglang = load_engine_profile("sglang")
     cpu = iteration_cpu_seconds(sglang, 16, 16)  # 300 + 160 + 0.32 us = 460.32 us

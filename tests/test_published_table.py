@@ -19,8 +19,8 @@ LENGTHS = ROOT / "validation" / "lengths"
 HEADER = [
     "id", "source_id", "engine", "engine_version", "model", "gpu", "tp", "replicas", "weights", "kv",
     "mode", "regime", "batch", "input_tokens", "output_tokens", "input_dist", "output_dist",
-    "request_rate", "num_prompts", "max_num_seqs", "max_batched_tokens", "chunked_prefill", "prompts_cached", "dp_attention", "metric",
-    "measured", "unit", "quote", "source", "link", "notes", "explanation",
+    "request_rate", "num_prompts", "max_num_seqs", "max_batched_tokens", "chunked_prefill", "prompts_cached", "dp_attention",
+    "num_scheduler_steps", "metric", "measured", "unit", "quote", "source", "link", "notes", "explanation",
 ]  # fmt: skip
 
 SECONDS = {"seconds"}

@@ -317,3 +317,21 @@ def test_a_row_run_with_attention_data_parallelism_replays_with_it(tmp_path):
     with Replayer() as replayer:
         tp, dp = replayer.predict(tp_row, Efficiencies(0.5, 0.6)), replayer.predict(dp_row, Efficiencies(0.5, 0.6))
     assert dp.value > tp.value
+
+
+def test_a_row_with_multi_step_scheduling_replays_on_the_v0_engine_with_it(tmp_path):
+    """vLLM 0.8.5 with --num-scheduler-steps 10: multi-step scheduling exists only in V0 (0.8's engine arguments
+    fall back to it), so the row replays with the V0 profile of 0.6-0.7 and pays a tenth of its host work per
+    decode step: 400 requests of 128 + 512 tokens at once on an A100 finish sooner than with one step per pass."""
+    serving = {"engine_version": "0.8.5", "model": "llama2-7b", "mode": "serving", "regime": "serving", "batch": "",
+               "input_tokens": 128, "output_tokens": 512, "request_rate": "inf", "num_prompts": 400, "max_num_seqs": 256,
+               "metric": "output_tokens_per_second", "measured": 1000}
+    single, multi = table(tmp_path, row(id=0, **serving), row(id=1, num_scheduler_steps=10, **serving))
+    assert (single.num_scheduler_steps, multi.num_scheduler_steps) == (1, 10)
+    assert single.profile[0] == "vllm" and multi.profile[0] == "vllm-v0.6"
+    assert single.run_key() != multi.run_key()
+    one_step = table(tmp_path, row(id=2, **dict(serving, engine_version="0.7.3")))[0]
+    with Replayer() as replayer:
+        eff = Efficiencies(0.6, 0.7)
+        slow, fast = replayer.predict(one_step, eff), replayer.predict(multi, eff)
+    assert one_step.profile[0] == "vllm-v0.6" and fast.value > slow.value

@@ -16,6 +16,11 @@ whose loop is synchronous except for one part it runs while the GPU computes the
 (the profile's ``async_cpu``: vLLM 0.6's asynchronous output processing, vllm-project/vllm PR
 #7049) adds that part the same way, ``max(0, async - gpu_seconds)``.
 
+Multi-step scheduling (``scheduler_steps`` N > 1; vLLM 0.6's ``--num-scheduler-steps``, PR #7000):
+the engine schedules, prepares inputs and processes outputs once for N decode steps, which the
+GPU runs back to back, so a decode-only iteration pays ``cpu / N`` (both parts); an iteration with
+prefill tokens starts a new pass and pays it whole.
+
 CUDA graphs: a step is replayed from a captured graph when the engine captures (not
 ``enforce_eager``), the step has at most ``graphs.max_batch`` tokens, and it is decode-only or the
 engine captures mixed steps too (vLLM V1's piecewise graphs). Captured kernels cost
@@ -59,13 +64,27 @@ def exposed_seconds(profile: EngineProfile, cpu_seconds: Number, gpu_seconds: Nu
 
 
 def iteration_overhead_seconds(profile: EngineProfile, sequences: Number, tokens: Number,
-                               gpu_seconds: Number) -> Number:
-    """Seconds an iteration lasts beyond its GPU time: the exposed host CPU work (module docstring)."""
-    seconds = exposed_seconds(profile, iteration_cpu_seconds(profile, sequences, tokens), gpu_seconds)
+                               gpu_seconds: Number, decode_only: Number = False) -> Number:
+    """Seconds an iteration lasts beyond its GPU time: the exposed host CPU work (module docstring).
+
+    ``decode_only``: the iteration has no prefill tokens (multi-step scheduling then shares its host work).
+    """
+    share = _pass_share(profile, decode_only)
+    seconds = exposed_seconds(profile, share * iteration_cpu_seconds(profile, sequences, tokens), gpu_seconds)
     if profile.async_cpu is None:
         return seconds
-    beyond = iteration_cpu_seconds(profile, sequences, tokens, profile.async_cpu) - gpu_seconds
+    beyond = share * iteration_cpu_seconds(profile, sequences, tokens, profile.async_cpu) - gpu_seconds
     return seconds + (np.maximum(beyond, 0.0) if isinstance(beyond, np.ndarray) else max(beyond, 0.0))
+
+
+def _pass_share(profile: EngineProfile, decode_only: Number) -> Number:
+    """The share of a loop pass's host work one iteration pays: 1/N for decode-only ones under N-step scheduling."""
+    steps = profile.scheduler_steps
+    if steps == 1:
+        return 1.0
+    if isinstance(decode_only, np.ndarray):
+        return np.where(decode_only, 1.0 / steps, 1.0)
+    return 1.0 / steps if decode_only else 1.0
 
 
 def graph_captured(profile: EngineProfile, step: Step) -> Number:

@@ -444,7 +444,7 @@ def _captured(model: TimeModel | None, step: Step) -> Number:
 def _overhead(model: TimeModel | None, step: Step, gpu_seconds: Number) -> Number:
     if model is None or not has_overhead(model.engine):
         return 0.0
-    return iteration_overhead_seconds(model.engine, step.sequences, step.tokens, gpu_seconds)
+    return iteration_overhead_seconds(model.engine, step.sequences, step.tokens, gpu_seconds, step.prefill_tokens <= 0)
 
 
 def step_cost(

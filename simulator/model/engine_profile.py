@@ -17,6 +17,8 @@ engine before 0.6, ``vllm-v0.6.yaml`` the V0 engine of 0.6 and 0.7):
   turns capture off (vLLM's ``--enforce-eager``).
 - ``allreduce``: ``custom`` (the engine's one-shot/two-shot kernels for messages up to
   ``custom_allreduce_max_bytes`` where the interconnect allows them, NCCL beyond) or ``nccl``.
+- ``scheduler_steps``: decode iterations per pass of the engine loop (vLLM 0.6-0.7's multi-step
+  scheduling, ``--num-scheduler-steps``; 1 otherwise): decode-only iterations pay 1/N of the host work.
 - ``fusion``: how the engine runs norms, rotary embeddings, activations and residual adds
   (``kernels``: kernels of their own, as vLLM, SGLang and TGI; ``elementwise``: folded into the
   GEMMs; simulator.model.layers); a run's ``fusion`` setting overrides it.
@@ -116,6 +118,9 @@ class EngineProfile(BaseModel):
     processing): it costs time only where it outlasts that step"""
     graphs: GraphCapture = Field(default_factory=GraphCapture)
     enforce_eager: bool = False
+    scheduler_steps: int = Field(default=1, ge=1, le=256)
+    """decode iterations per pass of the engine loop (vLLM V0's multi-step scheduling, --num-scheduler-steps):
+    the host work of a decode-only iteration is paid once per this many"""
     allreduce: Literal["custom", "nccl"] = "nccl"
     custom_allreduce_max_bytes: float = Field(default=8 * 2**20, ge=0.0, le=2.0**40)
     fusion: Literal["none", "kernels", "elementwise", "full"] = "elementwise"
@@ -137,6 +142,10 @@ class EngineProfile(BaseModel):
         scheduler = self.scheduler.model_copy(update={"max_num_seqs": large.max_num_seqs,
                                                       "max_batched_tokens": large.max_batched_tokens, "large_gpu": None})
         return self.model_copy(update={"scheduler": scheduler})
+
+    def with_scheduler_steps(self, steps: int) -> EngineProfile:
+        """This profile running ``steps`` decode iterations per scheduler pass (vLLM's ``--num-scheduler-steps``)."""
+        return self if steps == self.scheduler_steps else self.model_copy(update={"scheduler_steps": steps})
 
     def eager(self) -> EngineProfile:
         """This profile with CUDA graphs off (``--enforce-eager``)."""

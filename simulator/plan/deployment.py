@@ -109,7 +109,7 @@ DEPLOYMENT_KEYS = (
     "model", "gpu", "weights", "kv", "group_size", "attention", "tp", "ep", "dp_attention", "routing_skew",
     "attention_kernel", "fusion",
     "compute_efficiency", "memory_efficiency", "link_efficiency", "launch_overhead",
-    "engine", "collectives", "kernel_efficiency", "enforce_eager",
+    "engine", "collectives", "kernel_efficiency", "enforce_eager", "num_scheduler_steps",
 )
 
 # The realistic time model for runs from options (docs/time-model.md): the engine most users run,
@@ -127,6 +127,7 @@ def engine_from_options(options: dict[str, Any]) -> EngineProfile:
         # The engine's scheduler defaults may depend on the GPU (vLLM on GPUs of 70 GiB or more).
         gpu = load_gpu(options["gpu"])
         profile = profile.for_gpu(gpu.name, gpu.hbm_bytes)
+    profile = profile.with_scheduler_steps(int(options.get("num_scheduler_steps") or 1))
     return profile.eager() if options.get("enforce_eager") else profile
 
 

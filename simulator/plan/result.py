@@ -117,6 +117,7 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
             "engine": system.engine.name,
             "engine_version": system.engine.version,
             "enforce_eager": system.engine.enforce_eager,
+            "scheduler_steps": system.engine.scheduler_steps,
             "collectives": system.collectives,
             "interconnect": system.gpu.interconnect,
             "kernel_efficiency": system.kernel_efficiency,

@@ -188,6 +188,10 @@ class DeploymentSettings(BaseModel):
         default=False, description="Run decode without CUDA graphs (every kernel pays its launch), as vLLM's --enforce-eager.",
         json_schema_extra={"flag": True},
     )
+    num_scheduler_steps: Annotated[Int, Field(ge=1, le=256)] = Field(
+        default=1, description="Decode steps per scheduler pass (vLLM 0.6-0.7's multi-step scheduling, "
+        "--num-scheduler-steps): a decode-only iteration pays 1/N of the engine's host work.",
+    )
     collectives: Literal["auto", "nccl", "ring", "tree", "one-shot", "two-shot", "off"] = Field(
         default="auto", description="All-reduce algorithm: auto picks as the engines do (custom one-/two-shot for small messages, NCCL otherwise); off makes collectives free (pure roofline).",
     )

@@ -79,7 +79,8 @@ def default_table() -> Path:
 COLUMNS: tuple[str, ...] = (
     "id", "source_id", "engine", "engine_version", "model", "gpu", "tp", "replicas", "weights", "kv", "mode",
     "regime", "batch", "input_tokens", "output_tokens", "input_dist", "output_dist", "request_rate", "num_prompts",
-    "max_num_seqs", "max_batched_tokens", "chunked_prefill", "prompts_cached", "dp_attention", "metric", "measured",
+    "max_num_seqs", "max_batched_tokens", "chunked_prefill", "prompts_cached", "dp_attention", "num_scheduler_steps",
+    "metric", "measured",
     "unit", "quote", "source", "link", "notes", "explanation",
 )
 REQUIRED_COLUMNS: tuple[str, ...] = (
@@ -126,6 +127,9 @@ OLDER_SCHEDULER_BEFORE: dict[str, tuple[tuple[tuple[int, ...], str, str], ...]] 
     "tgi": (((2, 0), "tgi-v1", "no CUDA graphs, NCCL all-reduce, no chunked prefill, synchronous loop"),
             ((3, 0), "tgi-v2", "CUDA graphs up to 32 sequences, NCCL all-reduce, no chunked prefill, synchronous loop")),
 }
+
+MULTI_STEP_PROFILE = "vllm-v0.6"
+"""The profile of a vLLM row of 0.8 or later that states --num-scheduler-steps (V1 has no multi-step scheduling)."""
 
 # GPU families: the calibrated parameters are per family (GPUSpec.name).
 GPU_FAMILIES: dict[str, tuple[str, ...]] = {
@@ -201,6 +205,8 @@ class Row:
     """the server had just served the same prompts with prefix caching on: each prompt starts in its KV cache"""
     dp_attention: bool = False
     """attention ran data-parallel over the tp GPUs (DEP, SGLang's --enable-dp-attention)"""
+    num_scheduler_steps: int = 1
+    """decode steps per scheduler pass (vLLM V0's multi-step scheduling, --num-scheduler-steps)"""
     unit: str = ""
     quote: str = ""
     source: str = ""
@@ -221,7 +227,13 @@ class Row:
     @property
     def profile(self) -> tuple[str, str]:
         """(engine profile, note) the row replays with: its engine at its stated version (:func:`engine_profile`)."""
-        return engine_profile(self.engine, self.engine_version)
+        profile, note = engine_profile(self.engine, self.engine_version)
+        if self.num_scheduler_steps > 1 and profile == "vllm":
+            # Multi-step scheduling exists only in the V0 engine: vLLM 0.8's engine arguments fall back to V0
+            # for --num-scheduler-steps (vllm/engine/arg_utils.py, _is_v1_supported_oracle).
+            return MULTI_STEP_PROFILE, (f"engine {self.engine} {self.engine_version} simulated with the "
+                                        f"{MULTI_STEP_PROFILE} profile (multi-step scheduling runs on the V0 engine only)")
+        return profile, note
 
     @property
     def is_static_batch(self) -> bool:
@@ -238,7 +250,7 @@ class Row:
             self.engine, self.model, self.gpu, self.tp, self.replicas, self.weights, self.kv, self.mode,
             self.batch, self.input_tokens, self.output_tokens, self.input_dist, self.output_dist, self.request_rate,
             self.num_prompts, self.max_num_seqs, self.max_batched_tokens, self.chunked_prefill, self.lengths_dirs,
-            self.profile[0], self.prompts_cached, self.dp_attention,
+            self.profile[0], self.prompts_cached, self.dp_attention, self.num_scheduler_steps,
         )
 
 
@@ -327,6 +339,7 @@ def _row(raw: dict[str, str | None], where: str, lengths_dirs: tuple[Path, ...])
         chunked_prefill=chunked[cell["chunked_prefill"].lower()],
         prompts_cached=bool(chunked[cell["prompts_cached"].lower()]),
         dp_attention=bool(chunked[cell["dp_attention"].lower()]),
+        num_scheduler_steps=_int(cell["num_scheduler_steps"], "num_scheduler_steps", where, 1, True) or 1,
         unit=cell["unit"], quote=cell["quote"], source=cell["source"], link=cell["link"], notes=cell["notes"],
         explanation=cell["explanation"], lengths_dirs=lengths_dirs,
     )
@@ -732,6 +745,8 @@ class Replayer:
         }
         if row.dp_attention:
             options["dp_attention"] = True
+        if row.num_scheduler_steps > 1:
+            options["num_scheduler_steps"] = row.num_scheduler_steps
         fits = True
         try:
             if row.is_static_batch:

@@ -82,7 +82,9 @@ def time_model_lines(system: Any) -> list[str]:
         f"  engine       {engine.name}{version}: CPU {fmt_seconds(cpu.fixed_seconds)} + "
         f"{fmt_seconds(cpu.per_sequence_seconds)}/sequence per iteration, {100 * cpu.overlap:.0f}% overlapped"
         + (f", + {fmt_seconds(engine.async_cpu.fixed_seconds)} + {fmt_seconds(engine.async_cpu.per_sequence_seconds)}"
-           "/sequence run during the next iteration" if engine.async_cpu else "") + f"; {capture}",
+           "/sequence run during the next iteration" if engine.async_cpu else "")
+        + (f", paid once per {engine.scheduler_steps} decode steps (multi-step scheduling)"
+           if engine.scheduler_steps > 1 else "") + f"; {capture}",
         f"  time model   collectives {system.collectives} over {system.gpu.interconnect}, "
         f"kernel efficiency {system.kernel_efficiency}",
     ]
