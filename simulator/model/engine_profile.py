@@ -36,6 +36,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.errors import InputError
+from simulator.model.layers import Fusion
 from simulator.model.loader import load_validated, looks_like_path, suggest
 from simulator.model.registry import config_files
 
@@ -123,7 +124,7 @@ class EngineProfile(BaseModel):
     the host work of a decode-only iteration is paid once per this many"""
     allreduce: Literal["custom", "nccl"] = "nccl"
     custom_allreduce_max_bytes: float = Field(default=8 * 2**20, ge=0.0, le=2.0**40)
-    fusion: Literal["none", "kernels", "elementwise", "full"] = "elementwise"
+    fusion: Fusion = "elementwise"
     """how the engine runs norms, rotary embeddings, activations and residual adds (simulator.model.layers):
     ``kernels`` for the PyTorch engines' own elementwise kernels, ``elementwise`` folded into GEMMs; a run's
     ``fusion`` setting overrides it"""

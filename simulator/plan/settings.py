@@ -33,7 +33,7 @@ from simulator.cost.speculative import MAX_SPECULATIVE_TOKENS, parse_acceptance,
 from simulator.engine.scheduler import SCHEDULERS
 from simulator.engine.workload import MAX_REQUESTS, parse_length_spec
 from simulator.errors import InputError
-from simulator.model.layers import ATTENTION_KERNELS, FUSIONS
+from simulator.model.layers import ATTENTION_KERNELS, FUSIONS, Fusion
 from simulator.model.precision import KV_DTYPES, parse_precision
 
 # Bounds that keep every run finite and within a machine's memory; each is far beyond any
@@ -144,7 +144,7 @@ class DeploymentSettings(BaseModel):
     attention_kernel: Literal["flash", "naive"] = Field(
         default="flash", description="flash keeps scores in SRAM; naive writes the score matrix to HBM.",
     )
-    fusion: Literal["none", "kernels", "elementwise", "full"] | None = Field(
+    fusion: Fusion | None = Field(
         default=None, description="Operator fusion: none, kernels (norms, rotary and activation as kernels of their "
         "own, the residual add inside the norm: vLLM, SGLang, TGI), elementwise (into GEMMs: TensorRT-LLM), full "
         "(also the attention block). Default: the engine profile's.",
