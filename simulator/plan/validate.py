@@ -115,10 +115,11 @@ DEFAULT_PROFILE = "vllm"
 
 # Releases whose scheduler is the V0 kind (prefill iterations of their own, no chunked prefill,
 # a synchronous Python loop): vLLM before 0.8, where V1 became the default engine (vLLM 0.8.0
-# release notes, March 2025), without CUDA graphs before 0.2.6 (PR #1926; vllm-v0.2.yaml), with output processing overlapping the next step from 0.6.0 (the
-# asynchronous output processor, vllm-project/vllm PR #7049; vllm-v0.6.yaml); TGI before 3.0,
-# which introduced prefill chunking (TGI v3.0.0 release notes, December 2024: "chunking"), and
-# without CUDA graphs before 2.0 (TGI PR #1703 made them the default; tgi-v1.yaml, tgi-v2.yaml).
+# release notes, March 2025), without CUDA graphs before 0.2.6 (PR #1926; vllm-v0.2.yaml), with
+# output processing overlapping the next step from 0.6.0 (the asynchronous output processor,
+# vllm-project/vllm PR #7049; vllm-v0.6.yaml); TGI before 3.0, which introduced prefill chunking
+# (TGI v3.0.0 release notes, December 2024: "chunking"), and without CUDA graphs before 2.0 (TGI
+# PR #1703 made them the default; tgi-v1.yaml, tgi-v2.yaml).
 # engine -> ((first version NOT replayed with this profile, profile, what it is), ...), oldest first.
 OLDER_SCHEDULER_BEFORE: dict[str, tuple[tuple[tuple[int, ...], str, str], ...]] = {
     "vllm": (((0, 2, 6), "vllm-v0.2", "no CUDA graphs, NCCL all-reduce, no chunked prefill, synchronous loop"),
