@@ -57,10 +57,15 @@ def exposed_seconds(profile: EngineProfile, cpu_seconds: Number, gpu_seconds: Nu
     overlap = profile.cpu.overlap
     if not overlap:
         return cpu_seconds
-    hidden_part = overlap * cpu_seconds - gpu_seconds
-    if isinstance(hidden_part, np.ndarray):
-        return (1.0 - overlap) * cpu_seconds + np.maximum(hidden_part, 0.0)
-    return (1.0 - overlap) * cpu_seconds + (hidden_part if hidden_part > 0 else 0.0)
+    return (1.0 - overlap) * cpu_seconds + _beyond(overlap * cpu_seconds, gpu_seconds)
+
+
+def _beyond(host_seconds: Number, gpu_seconds: Number) -> Number:
+    """``max(0, host - gpu)``: the part of host work run alongside the GPU's step that outlasts it."""
+    excess = host_seconds - gpu_seconds
+    if isinstance(excess, np.ndarray):
+        return np.maximum(excess, 0.0)
+    return excess if excess > 0 else 0.0
 
 
 def iteration_overhead_seconds(profile: EngineProfile, sequences: Number, tokens: Number,
@@ -73,8 +78,7 @@ def iteration_overhead_seconds(profile: EngineProfile, sequences: Number, tokens
     seconds = exposed_seconds(profile, share * iteration_cpu_seconds(profile, sequences, tokens), gpu_seconds)
     if profile.async_cpu is None:
         return seconds
-    beyond = share * iteration_cpu_seconds(profile, sequences, tokens, profile.async_cpu) - gpu_seconds
-    return seconds + (np.maximum(beyond, 0.0) if isinstance(beyond, np.ndarray) else max(beyond, 0.0))
+    return seconds + _beyond(share * iteration_cpu_seconds(profile, sequences, tokens, profile.async_cpu), gpu_seconds)
 
 
 def _pass_share(profile: EngineProfile, decode_only: Number) -> Number:
