@@ -74,6 +74,22 @@ def test_multi_step_scheduling_shares_the_host_work_of_decode_iterations():
     assert load_engine_profile("vllm-v0.6").with_scheduler_steps(1).scheduler_steps == 1
 
 
+def test_vllm_0_2_sends_inputs_to_each_tensor_parallel_worker():
+    v02 = load_engine_profile("vllm-v0.2")
+    # PR #2221's replay: 2.0 ms + 29.6 us per sequence for each worker. At TP 8 and batch 16 the driver's loop
+    # is 1.615 ms + 16 * 171 us = 4.351 ms, plus 8 * (2.0 ms + 16 * 29.6 us) = 8 * 2.4736 = 19.789 ms: 24.140 ms.
+    assert iteration_cpu_seconds(v02.for_workers(8), 16, 16) == pytest.approx(24.140e-3, rel=1e-4)
+    # One GPU runs in the driver's process: no remote call.
+    assert iteration_cpu_seconds(v02.for_workers(1), 16, 16) == pytest.approx(4.351e-3, rel=1e-4)
+    # Engines that broadcast inputs over NCCL (vLLM 0.2.7 on) have no per-worker term.
+    assert load_engine_profile("vllm-v0").for_workers(8) == load_engine_profile("vllm-v0")
+    # A System applies it for its own tensor-parallel degree.
+    model, gpu = load_model("llama2-70b"), load_gpu("a100")
+    step = Step.decode(16, 512)
+    tp8 = System(model, gpu, Precision(), tp=8, engine=v02)
+    assert tp8.step_cost(step).overhead_seconds == pytest.approx(24.140e-3, rel=1e-4)
+
+
 def test_an_overlapping_engine_hides_cpu_work_under_the_gpu_step():
     sglang = load_engine_profile("sglang")
     cpu = iteration_cpu_seconds(sglang, 16, 16)  # 300 + 160 + 0.32 us = 460.32 us

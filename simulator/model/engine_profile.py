@@ -11,6 +11,10 @@ engine before 0.6, ``vllm-v0.6.yaml`` the V0 engine of 0.6 and 0.7):
   TensorRT-LLM's overlap scheduler, vLLM's async scheduling: 1; a synchronous loop: 0).
 - ``async_cpu`` (optional): a second part of the same form that an otherwise synchronous loop runs
   while the GPU computes the next iteration (vLLM 0.6's asynchronous output processing).
+- ``worker_rpc`` (optional): host work the driver does once for each tensor-parallel worker process
+  every iteration, one worker after another (vLLM before 0.2.7 passed each iteration's inputs to
+  every worker by a Ray remote call); a group of N > 1 GPUs adds N times it to ``cpu``
+  (:meth:`EngineProfile.for_workers`).
 - ``graphs``: CUDA-graph capture: steps of up to ``max_batch`` tokens are replayed from a graph
   (decode-only steps, or any step when ``mixed`` as vLLM V1's piecewise graphs); other steps
   launch each kernel from the host at ``eager_launch_seconds`` per kernel. ``enforce_eager``
@@ -117,6 +121,9 @@ class EngineProfile(BaseModel):
     async_cpu: HostWork | None = None
     """host work of an iteration done while the GPU runs the next one (vLLM 0.6's asynchronous output
     processing): it costs time only where it outlasts that step"""
+    worker_rpc: HostWork | None = None
+    """host work the driver does for each worker process of a tensor-parallel group every iteration, serially
+    (vLLM before 0.2.7: a Ray remote call carrying the iteration's inputs to each worker); see :meth:`for_workers`"""
     graphs: GraphCapture = Field(default_factory=GraphCapture)
     enforce_eager: bool = False
     scheduler_steps: int = Field(default=1, ge=1, le=256)
@@ -143,6 +150,21 @@ class EngineProfile(BaseModel):
         scheduler = self.scheduler.model_copy(update={"max_num_seqs": large.max_num_seqs,
                                                       "max_batched_tokens": large.max_batched_tokens, "large_gpu": None})
         return self.model_copy(update={"scheduler": scheduler})
+
+    def for_workers(self, workers: int) -> EngineProfile:
+        """This profile driving ``workers`` GPU processes: ``workers`` x ``worker_rpc`` added to ``cpu``.
+
+        A single GPU runs in the driver's own process (no remote call), so one worker adds nothing.
+        """
+        rpc = self.worker_rpc
+        if rpc is None or workers <= 1:
+            return self
+        cpu = self.cpu.model_copy(update={
+            "fixed_seconds": self.cpu.fixed_seconds + workers * rpc.fixed_seconds,
+            "per_sequence_seconds": self.cpu.per_sequence_seconds + workers * rpc.per_sequence_seconds,
+            "per_token_seconds": self.cpu.per_token_seconds + workers * rpc.per_token_seconds,
+        })
+        return self.model_copy(update={"cpu": cpu, "worker_rpc": None})
 
     def with_scheduler_steps(self, steps: int) -> EngineProfile:
         """This profile running ``steps`` decode iterations per scheduler pass (vLLM's ``--num-scheduler-steps``)."""

@@ -118,6 +118,8 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
             "engine_version": system.engine.version,
             "enforce_eager": system.engine.enforce_eager,
             "scheduler_steps": system.engine.scheduler_steps,
+            "worker_rpc": (None if system.engine.worker_rpc is None or system.tp <= 1
+                           else {"workers": system.tp, **system.engine.worker_rpc.model_dump()}),
             "collectives": system.collectives,
             "interconnect": system.gpu.interconnect,
             "kernel_efficiency": system.kernel_efficiency,

@@ -83,6 +83,9 @@ def time_model_lines(system: Any) -> list[str]:
         f"{fmt_seconds(cpu.per_sequence_seconds)}/sequence per iteration, {100 * cpu.overlap:.0f}% overlapped"
         + (f", + {fmt_seconds(engine.async_cpu.fixed_seconds)} + {fmt_seconds(engine.async_cpu.per_sequence_seconds)}"
            "/sequence run during the next iteration" if engine.async_cpu else "")
+        + (f", + {system.tp} x ({fmt_seconds(engine.worker_rpc.fixed_seconds)} + "
+           f"{fmt_seconds(engine.worker_rpc.per_sequence_seconds)}/sequence) to send each worker its inputs"
+           if engine.worker_rpc and system.tp > 1 else "")
         + (f", paid once per {engine.scheduler_steps} decode steps (multi-step scheduling)"
            if engine.scheduler_steps > 1 else "") + f"; {capture}",
         f"  time model   collectives {system.collectives} over {system.gpu.interconnect}, "
