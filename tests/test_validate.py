@@ -211,11 +211,28 @@ def test_a_sample_file_beside_the_table_is_drawn_in_pairs(tmp_path):
     (tmp_path / "lengths").mkdir()
     (tmp_path / "lengths" / "tiny.csv").write_bytes((DATA / "lengths" / "tiny.csv").read_bytes())
     rows = table(tmp_path, row(mode="serving", regime="serving", batch="", request_rate=1, num_prompts=10,
+                               input_tokens=300, output_tokens=150,
                                input_dist="dataset:tiny", output_dist="dataset:tiny", metric="ttft_mean_seconds"))
-    prompts, outputs, _ = sample_lengths(rows[0], 200, np.random.default_rng(0), 4096)
-    # tiny.csv holds (100, 50), (300, 150), (500, 250): every draw is one of those pairs
+    prompts, outputs, notes = sample_lengths(rows[0], 200, np.random.default_rng(0), 4096)
+    # tiny.csv holds (100, 50), (300, 150), (500, 250): every draw is one of those pairs; the row states the
+    # file's own means (300, 150), so nothing is scaled
     assert set(zip(prompts.tolist(), outputs.tolist())) <= {(100, 50), (300, 150), (500, 250)}
     assert len(set(prompts.tolist())) == 3
+    assert notes == []
+
+
+def test_a_sample_file_is_scaled_to_the_sources_stated_means(tmp_path):
+    (tmp_path / "lengths").mkdir()
+    (tmp_path / "lengths" / "tiny.csv").write_bytes((DATA / "lengths" / "tiny.csv").read_bytes())
+    rows = table(tmp_path, row(mode="serving", regime="serving", batch="", request_rate=1, num_prompts=10,
+                               input_tokens=600, output_tokens=75,
+                               input_dist="dataset:tiny", output_dist="dataset:tiny", metric="ttft_mean_seconds"))
+    prompts, outputs, notes = sample_lengths(rows[0], 200, np.random.default_rng(0), 4096)
+    # The source drew its own prompts (means 600 and 75); the file's means are 300 and 150: prompts x 2,
+    # outputs x 0.5, so (100, 50), (300, 150), (500, 250) become (200, 25), (600, 75), (1000, 125)
+    assert set(zip(prompts.tolist(), outputs.tolist())) <= {(200, 25), (600, 75), (1000, 125)}
+    assert len(set(prompts.tolist())) == 3
+    assert any("scaled by 2.00" in n for n in notes) and any("scaled by 0.50" in n for n in notes)
 
 
 def test_random_ratio_is_uniform_around_the_length_and_long_prompts_are_shortened(tmp_path):

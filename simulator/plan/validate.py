@@ -18,7 +18,7 @@ the same figure off the run's aggregates:
 - anything else (serving at a rate, or an offline run of ``num_prompts`` requests at once):
   the requests are written to a small trace file (arrival times Poisson at ``request_rate``,
   all at t = 0 for ``inf`` or static mode; lengths drawn from ``input_dist``/``output_dist``
-  with a fixed seed) and replayed with the row's engine settings (where the source states none,
+  with a fixed seed, a ``dataset:`` file's scaled to the row's stated means) and replayed with the row's engine settings (where the source states none,
   the engine profile's scheduler defaults: :func:`scheduler_settings`). At most
   :data:`MAX_PROMPTS` requests are simulated, or two waves of ``max_num_seqs`` when all
   arrive at once (a note says so when the source ran more).
@@ -100,6 +100,9 @@ SERVING_METRICS: tuple[str, ...] = tuple(
 
 MAX_PROMPTS = 1000
 """Most requests simulated for one row (the whole table then replays in minutes on 2 cores)."""
+
+SCALE_TOLERANCE = 0.01
+"""A ``dataset:`` file's lengths are scaled to the row's stated mean when the two differ by more than this."""
 
 SEED = 0
 """Seed of every sampled arrival and length: the same table gives the same predictions."""
@@ -401,6 +404,15 @@ class LengthData:
         stats = (self.statistics or {}).get(side, {})
         return _from_statistics(stats, n, rng, f"dataset:{self.name} {side}")
 
+    def mean(self, side: str) -> float | None:
+        """The file's mean length of one side in tokens (a histogram: of its bucket midpoints), None if unknown."""
+        if self.pairs is not None:
+            return float(self.pairs[:, 0 if side == "input_tokens" else 1].mean())
+        if self.histogram is not None:
+            counts = self.histogram[:, 2]
+            return float(((self.histogram[:, 0] + self.histogram[:, 1]) / 2 * counts).sum() / counts.sum())
+        return (self.statistics or {}).get(side, {}).get("mean")
+
 
 def _from_statistics(stats: dict[str, float], n: int, rng: np.random.Generator, what: str) -> np.ndarray:
     """Lengths from summary statistics: a log-normal matched to (mean, median) or (mean, std), else the mean.
@@ -481,9 +493,13 @@ def find_lengths(name: str, dirs: tuple[Path, ...]) -> LengthData:
 
 
 def sample_lengths(row: Row, n: int, rng: np.random.Generator, max_context: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """(prompt tokens, output tokens, notes) of ``n`` requests of ``row``; prompts clipped to fit the context."""
+    """(prompt tokens, output tokens, notes) of ``n`` requests of ``row``; prompts clipped to fit the context.
+
+    A ``dataset:`` side is scaled to the row's length, the source's own mean, where the file's mean differs.
+    """
     datasets = {d.partition(":")[2] for d in (row.input_dist, row.output_dist) if d.startswith("dataset:")}
     paired: dict[str, np.ndarray | None] = {}
+    notes: list[str] = []
     for name in datasets:
         data = find_lengths(name, row.lengths_dirs)
         paired[name] = rng.integers(0, len(data.pairs), n) if data.pairs is not None else None
@@ -503,10 +519,17 @@ def sample_lengths(row: Row, n: int, rng: np.random.Generator, max_context: int)
             ratio = float(rest)
             values = rng.integers(max(1, int(mean * (1 - ratio))), max(1, int(mean * (1 + ratio))), size=n, endpoint=True)
         else:
-            values = find_lengths(rest, row.lengths_dirs).sample(side, n, rng, paired.get(rest))
+            data = find_lengths(rest, row.lengths_dirs)
+            values = data.sample(side, n, rng, paired.get(rest))
+            own = data.mean(side)
+            # The row's length is the source's own mean; the file gives the shape. A source that drew its own
+            # prompts from the dataset (another sample, another tokenizer) states another mean than the file's.
+            if own and mean > 0 and abs(mean / own - 1) > SCALE_TOLERANCE:
+                values = np.rint(values * (mean / own))
+                notes.append(f"dataset:{rest} {side.replace('_', ' ')} scaled by {mean / own:.2f} to the source's "
+                             f"mean of {mean}")
         sides.append(np.maximum(values.astype(np.int64), 1))
     prompts, outputs = sides
-    notes = []
     outputs = np.minimum(outputs, max_context - 1)
     over = prompts + outputs > max_context
     if over.any():
