@@ -58,11 +58,11 @@ def main() -> None:
             path = folder / f"engine-{fixed}-{per_sequence}.yaml"
             rpc = {"fixed_seconds": fixed, "per_sequence_seconds": per_sequence}
             yaml.safe_dump({**profile, "worker_rpc": rpc} if fixed or per_sequence else profile, open(path, "w"))
-            run = dict(model="llama2-70b", gpu="a100-40gb", tp=8, engine=str(path))
             if case == "fixed":
-                result = simulate(input_len=1031, output_len=317, num_prompts=512, **run)
+                result = simulate(model="llama2-70b", gpu="a100-40gb", tp=8, engine=str(path),
+                                  input_len=1031, output_len=317, num_prompts=512)
             else:
-                result = simulate(trace=str(trace), **run)
+                result = simulate(model="llama2-70b", gpu="a100-40gb", tp=8, engine=str(path), trace=str(trace))
             return result.to_dict()["throughput"]["requests_per_second"]
 
         base_fixed, base_sharegpt = requests_per_second(0, 0, "fixed"), requests_per_second(0, 0, "sharegpt")
