@@ -18,8 +18,9 @@ the same figure off the run's aggregates:
 - anything else (serving at a rate, or an offline run of ``num_prompts`` requests at once):
   the requests are written to a small trace file (arrival times Poisson at ``request_rate``,
   all at t = 0 for ``inf`` or static mode; lengths drawn from ``input_dist``/``output_dist``
-  with a fixed seed, a ``dataset:`` file's scaled to the row's stated means) and replayed with the row's engine settings (where the source states none,
-  the engine profile's scheduler defaults: :func:`scheduler_settings`). At most
+  with a fixed seed, a ``dataset:`` file's scaled to the row's stated means) and replayed
+  with the row's engine settings (where the source states none, the engine profile's
+  scheduler defaults: :func:`scheduler_settings`). At most
   :data:`MAX_PROMPTS` requests are simulated, or two waves of ``max_num_seqs`` when all
   arrive at once (a note says so when the source ran more).
 
