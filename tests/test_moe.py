@@ -51,6 +51,28 @@ def test_mixtral_expert_weight_bytes_for_three_tokens_by_hand():
     assert work.flops == 3 * 2 * 2 * 4096 * 2 * 14336 == 1_409_286_144
 
 
+def test_the_expert_fraction_slows_the_expert_gemms_only():
+    from simulator.cost.system import System
+
+    model = fixture("Mixtral-8x7B-v0.1")
+    gpu = load_gpu("h100").with_efficiency(compute=0.5, memory=0.8)
+    dense_rate, half = System(model, gpu, Precision()), System(model, gpu.with_efficiency(expert=0.5), Precision())
+    step = Step.decode(3, 100)
+    before = {op.name: c for op, c in zip(dense_rate.operators, dense_rate.step_cost(step).operators)}
+    after = {op.name: c for op, c in zip(half.operators, half.step_cost(step).operators)}
+    # experts_gate_up moves its bytes per layer (1,086,324,736 of weights, the test above, and its activations),
+    # 32 layers, at 3.35e12 B/s x 0.8; with the expert fraction 0.5, at half that rate: twice the time
+    work = next(op for op in dense_rate.operators if op.name == "experts_gate_up").work(step)
+    moved = work.weight_bytes + work.kv_read_bytes + work.kv_write_bytes + work.activation_bytes
+    assert 1_086_324_736 < moved < 1.001 * 1_086_324_736
+    assert before["experts_gate_up"].memory_seconds == pytest.approx(32 * moved / (3.35e12 * 0.8), rel=1e-9)
+    assert after["experts_gate_up"].memory_seconds == pytest.approx(32 * moved / (3.35e12 * 0.8 * 0.5), rel=1e-9)
+    assert after["experts_gate_up"].compute_seconds == pytest.approx(2 * before["experts_gate_up"].compute_seconds)
+    # attention and the dense projections keep their rates
+    for name in ("qkv_proj", "o_proj"):
+        assert after[name].seconds == before[name].seconds
+
+
 @settings(max_examples=60, deadline=None)
 @given(experts=st.integers(2, 256), k=st.integers(1, 8), tokens=st.integers(1, 5000),
        more=st.integers(0, 5000), skew=st.floats(0.0, 2.0))

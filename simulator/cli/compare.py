@@ -102,6 +102,7 @@ def compare_command(contexts: str, batch: int, as_json: bool, as_csv: bool, **op
     gpu = load_gpu(settings.gpu).with_efficiency(
         compute=settings.compute_efficiency,
         memory=settings.memory_efficiency,
+        expert=settings.expert_efficiency,
         link=settings.link_efficiency,
         kernel_launch_seconds=settings.launch_overhead,
     )

@@ -70,7 +70,7 @@ from simulator.errors import InputError
 from simulator.model.engine_profile import IDEAL, EngineProfile
 from simulator.model.gpu import GPUSpec
 from simulator.model.interconnect import load_interconnect
-from simulator.model.layers import Gemm, Operator, Work
+from simulator.model.layers import ExpertGemm, Gemm, Operator, Work
 from simulator.model.step import Number, Step
 
 COMMUNICATION_KINDS: tuple[str, ...] = ("allreduce", "alltoall")
@@ -253,6 +253,8 @@ def operator_rates(op: Operator, gpu: GPUSpec, tokens: Number = 0.0, model: Time
         return OperatorRates(0.0, None, 0.0, 0.0, eager_launch_seconds=eager, network=operator_network(op, gpu, model))
     measured = rates_vary_with_tokens(op, gpu)
     compute_eff, memory_eff = efficiency_factors(gpu, op.kind, tokens)
+    if isinstance(op, ExpertGemm) and not measured:
+        compute_eff, memory_eff = compute_eff * eff.expert, memory_eff * eff.expert
     shape = model.shape and not measured
     if shape and op.kind == "attention" and getattr(op, "kernel", "flash") == "flash":
         compute_eff = eff.attention_compute

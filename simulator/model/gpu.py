@@ -23,6 +23,12 @@ a lower bound; each efficiency factor is the fraction of a peak that real kernel
 - ``attention_compute``: fraction of tensor peak FlashAttention prefill reaches under the
   shape-aware model (default 0.70: FlashAttention-2 50-73% of A100 peak, Dao 2023;
   FlashAttention-3 75% of H100 fp16 peak, Shah et al. 2024).
+- ``expert``: fraction of the compute and memory factors that the routed experts' grouped GEMMs
+  of a mixture-of-experts layer reach (default 1: as dense GEMMs). Fused-MoE kernels run a few rows
+  per expert behind a gather of the routed tokens, and how close they come to a dense kernel depends
+  on the kernel: one B200 deployment of Llama 4 Scout decodes at 7.60 or 12.84 ms per token with
+  two MoE kernels (flashinfer-ai/flashinfer issue 1734). ``simulate validate`` fits it on the MoE
+  rows of the table, leave one source out (simulator/plan/crossval.py).
 
 A measured overlay (``configs/gpus/measured/*.yaml``) may add ``efficiency_by_op`` entries
 which replace the compute/memory factors for one op class and shape bucket. Its ``base:``
@@ -80,6 +86,7 @@ PLAUSIBLE: dict[str, tuple[float, float, str]] = {
     "attention_compute": (1e-3, 1.0, "of peak"),
     "memory": (1e-3, 1.0, "of peak"),
     "link": (1e-3, 1.0, "of peak"),
+    "expert": (1e-3, 1.0, "of the dense factors"),
 }
 
 
@@ -105,10 +112,11 @@ class Efficiency(BaseModel):
     allreduce_latency_seconds: float | None = Field(default=None, ge=0.0)
     memory_latency_seconds: float = Field(default=5e-7, ge=0.0)
     attention_compute: float = Field(default=0.70, gt=0.0, le=1.0)
+    expert: float = Field(default=1.0, gt=0.0, le=1.0)
 
     _plausible_values = field_validator(
         "compute", "memory", "link", "kernel_launch_seconds", "allreduce_latency_seconds", "memory_latency_seconds",
-        "attention_compute",
+        "attention_compute", "expert",
     )(_plausible)
 
 

@@ -155,6 +155,10 @@ class DeploymentSettings(BaseModel):
     memory_efficiency: Annotated[Float | None, Field(ge=1e-3, le=1.0)] = Field(
         default=None, description="Override the GPU's achievable fraction of HBM bandwidth, in [0.001, 1].",
     )
+    expert_efficiency: Annotated[Float | None, Field(ge=1e-3, le=1.0)] = Field(
+        default=None, description="Override the fraction of the compute and memory efficiencies that a mixture-of-"
+        "experts model's routed-expert GEMMs reach, in [0.001, 1] (default: the GPU's, 1 unless calibrated).",
+    )
     link_efficiency: Annotated[Float | None, Field(ge=1e-3, le=1.0)] = Field(
         default=None, description="Override the achievable fraction of interconnect bandwidth, in [0.001, 1].",
     )
