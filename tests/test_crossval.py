@@ -428,3 +428,38 @@ def test_older_releases_replay_with_the_v0_style_profile():
     assert engine_profile("tgi", "2.0.4")[0] == "tgi-v2"  # before 3.0: no chunked prefill
     assert engine_profile("tgi", "3.0.1")[0] == "vllm"
     assert engine_profile("lmdeploy", "0.1.0")[0] == "trtllm"
+
+
+def test_the_expert_fraction_is_fitted_on_moe_rows_of_other_sources(tmp_path):
+    """Figures simulated at compute 0.6, memory 0.7 and experts at 0.5 of them: rule 7 finds 0.5 from the MoE
+    decodes, and the fold that predicts one MoE source fits it on the other source's rows only."""
+    moe = {"model": "mixtral-8x7b", "tp": 2, "metric": "tpot_seconds"}
+    shapes = (
+        [{"id": f"c{i}", "source_id": "dense", **row} for i, row in enumerate(PREFILLS)]
+        + [{"id": f"m{i}", "source_id": "dense", **row} for i, row in enumerate(DECODES)]
+        + [{"id": "a1", "source_id": "moe-a", "batch": 1, "input_tokens": 128, "output_tokens": 64, **moe},
+           {"id": "a2", "source_id": "moe-a", "batch": 2, "input_tokens": 512, "output_tokens": 64, **moe},
+           {"id": "b1", "source_id": "moe-b", "batch": 1, "input_tokens": 1024, "output_tokens": 32, **moe},
+           {"id": "b2", "source_id": "moe-b", "batch": 4, "input_tokens": 256, "output_tokens": 32, **moe}]
+    )
+    path = tmp_path / "t.csv"
+    _write_table(path, shapes)
+    truth = Efficiencies(0.6, 0.7, 0.5)
+    with Replayer() as replayer:
+        rows = [dataclasses.replace(r, measured=replayer.predict(r, truth).value) for r in load_table(path)]
+        solver = Solver(replayer)
+        assert [r.id for r in rows if solver.expert_role(r)] == ["a1", "a2", "b1", "b2"]
+        assert solver.role(rows[-1]) is None  # MoE rows calibrate neither compute nor memory
+        fits = fit(rows, solver)
+        assert fits.expert == pytest.approx(0.5, abs=2e-3) and fits.expert_rows == ("a1", "a2", "b1", "b2")
+        assert efficiencies_for(fits, rows[-1]).expert == fits.expert
+        v = cross_validate(rows, replayer)
+        assert set(v.fold_fits["moe-a"].expert_rows) == {"b1", "b2"}
+        assert set(v.fold_fits["moe-b"].expert_rows) == {"a1", "a2"}
+        # moe-a's figures made absurd (x3): its out-of-sample predictions do not move, its in-sample ones do
+        absurd = [dataclasses.replace(r, measured=3 * r.measured) if r.source_id == "moe-a" else r for r in rows]
+        w = cross_validate(absurd, replayer)
+    before, after = {s.row.id: s for s in v.scored}, {s.row.id: s for s in w.scored}
+    assert after["a1"].out_of_sample.value == before["a1"].out_of_sample.value
+    assert after["a1"].in_sample.value != before["a1"].in_sample.value
+    assert {s.row.id: s.role for s in v.scored}["a1"] == "expert"

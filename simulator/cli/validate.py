@@ -116,6 +116,18 @@ def _fit_text(v: Validation) -> str:
     for (family, engine), fit in sorted(v.in_sample_fit.classes.items()):
         folds = [f.classes[(family, engine)] for f in v.fold_fits.values() if (family, engine) in f.classes]
         lines.append(f"  {family + ' / ' + engine:<24} {_one(fit, folds, 'compute')};  {_one(fit, folds, 'memory')}")
+    expert = v.in_sample_fit.expert
+    if expert is None:
+        lines.append("Expert GEMMs of MoE models: 1 (as dense GEMMs; no row calibrates them)")
+        if v.in_sample_fit.expert_unsolved:
+            lines.append("  rows left out (no fraction in [0.05, 1] reproduces them): "
+                         + ", ".join(v.in_sample_fit.expert_unsolved))
+    else:
+        values = [f.expert for f in v.fold_fits.values() if f.expert is not None] or [expert]
+        spread = f", folds {min(values):.3f}-{max(values):.3f}" if min(values) != max(values) else ""
+        sources = len({s.row.source_id for s in v.scored if s.row.id in set(v.in_sample_fit.expert_rows)})
+        lines.append(f"Expert GEMMs of MoE models: {expert:.3f} of the ceilings, from {len(v.in_sample_fit.expert_rows)} "
+                     f"rows of {sources} sources{spread}")
     borrowed = [(pair, c) for pair, c in _ceilings(v).items() if {c["compute_from"], c["memory_from"]} - {"class", "family"}]
     if borrowed:
         lines.append("Borrowed (the family has no calibrating row of a kind: the engine's classes on other families, "
@@ -234,6 +246,9 @@ def validation_dict(v: Validation, table: Path) -> dict[str, Any]:
             "ceilings_in_sample": _ceilings(v),
             "classes_folds": {source: {f"{family}/{engine}": _fit_dict(f) for (family, engine), f in fits.classes.items()}
                               for source, fits in v.fold_fits.items()},
+            "expert_in_sample": {"value": v.in_sample_fit.expert, "rows": list(v.in_sample_fit.expert_rows),
+                                 "unsolved_rows": list(v.in_sample_fit.expert_unsolved)},
+            "expert_folds": {source: fits.expert for source, fits in v.fold_fits.items()},
         },
         "rows": [_row_dict(s) for s in v.scored],
     }

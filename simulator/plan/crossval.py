@@ -14,10 +14,10 @@ prefills on one Ada GPU), so DESIGN.md asks for parameters per family and engine
 2. A row *calibrates memory* when it is a static-batch decode figure (TPOT, per-sequence decode
    rate, throughput, batch latency) of a dense model whose run is decode-dominated (decode >= 80%
    of the closed batch's roofline time) and whose last decode step spends more than half its
-   whole time in memory-bound operators. MoE rows never calibrate: their expert GEMMs have a few
-   rows per expert and their grouped kernels reach a kernel-dependent fraction of a dense
-   kernel's rate, so they are predicted, not fitted (a user's own benchmark, ``include_serving``,
-   fits its own model, MoE or not).
+   whole time in memory-bound operators. MoE rows never calibrate these two: their expert GEMMs
+   have a few rows per expert and their grouped kernels reach a kernel-dependent fraction of a
+   dense kernel's rate, which rule 7 fits on its own (a user's own benchmark,
+   ``include_serving``, fits its own model, MoE or not).
 3. For each such row, the efficiency at which the engine replay reproduces the measurement
    exactly is solved (regula falsi on a monotone function; rows the bracket [0.05, 1] cannot
    reproduce are left out and listed).
@@ -34,9 +34,18 @@ prefills on one Ada GPU), so DESIGN.md asks for parameters per family and engine
    value; its family's; where the family has no calibrating row of that kind (a new GPU
    generation), the median of the engine's own class values on the other families; else the
    median of every fitted family; else the defaults, fitted on nothing.
+7. The routed experts' grouped GEMMs (``Efficiency.expert``: the fraction of the compute and
+   memory ceilings that an MoE layer's expert GEMMs reach) get one table-wide value. A row
+   *calibrates experts* when it is a static-batch decode figure of an MoE model (as rule 2:
+   decode-dominated) whose last decode step spends more than half its whole time, at full
+   efficiency, in expert GEMMs. Each such row is solved for the fraction with its own class's
+   ceilings held (rule 6); the value is the median over campaigns of each campaign's median
+   (one vote per campaign), rounded to 3 decimals; with no such row, 1 (as dense GEMMs). Every
+   row of an MoE model is predicted with it; dense models have no expert GEMMs. A user's own
+   benchmark (``include_serving``) keeps its GPU's value: its MoE rows fit compute and memory.
 
-Out of sample (:func:`cross_validate`): for each ``source_id``, the whole fit (family-wide and
-per class) uses every OTHER source's rows and predicts that source's rows; no row is ever
+Out of sample (:func:`cross_validate`): for each ``source_id``, the whole fit (family-wide, per
+class, experts) uses every OTHER source's rows and predicts that source's rows; no row is ever
 scored with parameters fitted on its own source. An engine measured by one source only on a
 family therefore gets the family-wide ceilings of the other engines out of sample: the
 fallback, not its own rows. In sample: one fit on every row. Per-row solutions are remembered
@@ -50,12 +59,13 @@ import functools
 import math
 import statistics
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from simulator.errors import InputError
 from simulator.model.engine_profile import load_engine_profile
+from simulator.model.layers import ExpertGemm
 from simulator.model.precision import parse_precision
 from simulator.model.step import Step
 from simulator.plan.bands import Residual
@@ -173,6 +183,30 @@ def _serving_role(row: Row) -> str | None:
     return "memory" if _shares(last)[1] > 0.5 else None
 
 
+def expert_role(row: Row) -> bool:
+    """Does ``row`` calibrate the expert GEMMs' fraction (rule 7 of the module docstring)?"""
+    if row.replicas > 1 or not row.is_static_batch or row.metric not in DECODE_METRICS or row.output_tokens < 2:
+        return False
+    try:
+        spec = _model(row.model)
+        if not spec.is_moe or row.input_tokens + row.output_tokens > spec.max_context:
+            return False
+        system = _roofline_system(row.model, row.gpu, row.tp, row.weights, row.kv, row.input_tokens + row.output_tokens,
+                                  row.profile[0])
+    except InputError:
+        return False
+    batch = int(row.batch)  # type: ignore[arg-type]
+    prefill = system.step_cost(Step.prefill(batch, row.input_tokens))
+    contexts = row.input_tokens + np.arange(1, row.output_tokens, dtype=float)
+    decode = float(np.sum(system.step_cost(Step.decode(float(batch), contexts)).seconds))
+    if row.metric != "tpot_seconds" and decode < 0.8 * (decode + float(prefill.seconds)):
+        return False
+    last = system.step_cost(Step.decode(batch, row.input_tokens + row.output_tokens - 1))
+    experts = sum(float(cost.seconds) for op, cost in zip(system.operators, last.operators) if isinstance(op, ExpertGemm))
+    total = float(last.seconds) + float(last.communication_seconds)
+    return total > 0 and experts / total > 0.5
+
+
 # --- solving one row -----------------------------------------------------------------------------
 
 class Solver:
@@ -183,23 +217,37 @@ class Solver:
         self.include_serving = include_serving
         self._solved: dict[tuple, float | None] = {}
         self._roles: dict[Row, str | None] = {}
+        self._expert_roles: dict[Row, bool] = {}
 
     def role(self, row: Row) -> str | None:
         if row not in self._roles:
             self._roles[row] = calibration_role(row, self.include_serving)
         return self._roles[row]
 
-    def solve(self, row: Row, parameter: str, held: float) -> float | None:
-        """The ``parameter`` ('compute'/'memory') efficiency reproducing ``row``, the other held at ``held``."""
+    def expert_role(self, row: Row) -> bool:
+        """Does ``row`` calibrate the expert GEMMs (never for a user's own benchmark, rule 7)?"""
+        if self.include_serving:
+            return False
+        if row not in self._expert_roles:
+            self._expert_roles[row] = expert_role(row)
+        return self._expert_roles[row]
+
+    def solve(self, row: Row, parameter: str, held: float | Efficiencies) -> float | None:
+        """The ``parameter`` efficiency reproducing ``row``: 'compute'/'memory' with the other held at ``held``,
+        or 'expert' with both ceilings held at ``held`` (an :class:`Efficiencies`)."""
         key = (row, parameter, held)
         if key not in self._solved:
             self._solved[key] = self._solve(row, parameter, held)
         return self._solved[key]
 
-    def _solve(self, row: Row, parameter: str, held: float) -> float | None:
+    def _solve(self, row: Row, parameter: str, held: float | Efficiencies) -> float | None:
+        def trial(x: float) -> Efficiencies:
+            if isinstance(held, Efficiencies):
+                return replace(held, expert=x)
+            return Efficiencies(x, held) if parameter == "compute" else Efficiencies(held, x)
+
         def gap(x: float) -> float | None:
-            eff = Efficiencies(x, held) if parameter == "compute" else Efficiencies(held, x)
-            value = self.replayer.predict(row, eff).value
+            value = self.replayer.predict(row, trial(x)).value
             if value is None:
                 return None
             # log(predicted / measured), made increasing in x: times fall as efficiency rises
@@ -285,17 +333,22 @@ class Fit(dict[str, FamilyFit]):
                  classes: dict[tuple[str, str], FamilyFit] | None = None) -> None:
         super().__init__(families or {})
         self.classes: dict[tuple[str, str], FamilyFit] = dict(classes or {})
+        self.expert: float | None = None
+        """the expert GEMMs' fraction of the ceilings (rule 7); None: no row calibrates it"""
+        self.expert_rows: tuple[str, ...] = ()
+        self.expert_unsolved: tuple[str, ...] = ()
 
 
-def _median(solver: Solver, rows: list[Row], parameter: str, held: float, default: float,
-            least: int = 1) -> tuple[float, tuple[str, ...], tuple[str, ...]]:
+def _median(solver: Solver, rows: list[Row], parameter: str, held: float | Callable[[Row], Efficiencies],
+            default: float, least: int = 1) -> tuple[float, tuple[str, ...], tuple[str, ...]]:
     """(median over sources of each source's median solution, rows used, rows unsolved).
 
-    ``default`` when fewer than ``least`` rows solve. One vote per campaign: rows of one campaign
-    share its machine, build and method, so they are not independent evidence, and a pooled median
-    would let the largest campaign (165 LMDeploy rows on A100) decide a whole family's ceiling.
+    ``held``: the other ceiling, or (for 'expert') a row's ceilings. ``default`` when fewer than
+    ``least`` rows solve. One vote per campaign: rows of one campaign share its machine, build and
+    method, so they are not independent evidence, and a pooled median would let the largest
+    campaign (165 LMDeploy rows on A100) decide a whole family's ceiling.
     """
-    solved = [(row, solver.solve(row, parameter, held)) for row in rows]
+    solved = [(row, solver.solve(row, parameter, held(row) if callable(held) else held)) for row in rows]
     kept = [(row, v) for row, v in solved if v is not None]
     unsolved = tuple(row.id for row, v in solved if v is None)
     if len(kept) < least or not kept:
@@ -325,6 +378,13 @@ def fit(rows: Iterable[Row], solver: Solver, rounds: int = ROUNDS,
             fits.classes[(family, engine)] = _fit_rows(
                 solver, family, engine, [r for r in compute_rows if r.engine == engine],
                 [r for r in memory_rows if r.engine == engine], fallback, rounds, wide)
+    expert_rows = [row for row in rows if solver.expert_role(row)]
+    if expert_rows:
+        # each row solved with its own class's ceilings (rule 6), the expert fraction free
+        value, used, unsolved = _median(solver, expert_rows, "expert", lambda row: efficiencies_for(fits, row, fallback),
+                                        fallback.expert)
+        fits.expert = value if used else None
+        fits.expert_rows, fits.expert_unsolved = used, unsolved
     return fits
 
 
@@ -384,7 +444,7 @@ def efficiencies_for(fits: Fit, row: Row, fallback: Efficiencies = DEFAULT_EFFIC
     """The ceilings a row is predicted with, each parameter from the first source :func:`ceiling_for` finds."""
     compute, _ = ceiling_for(fits, row.family, row.engine, "compute", fallback)
     memory, _ = ceiling_for(fits, row.family, row.engine, "memory", fallback)
-    return Efficiencies(compute, memory)
+    return Efficiencies(compute, memory, fallback.expert if fits.expert is None else fits.expert)
 
 
 # --- scoring -------------------------------------------------------------------------------------
@@ -458,7 +518,8 @@ def cross_validate(rows: list[Row], replayer: Replayer, progress: Callable[[str]
     in_sample = {row.id: replayer.predict(row, wanted[row.id]) for row in rows}
     outside = {i: replayer.predict(by_id[i], e) for i, e in held_out.items()}
     scored = tuple(
-        Scored(row, in_sample[row.id], outside.get(row.id, Prediction(None, "out-of-sample not computed")), solver.role(row))
+        Scored(row, in_sample[row.id], outside.get(row.id, Prediction(None, "out-of-sample not computed")),
+               solver.role(row) or ("expert" if solver.expert_role(row) else None))
         for row in rows
     )
     return Validation(scored, full, fold_fits, replayer.engine_runs)

@@ -204,7 +204,7 @@ def calibrate_rows(rows: list[Row], replayer: Replayer) -> UserCalibration:
     gpu = load_gpu(rows[0].gpu)
     if family_of(gpu.name) is None:
         raise InputError(f"--from-benchmark: {gpu.name} belongs to no GPU family the fit knows")
-    base = Efficiencies(gpu.efficiency.compute, gpu.efficiency.memory)
+    base = Efficiencies(gpu.efficiency.compute, gpu.efficiency.memory, gpu.efficiency.expert)
     runs = {row.source_id for row in rows}
     if len(runs) > 1:
         group, how = (lambda row: row.source_id), f"leave one run out ({len(runs)} runs)"

@@ -543,14 +543,16 @@ def sample_lengths(row: Row, n: int, rng: np.random.Generator, max_context: int)
 
 @dataclass(frozen=True)
 class Efficiencies:
-    """The two calibrated ceilings: fractions of peak FLOP/s and of HBM bandwidth."""
+    """The calibrated ceilings: fractions of peak FLOP/s and of HBM bandwidth, and the fraction of both that
+    routed-expert GEMMs reach (``Efficiency.expert``; 1: as dense GEMMs)."""
 
     compute: float
     memory: float
+    expert: float = 1.0
 
 
-DEFAULT_EFFICIENCIES = Efficiencies(Efficiency().compute, Efficiency().memory)
-"""simulator/model/gpu.py's defaults (0.70 / 0.80), not fitted on any table: a family without rows keeps them."""
+DEFAULT_EFFICIENCIES = Efficiencies(Efficiency().compute, Efficiency().memory, Efficiency().expert)
+"""simulator/model/gpu.py's defaults (0.70 / 0.80 / 1), not fitted on any table: a family without rows keeps them."""
 
 
 @dataclass(frozen=True)
@@ -766,7 +768,8 @@ class Replayer:
         notes = [profile_note] if profile_note else []
         options: dict[str, Any] = {
             "model": row.model, "gpu": row.gpu, "tp": row.tp, "weights": row.weights, "kv": row.kv, "engine": profile,
-            "compute_efficiency": eff.compute, "memory_efficiency": eff.memory, "seed": SEED,
+            "compute_efficiency": eff.compute, "memory_efficiency": eff.memory, "expert_efficiency": eff.expert,
+            "seed": SEED,
         }
         if row.dp_attention:
             options["dp_attention"] = True
