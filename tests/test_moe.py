@@ -204,3 +204,12 @@ def test_deepseek_v3_on_8_h200_with_ep_8_runs_and_prices_the_all_to_all():
     # 256 / 8 = 32 experts per GPU; 64 tokens touch 32 * (1 - (1 - 8/256)^64) = 27.8 of them.
     assert facts is not None and facts.experts_per_gpu == 32
     assert facts.touched_per_gpu == pytest.approx(32 * (1 - (1 - 8 / 256) ** 64))
+
+
+def test_the_expert_fraction_on_a_dense_model_warns_that_it_does_nothing():
+    from simulator import simulate
+
+    dense = simulate(model="llama3-8b", gpu="h100", batch=2, ctx=256, gen=4, expert_efficiency=0.5).to_dict()
+    assert "--expert-efficiency has no effect: llama3-8b has no routed experts" in dense["warnings"]
+    moe = simulate(model="mixtral-8x7b", gpu="h100", tp=2, batch=2, ctx=256, gen=4, expert_efficiency=0.5).to_dict()
+    assert not any("expert-efficiency" in w for w in moe["warnings"])

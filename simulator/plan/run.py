@@ -65,8 +65,11 @@ class EngineRun(Prepared):
 
     @property
     def notes(self) -> list[str]:
-        """Warnings for the user: the workload's, then the run's (requests that waited for KV blocks)."""
-        return [*self.workload.notes, *admission_notes(self.result, self.workload, self.capacity.tokens)]
+        """Warnings for the user: the settings', the workload's, then the run's (requests that waited for KV blocks)."""
+        model = self.deployment.system.model
+        unused = ([f"--expert-efficiency has no effect: {model.name} has no routed experts"]
+                  if self.settings.expert_efficiency is not None and not model.is_moe else [])
+        return [*unused, *self.workload.notes, *admission_notes(self.result, self.workload, self.capacity.tokens)]
 
 
 def _lengths(settings: RunSettings) -> tuple[LengthSpec | None, LengthSpec | None]:
