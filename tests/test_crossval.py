@@ -427,7 +427,11 @@ def test_older_releases_replay_with_the_v0_style_profile():
     assert engine_profile("tgi", "1.0.3")[0] == "tgi-v1"  # before 2.0: no CUDA graphs, no chunked prefill
     assert engine_profile("tgi", "2.0.4")[0] == "tgi-v2"  # before 3.0: no chunked prefill
     assert engine_profile("tgi", "3.0.1")[0] == "vllm"
-    assert engine_profile("lmdeploy", "0.1.0")[0] == "trtllm"
+    assert engine_profile("lmdeploy", "0.1.0")[0] == "trtllm-v0"  # a C++ server, like TensorRT-LLM's C++ executor
+    assert engine_profile("trtllm", "0.17")[0] == "trtllm-v0"  # before 1.0: the C++ executor
+    assert engine_profile("trtllm", "1.0")[0] == "trtllm"  # 1.0 on: the PyTorch backend's Python executor
+    assert engine_profile("trtllm", "NIM 1.8.0 (TensorRT-LLM, version not stated)")[0] == "trtllm-v0"
+    assert engine_profile("trtllm", "TensorRT-LLM (MLPerf v4.0 NVIDIA harness)")[0] == "trtllm-v0"
 
 
 def test_the_expert_fraction_is_fitted_on_moe_rows_of_other_sources(tmp_path):
@@ -463,3 +467,37 @@ def test_the_expert_fraction_is_fitted_on_moe_rows_of_other_sources(tmp_path):
     assert after["a1"].out_of_sample.value == before["a1"].out_of_sample.value
     assert after["a1"].in_sample.value != before["a1"].in_sample.value
     assert {s.row.id: s.role for s in v.scored}["a1"] == "expert"
+
+
+def test_the_host_time_per_sequence_of_tensorrt_llm_1_is_fitted_on_other_campaigns(tmp_path):
+    """Offline runs replayed with the trtllm profile, simulated with 20 us of host time per sequence: rule 8
+    picks 20 us from the grid, and each fold picks it from the other campaign's rows only."""
+    # Llama-3-8B in FP8 on a B200 at hundreds of sequences: a step's GPU time (~2-4 ms) is below 20 us x
+    # sequences of host time, so the overlapped host work shows
+    offline = {"engine": "trtllm", "engine_version": "1.0", "model": "llama3-8b", "gpu": "b200", "weights": "fp8",
+               "kv": "fp8", "mode": "serving",
+               "regime": "serving", "request_rate": "inf", "metric": "output_tokens_per_second", "input_dist": "fixed",
+               "output_dist": "fixed"}
+    _write_table(tmp_path / "t.csv", [
+        {"id": "a1", "source_id": "a", "input_tokens": 128, "output_tokens": 128, "num_prompts": 1024, "max_num_seqs": 512, **offline},
+        {"id": "a2", "source_id": "a", "input_tokens": 256, "output_tokens": 64, "num_prompts": 512, "max_num_seqs": 256, **offline},
+        {"id": "b1", "source_id": "b", "input_tokens": 256, "output_tokens": 128, "num_prompts": 1024, "max_num_seqs": 512, **offline},
+        {"id": "b2", "source_id": "b", "input_tokens": 128, "output_tokens": 256, "num_prompts": 1024, "max_num_seqs": 1024, **offline},
+    ])
+    truth = dataclasses.replace(DEFAULT_EFFICIENCIES, host_per_sequence=20e-6)  # no row calibrates: the defaults hold
+    with Replayer() as replayer:
+        rows = [dataclasses.replace(r, measured=replayer.predict(r, truth).value) for r in load_table(tmp_path / "t.csv")]
+        assert {r.profile[0] for r in rows} == {"trtllm"}
+        v = cross_validate(rows, replayer)
+        assert v.in_sample_fit.host == {"trtllm": 20e-6}
+        assert v.fold_fits["a"].host == {"trtllm": 20e-6} and set(v.fold_fits["a"].host_rows["trtllm"]) == {"b1", "b2"}
+        assert set(v.fold_fits["b"].host_rows["trtllm"]) == {"a1", "a2"}
+        assert set(v.in_sample_fit.host_rows["trtllm"]) == {"a1", "a2", "b1", "b2"}
+        # a's figures made absurd (x3): b's fold fits on them and moves; a's fold does not see them
+        absurd = [dataclasses.replace(r, measured=3 * r.measured) if r.source_id == "a" else r for r in rows]
+        w = cross_validate(absurd, replayer)
+    assert w.fold_fits["b"].host["trtllm"] != 20e-6 and w.fold_fits["a"].host["trtllm"] == 20e-6
+    before, after = {s.row.id: s for s in v.scored}, {s.row.id: s for s in w.scored}
+    assert after["a1"].out_of_sample.value == before["a1"].out_of_sample.value
+    # each row is predicted with its fold's 20 us: exactly the figure it was simulated with
+    assert before["b2"].out_of_sample.value == pytest.approx(rows[3].measured, rel=1e-12)

@@ -142,12 +142,12 @@ def test_batch_1_decode_of_llama2_7b_on_a_bare_a100_is_bandwidth_over_weight_byt
 
 
 def test_engines_without_a_profile_use_the_closest_and_say_so(tmp_path):
-    rows = table(tmp_path, row(engine="lmdeploy"), row(id="2", engine="trtllm"))
+    rows = table(tmp_path, row(engine="lmdeploy"), row(id="2", engine="trtllm", engine_version="0.9.0"))
     with Replayer() as replayer:
         lmdeploy, trtllm = (replayer.predict(r, EXACT) for r in rows)
-    assert "engine lmdeploy simulated with the trtllm profile" in lmdeploy.notes
+    assert "engine lmdeploy simulated with the trtllm-v0 profile" in lmdeploy.notes
     assert lmdeploy.value == pytest.approx(trtllm.value, rel=1e-12)
-    assert not any("profile" in n for n in trtllm.notes)
+    assert any("trtllm 0.9.0 simulated with the trtllm-v0 profile" in n for n in trtllm.notes)
 
 
 def test_unknown_models_and_over_long_static_rows_are_skipped_with_the_reason(tmp_path):

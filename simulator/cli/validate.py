@@ -128,6 +128,13 @@ def _fit_text(v: Validation) -> str:
         sources = len({s.row.source_id for s in v.scored if s.row.id in set(v.in_sample_fit.expert_rows)})
         lines.append(f"Expert GEMMs of MoE models: {expert:.3f} of the ceilings, from {len(v.in_sample_fit.expert_rows)} "
                      f"rows of {sources} sources{spread}")
+    for profile, value in sorted(v.in_sample_fit.host.items()):
+        values = [f.host[profile] for f in v.fold_fits.values() if profile in f.host] or [value]
+        spread = f", folds {1e6 * min(values):.0f}-{1e6 * max(values):.0f} us" if min(values) != max(values) else ""
+        rows = v.in_sample_fit.host_rows.get(profile, ())
+        sources = len({s.row.source_id for s in v.scored if s.row.id in set(rows)})
+        lines.append(f"Host time per sequence of the {profile} profile: {1e6 * value:.0f} us per iteration, from "
+                     f"{len(rows)} rows of {sources} sources{spread}")
     borrowed = [(pair, c) for pair, c in _ceilings(v).items() if {c["compute_from"], c["memory_from"]} - {"class", "family"}]
     if borrowed:
         lines.append("Borrowed (the family has no calibrating row of a kind: the engine's classes on other families, "
@@ -249,6 +256,9 @@ def validation_dict(v: Validation, table: Path) -> dict[str, Any]:
             "expert_in_sample": {"value": v.in_sample_fit.expert, "rows": list(v.in_sample_fit.expert_rows),
                                  "unsolved_rows": list(v.in_sample_fit.expert_unsolved)},
             "expert_folds": {source: fits.expert for source, fits in v.fold_fits.items()},
+            "host_per_sequence_in_sample": {profile: {"value_seconds": value, "rows": list(v.in_sample_fit.host_rows[profile])}
+                                            for profile, value in v.in_sample_fit.host.items()},
+            "host_per_sequence_folds": {source: dict(fits.host) for source, fits in v.fold_fits.items()},
         },
         "rows": [_row_dict(s) for s in v.scored],
     }

@@ -44,8 +44,16 @@ prefills on one Ada GPU), so DESIGN.md asks for parameters per family and engine
    row of an MoE model is predicted with it; dense models have no expert GEMMs. A user's own
    benchmark (``include_serving``) keeps its GPU's value: its MoE rows fit compute and memory.
 
+8. The host seconds per sequence of the engine profiles in :data:`HOST_FIT_PROFILES` (TensorRT-LLM
+   1.0's Python executor, of which no profile is published) are chosen from :data:`HOST_GRID`:
+   every row replayed with such a profile is predicted at each grid value with its ceilings
+   (rule 6), and the value with the smallest median over campaigns of each campaign's median
+   |log(predicted / measured)| is kept (one vote per campaign; the smallest value on a tie). A
+   fold with no other campaign of the profile uses :data:`HOST_PRIOR` (the C++ executor's
+   estimate), never the shipped profile's own value, which is the in-sample fit.
+
 Out of sample (:func:`cross_validate`): for each ``source_id``, the whole fit (family-wide, per
-class, experts) uses every OTHER source's rows and predicts that source's rows; no row is ever
+class, experts, host) uses every OTHER source's rows and predicts that source's rows; no row is ever
 scored with parameters fitted on its own source. An engine measured by one source only on a
 family therefore gets the family-wide ceilings of the other engines out of sample: the
 fallback, not its own rows. In sample: one fit on every row. Per-row solutions are remembered
@@ -89,6 +97,12 @@ ROUNDS = 2
 DECIMALS = 3
 MIN_CLASS_ROWS = 3
 """Fewest solved rows of a kind for a (family, engine) class to get its own ceiling (rule 5)."""
+HOST_FIT_PROFILES: tuple[str, ...] = ("trtllm",)
+"""Engine profiles whose host seconds per sequence are fitted (rule 8)."""
+HOST_GRID: tuple[float, ...] = (0.0, 5e-6, 10e-6, 20e-6, 30e-6, 40e-6, 60e-6)
+"""Host seconds per sequence per iteration tried for them (0 to 60 us)."""
+HOST_PRIOR = 2e-6
+"""What a fold with no other campaign of such a profile uses: the C++ executor's estimate (trtllm-v0.yaml)."""
 DECODE_METRICS = (
     "tpot_seconds", "decode_tokens_per_second_per_sequence", "output_tokens_per_second", "total_tokens_per_second",
     "e2e_seconds", "request_throughput",
@@ -337,6 +351,9 @@ class Fit(dict[str, FamilyFit]):
         """the expert GEMMs' fraction of the ceilings (rule 7); None: no row calibrates it"""
         self.expert_rows: tuple[str, ...] = ()
         self.expert_unsolved: tuple[str, ...] = ()
+        self.host: dict[str, float] = {}
+        """engine profile -> its fitted host seconds per sequence (rule 8; set by :func:`cross_validate`)"""
+        self.host_rows: dict[str, tuple[str, ...]] = {}
 
 
 def _median(solver: Solver, rows: list[Row], parameter: str, held: float | Callable[[Row], Efficiencies],
@@ -513,6 +530,15 @@ def cross_validate(rows: list[Row], replayer: Replayer, progress: Callable[[str]
             for row in rows:
                 if group(row) == name:
                     held_out[row.id] = efficiencies_for(fold, row, fallback)
+    if not include_serving:
+        _fit_host(rows, solver, replayer, full, fold_fits, group, fallback, workers)
+        for row in rows:
+            profile = row.profile[0]
+            if profile in HOST_FIT_PROFILES:
+                wanted[row.id] = replace(wanted[row.id], host_per_sequence=full.host.get(profile, HOST_PRIOR))
+                if row.id in held_out:
+                    fold = fold_fits[group(row)]
+                    held_out[row.id] = replace(held_out[row.id], host_per_sequence=fold.host.get(profile, HOST_PRIOR))
     by_id = {row.id: row for row in rows}
     replayer.prefetch([(row, wanted[row.id]) for row in rows] + [(by_id[i], e) for i, e in held_out.items()], workers)
     in_sample = {row.id: replayer.predict(row, wanted[row.id]) for row in rows}
@@ -523,6 +549,55 @@ def cross_validate(rows: list[Row], replayer: Replayer, progress: Callable[[str]
         for row in rows
     )
     return Validation(scored, full, fold_fits, replayer.engine_runs)
+
+
+def _fit_host(rows: list[Row], solver: Solver, replayer: Replayer, full: Fit, fold_fits: dict[str, Fit],
+              group: Callable[[Row], str], fallback: Efficiencies, workers: int) -> None:
+    """Rule 8: each fit's host seconds per sequence for the profiles of :data:`HOST_FIT_PROFILES` (in place).
+
+    A fold predicts the rows of the others with its own ceilings; where the held-out campaign has no
+    calibrating row those are the in-sample ceilings, and the runs are shared.
+    """
+    members = {p: [row for row in rows if row.profile[0] == p] for p in HOST_FIT_PROFILES}
+    members = {p: m for p, m in members.items() if m}
+    if not members:
+        return
+    calibrating = {group(row) for row in rows if solver.role(row) is not None or solver.expert_role(row)}
+    # a fold's value matters only for the held-out campaign's own rows of such a profile
+    fits: dict[str | None, Fit] = {None: full}
+    fits.update({name: fold for name, fold in fold_fits.items() if any(group(row) == name for m in members.values() for row in m)})
+
+    def ceilings(fit_key: str | None, row: Row) -> Efficiencies:
+        own = fits[fit_key] if fit_key is None or fit_key in calibrating else full
+        return efficiencies_for(own, row, fallback)
+
+    needed = {(row.id, ceilings(key, row), value): row for key in fits for m in members.values() for row in m
+              if key is None or group(row) != key for value in HOST_GRID}
+    trials = {k: replace(k[1], host_per_sequence=k[2]) for k in needed}
+    replayer.prefetch([(needed[k], trials[k]) for k in needed], workers)
+
+    def error(row: Row, eff: Efficiencies) -> float | None:
+        value = replayer.predict(row, eff).value
+        return None if value is None else abs(math.log(value / row.measured))
+
+    for key, fit in fits.items():
+        for profile, m in members.items():
+            used = [row for row in m if key is None or group(row) != key]
+            best: tuple[float, float] | None = None
+            for value in HOST_GRID:
+                by_source: dict[str, list[float]] = {}
+                for row in used:
+                    e = error(row, trials[(row.id, ceilings(key, row), value)])
+                    if e is not None:
+                        by_source.setdefault(row.source_id, []).append(e)
+                if not by_source:
+                    break
+                score = statistics.median(statistics.median(v) for v in by_source.values())
+                if best is None or score < best[0] - 1e-12:
+                    best = (score, value)
+            if best is not None:
+                fit.host[profile] = best[1]
+                fit.host_rows[profile] = tuple(row.id for row in used)
 
 
 # --- summaries -----------------------------------------------------------------------------------

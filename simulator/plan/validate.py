@@ -54,11 +54,13 @@ from pathlib import Path
 from typing import Any, Self
 
 import numpy as np
+import yaml
 
 from simulator.engine.metrics import Aggregates
 from simulator.errors import InputError
 from simulator.files import read_text
 from simulator.model import Efficiency, GPUSpec, ModelSpec, load_gpu, load_model
+from simulator.model.engine_profile import load_engine_profile
 
 try:  # the package-data registry (one place that knows where shipped data lives)
     from simulator.model.registry import data_path as _data_path
@@ -109,12 +111,16 @@ SEED = 0
 """Seed of every sampled arrival and length: the same table gives the same predictions."""
 
 # Engines without a shipped profile -> the closest one (the row's notes say so).
-# lmdeploy's TurboMind and llama.cpp are C++ servers with TensorRT-LLM-like host overhead;
+# lmdeploy's TurboMind and llama.cpp are C++ servers with host overhead like TensorRT-LLM's C++ executor;
 # TGI and DeepSpeed-FastGen batch continuously from a Python/Rust scheduler like vLLM.
 ENGINE_PROFILE_FOR: dict[str, str] = {
     "vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "ideal": "ideal",
-    "lmdeploy": "trtllm", "llamacpp": "trtllm", "tgi": "vllm", "deepspeed-fastgen": "vllm",
+    "lmdeploy": "trtllm-v0", "llamacpp": "trtllm-v0", "tgi": "vllm", "deepspeed-fastgen": "vllm",
 }
+
+TRTLLM_ENGINE_DEPLOYMENTS: tuple[str, ...] = ("harness", "NIM")
+"""Words of a TensorRT-LLM row's version cell that name a deployment of TensorRT engines run by the C++
+executor whatever its date (NVIDIA's MLPerf harness, NIM): replayed with ``trtllm-v0``."""
 DEFAULT_PROFILE = "vllm"
 
 # Releases whose scheduler is the V0 kind (prefill iterations of their own, no chunked prefill,
@@ -123,7 +129,8 @@ DEFAULT_PROFILE = "vllm"
 # output processing overlapping the next step from 0.6.0 (the asynchronous output processor,
 # vllm-project/vllm PR #7049; vllm-v0.6.yaml); TGI before 3.0, which introduced prefill chunking
 # (TGI v3.0.0 release notes, December 2024: "chunking"), and without CUDA graphs before 2.0 (TGI
-# PR #1703 made them the default; tgi-v1.yaml, tgi-v2.yaml).
+# PR #1703 made them the default; tgi-v1.yaml, tgi-v2.yaml); TensorRT-LLM before 1.0, whose
+# executor was C++ (1.0 made the PyTorch backend and its Python executor the default; trtllm-v0.yaml).
 # engine -> ((first version NOT replayed with this profile, profile, what it is), ...), oldest first.
 OLDER_SCHEDULER_BEFORE: dict[str, tuple[tuple[tuple[int, ...], str, str], ...]] = {
     "vllm": (((0, 2, 6), "vllm-v0.2", "no CUDA graphs, NCCL all-reduce, no chunked prefill, synchronous loop"),
@@ -131,6 +138,7 @@ OLDER_SCHEDULER_BEFORE: dict[str, tuple[tuple[tuple[int, ...], str, str], ...]] 
              ((0, 8), "vllm-v0.6", "no chunked prefill, synchronous loop but output processing overlapped")),
     "tgi": (((2, 0), "tgi-v1", "no CUDA graphs, NCCL all-reduce, no chunked prefill, synchronous loop"),
             ((3, 0), "tgi-v2", "CUDA graphs up to 32 sequences, NCCL all-reduce, no chunked prefill, synchronous loop")),
+    "trtllm": (((1, 0), "trtllm-v0", "the C++ executor"),),
 }
 
 MULTI_STEP_PROFILE = "vllm-v0.6"
@@ -549,6 +557,9 @@ class Efficiencies:
     compute: float
     memory: float
     expert: float = 1.0
+    host_per_sequence: float | None = None
+    """host seconds per sequence per iteration of the row's engine profile, where fitted (crossval rule 8);
+    None: the profile's own"""
 
 
 DEFAULT_EFFICIENCIES = Efficiencies(Efficiency().compute, Efficiency().memory, Efficiency().expert)
@@ -601,6 +612,8 @@ def engine_profile(engine: str, version: str = "") -> tuple[str, str]:
     unstated version keeps the engine's current one.
     """
     profile = ENGINE_PROFILE_FOR.get(engine, DEFAULT_PROFILE)
+    if engine == "trtllm" and any(word in version for word in TRTLLM_ENGINE_DEPLOYMENTS):
+        return "trtllm-v0", f"engine trtllm ({version}) simulated with the trtllm-v0 profile (TensorRT engines, C++ executor)"
     stated = release(version)
     for first_new, older, what in OLDER_SCHEDULER_BEFORE.get(engine, ()):
         if stated is not None and stated < first_new:
@@ -766,8 +779,9 @@ class Replayer:
             return Replayed(None, skipped=str(exc))
         profile, profile_note = row.profile
         notes = [profile_note] if profile_note else []
+        engine = profile if eff.host_per_sequence is None else self._engine_with_host(profile, eff.host_per_sequence)
         options: dict[str, Any] = {
-            "model": row.model, "gpu": row.gpu, "tp": row.tp, "weights": row.weights, "kv": row.kv, "engine": profile,
+            "model": row.model, "gpu": row.gpu, "tp": row.tp, "weights": row.weights, "kv": row.kv, "engine": engine,
             "compute_efficiency": eff.compute, "memory_efficiency": eff.memory, "expert_efficiency": eff.expert,
             "seed": SEED,
         }
@@ -844,6 +858,16 @@ class Replayer:
             return Replayed(None, skipped=str(exc), notes=tuple(notes))
         self.engine_runs += 1
         return Replayed(result.metrics, requests, notes=tuple(notes), fits=fits, replicas=row.replicas)
+
+    def _engine_with_host(self, profile: str, per_sequence_seconds: float) -> str:
+        """A profile file in this replayer's folder: ``profile`` with its host seconds per sequence replaced."""
+        path = self.workdir / f"engine-{profile}-host-{per_sequence_seconds:.4e}.yaml"
+        if not path.exists():
+            base = load_engine_profile(profile)
+            cpu = base.cpu.model_copy(update={"per_sequence_seconds": per_sequence_seconds})
+            data = base.model_copy(update={"cpu": cpu, "aliases": []}).model_dump(mode="json")
+            path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        return str(path)
 
     def _trace(self, row: Row, n: int, max_context: int, at_once: bool) -> tuple[Path, int, tuple[str, ...]]:
         """A trace file of the row's requests: (path, longest request in tokens, notes); one per distinct workload."""
