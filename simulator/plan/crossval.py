@@ -565,7 +565,8 @@ def _fit_host(rows: list[Row], solver: Solver, replayer: Replayer, full: Fit, fo
     calibrating = {group(row) for row in rows if solver.role(row) is not None or solver.expert_role(row)}
     # a fold's value matters only for the held-out campaign's own rows of such a profile
     fits: dict[str | None, Fit] = {None: full}
-    fits.update({name: fold for name, fold in fold_fits.items() if any(group(row) == name for m in members.values() for row in m)})
+    held_out = {group(row) for m in members.values() for row in m}
+    fits.update({name: fold for name, fold in fold_fits.items() if name in held_out})
 
     def ceilings(fit_key: str | None, row: Row) -> Efficiencies:
         own = fits[fit_key] if fit_key is None or fit_key in calibrating else full
