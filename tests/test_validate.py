@@ -207,31 +207,29 @@ def test_prompts_are_capped_with_a_note(tmp_path):
 
 # --- lengths ----------------------------------------------------------------------------------------
 
-def test_a_sample_file_beside_the_table_is_drawn_in_pairs(tmp_path):
+def _tiny_draws(tmp_path, input_tokens: int, output_tokens: int):
+    """200 draws of a serving row on lengths/tiny.csv (pairs (100, 50), (300, 150), (500, 250)) stating these means."""
     (tmp_path / "lengths").mkdir()
     (tmp_path / "lengths" / "tiny.csv").write_bytes((DATA / "lengths" / "tiny.csv").read_bytes())
     rows = table(tmp_path, row(mode="serving", regime="serving", batch="", request_rate=1, num_prompts=10,
-                               input_tokens=300, output_tokens=150,
+                               input_tokens=input_tokens, output_tokens=output_tokens,
                                input_dist="dataset:tiny", output_dist="dataset:tiny", metric="ttft_mean_seconds"))
     prompts, outputs, notes = sample_lengths(rows[0], 200, np.random.default_rng(0), 4096)
-    # tiny.csv holds (100, 50), (300, 150), (500, 250): every draw is one of those pairs; the row states the
-    # file's own means (300, 150), so nothing is scaled
-    assert set(zip(prompts.tolist(), outputs.tolist())) <= {(100, 50), (300, 150), (500, 250)}
-    assert len(set(prompts.tolist())) == 3
+    return set(zip(prompts.tolist(), outputs.tolist())), len(set(prompts.tolist())), notes
+
+
+def test_a_sample_file_beside_the_table_is_drawn_in_pairs(tmp_path):
+    # every draw is one of the file's pairs; the row states the file's own means (300, 150), so nothing is scaled
+    pairs, distinct, notes = _tiny_draws(tmp_path, 300, 150)
+    assert pairs <= {(100, 50), (300, 150), (500, 250)} and distinct == 3
     assert notes == []
 
 
 def test_a_sample_file_is_scaled_to_the_sources_stated_means(tmp_path):
-    (tmp_path / "lengths").mkdir()
-    (tmp_path / "lengths" / "tiny.csv").write_bytes((DATA / "lengths" / "tiny.csv").read_bytes())
-    rows = table(tmp_path, row(mode="serving", regime="serving", batch="", request_rate=1, num_prompts=10,
-                               input_tokens=600, output_tokens=75,
-                               input_dist="dataset:tiny", output_dist="dataset:tiny", metric="ttft_mean_seconds"))
-    prompts, outputs, notes = sample_lengths(rows[0], 200, np.random.default_rng(0), 4096)
     # The source drew its own prompts (means 600 and 75); the file's means are 300 and 150: prompts x 2,
     # outputs x 0.5, so (100, 50), (300, 150), (500, 250) become (200, 25), (600, 75), (1000, 125)
-    assert set(zip(prompts.tolist(), outputs.tolist())) <= {(200, 25), (600, 75), (1000, 125)}
-    assert len(set(prompts.tolist())) == 3
+    pairs, distinct, notes = _tiny_draws(tmp_path, 600, 75)
+    assert pairs <= {(200, 25), (600, 75), (1000, 125)} and distinct == 3
     assert any("scaled by 2.00" in n for n in notes) and any("scaled by 0.50" in n for n in notes)
 
 

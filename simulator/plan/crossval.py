@@ -71,6 +71,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from simulator.cost.step_cost import StepCost
+from simulator.cost.system import System
 from simulator.errors import InputError
 from simulator.model.engine_profile import load_engine_profile
 from simulator.model.layers import ExpertGemm
@@ -152,8 +154,8 @@ def calibration_role(row: Row, include_serving: bool = False) -> str | None:
         # The ceilings are those of dense GEMMs and GEMVs. An MoE step's expert GEMMs have a few rows per
         # expert, and their grouped kernels reach a fraction of a dense kernel's rate that depends on the
         # kernel: one B200 deployment of Llama 4 Scout at batch 1 decodes in 7.60 or 12.84 ms per token
-        # with two MoE kernels (flashinfer issue 1734, rows 3004-3005). MoE rows of the shipped table are
-        # predicted, not fitted; a user's own benchmark (include_serving) fits its own model, MoE or not.
+        # with two MoE kernels (flashinfer issue 1734, rows 3004-3005). MoE rows of the shipped table fit
+        # that fraction only (rule 7); a user's own benchmark (include_serving) fits its own model, MoE or not.
         return None
     if not row.is_static_batch:
         return _serving_role(row) if include_serving else None
@@ -164,18 +166,25 @@ def calibration_role(row: Row, include_serving: bool = False) -> str | None:
                                   row.profile[0])
     except InputError:
         return None
-    batch = int(row.batch)  # type: ignore[arg-type]
-    prefill = system.step_cost(Step.prefill(batch, row.input_tokens))
     if row.metric == "ttft_seconds":
+        prefill = system.step_cost(Step.prefill(int(row.batch), row.input_tokens))  # type: ignore[arg-type]
         return "compute" if _shares(prefill)[0] > 0.5 else None
+    last = _last_decode_step(row, system)
+    return "memory" if last is not None and _shares(last)[1] > 0.5 else None
+
+
+def _last_decode_step(row: Row, system: System) -> StepCost | None:
+    """The last decode step's cost at full efficiency of a static row whose figure is a decode one and whose
+    run is decode-dominated (rule 2: decode >= 80% of the closed batch's roofline time, or a TPOT), else None."""
     if row.metric not in DECODE_METRICS or row.output_tokens < 2:
         return None
+    batch = int(row.batch)  # type: ignore[arg-type]
+    prefill = system.step_cost(Step.prefill(batch, row.input_tokens))
     contexts = row.input_tokens + np.arange(1, row.output_tokens, dtype=float)
     decode = float(np.sum(system.step_cost(Step.decode(float(batch), contexts)).seconds))
     if row.metric != "tpot_seconds" and decode < 0.8 * (decode + float(prefill.seconds)):
         return None
-    last = system.step_cost(Step.decode(batch, row.input_tokens + row.output_tokens - 1))
-    return "memory" if _shares(last)[1] > 0.5 else None
+    return system.step_cost(Step.decode(batch, row.input_tokens + row.output_tokens - 1))
 
 
 def _serving_role(row: Row) -> str | None:
@@ -209,13 +218,9 @@ def expert_role(row: Row) -> bool:
                                   row.profile[0])
     except InputError:
         return False
-    batch = int(row.batch)  # type: ignore[arg-type]
-    prefill = system.step_cost(Step.prefill(batch, row.input_tokens))
-    contexts = row.input_tokens + np.arange(1, row.output_tokens, dtype=float)
-    decode = float(np.sum(system.step_cost(Step.decode(float(batch), contexts)).seconds))
-    if row.metric != "tpot_seconds" and decode < 0.8 * (decode + float(prefill.seconds)):
+    last = _last_decode_step(row, system)
+    if last is None:
         return False
-    last = system.step_cost(Step.decode(batch, row.input_tokens + row.output_tokens - 1))
     experts = sum(float(cost.seconds) for op, cost in zip(system.operators, last.operators) if isinstance(op, ExpertGemm))
     total = float(last.seconds) + float(last.communication_seconds)
     return total > 0 and experts / total > 0.5
