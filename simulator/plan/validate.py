@@ -659,10 +659,6 @@ def _replay_in_worker(job: tuple[Row, Efficiencies, str, int]) -> Replayed:
 def _profile_scheduler(profile: str, gpu: str | None = None) -> Any:
     """The engine profile's scheduler defaults on ``gpu`` (kind, max_num_seqs, max_batched_tokens, block_size), or None."""
     try:
-        from simulator.model.engine_profile import load_engine_profile
-    except ImportError:  # pragma: no cover - a tree without engine profiles
-        return None
-    try:
         engine = load_engine_profile(profile)
         if gpu is not None:
             spec = _gpu(gpu)
