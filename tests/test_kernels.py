@@ -60,6 +60,45 @@ def test_roofline_charges_the_shape_the_ramp_and_the_launch():
     assert launch == pytest.approx(2 * 2e-6, rel=1e-12)
 
 
+def test_without_overlap_the_real_rows_mmas_add_to_the_loads_and_padding_does_not():
+    # The GEMM above at 128 rows: memory (33,554,432 + 1,000,000) / 2e12 = 17.277 us; real MMAs
+    # 4,294,967,296 / 1e15 = 4.295 us (no shape factor), shape-charged 4.530 us (the max hides it).
+    flops = 2.0 * 128 * 4096 * 4096
+    moved = 33_554_432.0
+    work = Work(flops=flops, weight_bytes=moved, launches=1.0)
+
+    def rates(overlap: float) -> OperatorRates:
+        return OperatorRates(1e15, None, 2e12, 2e-6, memory_half_bytes=1e6, gemm_columns=4096, gemm_depth=4096,
+                             sm_count=108, overlap=overlap)
+
+    memory, real = (moved + 1e6) / 2e12, flops / 1e15
+    assert roofline(work, rates(1.0), 1, rows=128.0)[2] == pytest.approx(memory + 2e-6, rel=1e-12)
+    assert roofline(work, rates(0.0), 1, rows=128.0)[2] == pytest.approx(memory + real + 2e-6, rel=1e-12)
+    assert roofline(work, rates(0.5), 1, rows=128.0)[2] == pytest.approx(memory + 0.5 * real + 2e-6, rel=1e-12)
+    # One row: the tile pads it to 64 (shape-charged 4,294,967,296 / 128 * 64 / 1e15 = 2.147 us, under
+    # the loads), but only the one real row's 33,554,432 FLOPs run in series: 0.0336 us.
+    one = Work(flops=flops / 128, weight_bytes=moved, launches=1.0)
+    assert roofline(one, rates(0.0), 1, rows=1.0)[2] == pytest.approx(memory + flops / 128 / 1e15 + 2e-6, rel=1e-12)
+    # Compute-bound (1e12 FLOP/s): the shape-charged MMAs lead and the loads are added whole.
+    slow = OperatorRates(1e12, None, 2e12, 0.0, memory_half_bytes=1e6, gemm_columns=4096, gemm_depth=4096,
+                         sm_count=108, overlap=0.0)
+    compute = flops / (1e12 * 1024 / 1080)
+    assert roofline(work, slow, 1, rows=128.0)[2] == pytest.approx(compute + memory, rel=1e-12)
+
+
+def test_the_shape_model_takes_the_gpus_overlap_and_the_flat_model_keeps_the_max():
+    gpu = load_gpu("h100")
+    assert gpu.efficiency.overlap == 0.0
+    model, step = load_model("llama2-7b"), Step.prefill(1, 128)
+    shape = System(model, gpu, Precision(), kernel_efficiency="shape")
+    flat = System(model, gpu, Precision())
+    assert all(r is None or r.overlap == 0.0 for r in shape.rates)
+    assert all(r is None or r.overlap == 1.0 for r in flat.rates)
+    hidden = System(model, gpu.model_copy(update={"efficiency": gpu.efficiency.model_copy(update={"overlap": 1.0})}),
+                    Precision(), kernel_efficiency="shape")
+    assert shape.step_cost(step).seconds > hidden.step_cost(step).seconds
+
+
 def test_outside_a_graph_a_short_kernel_waits_for_the_host():
     work = Work(flops=0.0, activation_bytes=2e6, launches=1.0)
     rates = OperatorRates(1e15, None, 2e12, 2e-6, eager_launch_seconds=5e-6)

@@ -6,18 +6,23 @@ For each operator and step (docs/time-model.md describes every term, its default
     dequant_seconds = dequant_ops / (peak_flops["fp32"] * efficiency.compute)
     compute_seconds = max(tensor_seconds, dequant_seconds)
     memory_seconds  = (bytes + b_half) / (hbm_bandwidth * efficiency.memory)      (b_half: 0 if bytes = 0)
-    kernel_seconds  = max(compute_seconds, memory_seconds) + launches * efficiency.kernel_launch_seconds
+    real_seconds    = max(flops / (peak_flops[dtype] * ceiling), dequant_seconds)   (eta_c without the shape factor)
+    busy_seconds    = max(compute_seconds, memory_seconds) + (1 - overlap) * min(real_seconds, memory_seconds)
+    kernel_seconds  = busy_seconds + launches * efficiency.kernel_launch_seconds
     seconds         = kernel_seconds                                   in a step replayed from a CUDA graph
                       max(kernel_seconds, launches * eager_launch)     otherwise (the host launches each kernel)
 
 where bytes = weight reads + KV-cache reads + KV-cache writes + activation reads/writes, and with
 the shape-aware kernel model (``TimeModel.shape``, :mod:`simulator.cost.kernels`):
 eta_c = efficiency.compute * shape(M, N) for dense GEMMs (tile and wave quantisation),
-efficiency.attention_compute for FlashAttention, efficiency.compute otherwise, and
-b_half = bandwidth * efficiency.memory_latency_seconds (a transfer pays one DRAM latency). With the
-flat model (the default of a bare :class:`TimeModel`) eta_c = efficiency.compute and b_half = 0:
-the plain roofline of earlier versions. A measured overlay (``efficiency_by_op``) replaces
-compute and memory efficiency for its op class, shape included.
+efficiency.attention_compute for FlashAttention, efficiency.compute otherwise,
+b_half = bandwidth * efficiency.memory_latency_seconds (a transfer pays one DRAM latency) and
+overlap = efficiency.overlap (default 0: a kernel's loads and its real rows' MMAs run one after the
+other; padded rows and idle wave slots cost time only through the max). With the flat model (the
+default of a bare :class:`TimeModel`) eta_c = efficiency.compute, b_half = 0 and overlap = 1: the
+plain roofline of earlier versions. A measured overlay (``efficiency_by_op``) replaces compute and
+memory efficiency for its op class, shape included, and keeps overlap = 1 (a measurement already
+holds it).
 
 Dequantisation of int8/int4 weights (``dequant_ops``, see :mod:`simulator.model.layers`) runs on
 the CUDA cores, not the tensor cores: it is charged at the GPU's fp32 vector rate
@@ -222,6 +227,8 @@ class OperatorRates(NamedTuple):
     """host seconds per kernel launch outside a CUDA graph (the engine profile's)"""
     network: CollectiveNetwork | None = None
     """communication operators: the group, its links and the algorithm"""
+    overlap: float = 1.0
+    """fraction of the shorter of compute and memory time hidden under the longer (1: the roofline's max)"""
 
 
 def rates_vary_with_tokens(op: Operator, gpu: GPUSpec) -> bool:
@@ -271,6 +278,7 @@ def operator_rates(op: Operator, gpu: GPUSpec, tokens: Number = 0.0, model: Time
         gemm_depth=op.in_features if shape and isinstance(op, Gemm) else 0,
         sm_count=gpu.sm_count,
         eager_launch_seconds=eager,
+        overlap=eff.overlap if shape else 1.0,
     )
 
 
@@ -317,6 +325,14 @@ def roofline(work: Work, rates: OperatorRates, count: int, rows: Number = 0.0,
     else:
         memory_seconds = moved / rates.bytes_per_second
     busy = _maximum(compute_seconds, memory_seconds)
+    if rates.overlap < 1.0:
+        # Only the real rows' MMAs run in series with the loads: padded tile rows and idle wave
+        # slots are lanes left empty, a cost only when compute is the bottleneck (the max above).
+        real = work.flops / rates.flops_per_second
+        if rates.dequant_ops_per_second is not None:
+            real = _maximum(real, work.dequant_ops / rates.dequant_ops_per_second)
+        shorter = real + memory_seconds - _maximum(real, memory_seconds)
+        busy = busy + (1.0 - rates.overlap) * shorter
     seconds = busy + work.launches * rates.launch_seconds
     if rates.eager_launch_seconds and captured is not True:
         seconds = _eager(seconds, work.launches, rates, captured)

@@ -29,6 +29,13 @@ a lower bound; each efficiency factor is the fraction of a peak that real kernel
   on the kernel: one B200 deployment of Llama 4 Scout decodes at 7.60 or 12.84 ms per token with
   two MoE kernels (flashinfer-ai/flashinfer issue 1734). ``simulate validate`` fits it on the MoE
   rows of the table, leave one source out (simulator/plan/crossval.py).
+- ``overlap``: fraction of the shorter of a kernel's compute and memory times that hides under
+  the longer, under the shape-aware model (default 0: a kernel takes compute + memory; the flat
+  model keeps the plain roofline, max). A tiled GEMM overlaps its loads with its MMAs only while
+  an SM holds enough independent warps to cover the load latency; the one or two large tiles per
+  SM of a weight-streaming GEMM leave too few, and then memory and compute periods run one after
+  the other (Hong and Kim, ISCA 2009, the MWP/CWP model; the non-overlapping transfers of the
+  Execution-Cache-Memory model, Hager et al. 2016). docs/time-model.md gives the evidence.
 
 A measured overlay (``configs/gpus/measured/*.yaml``) may add ``efficiency_by_op`` entries
 which replace the compute/memory factors for one op class and shape bucket. Its ``base:``
@@ -87,6 +94,7 @@ PLAUSIBLE: dict[str, tuple[float, float, str]] = {
     "memory": (1e-3, 1.0, "of peak"),
     "link": (1e-3, 1.0, "of peak"),
     "expert": (1e-3, 1.0, "of the dense factors"),
+    "overlap": (0.0, 1.0, "of the shorter time"),
 }
 
 
@@ -113,10 +121,11 @@ class Efficiency(BaseModel):
     memory_latency_seconds: float = Field(default=5e-7, ge=0.0)
     attention_compute: float = Field(default=0.70, gt=0.0, le=1.0)
     expert: float = Field(default=1.0, gt=0.0, le=1.0)
+    overlap: float = Field(default=0.0, ge=0.0, le=1.0)
 
     _plausible_values = field_validator(
         "compute", "memory", "link", "kernel_launch_seconds", "allreduce_latency_seconds", "memory_latency_seconds",
-        "attention_compute", "expert",
+        "attention_compute", "expert", "overlap",
     )(_plausible)
 
 
