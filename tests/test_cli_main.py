@@ -23,6 +23,7 @@ def test_card_command_prints_the_report():
         assert section in result.output
     assert "tensor parallel 4" in result.output
     assert "327,680 bytes/token" in result.output
+    assert "kernel efficiency shape, loads and MMAs in series (overlap 0)" in result.output
 
 
 def test_memory_plan_names_the_requests_it_was_planned_for():
@@ -60,6 +61,8 @@ def test_card_command_json_contract():
     # Decode FLOPs per step: ~2 FLOPs per parameter per token (64 tokens) plus attention over ~4032 keys.
     per_token = 2 * 68_976_648_192 - 2 * 32000 * 8192 + 4 * 64 * 128 * 80 * 4032
     assert data["decode"]["flops_per_step"] == pytest.approx(64 * per_token, rel=0.01)
+    # The runs' shape model charges a kernel's loads and its MMAs in series (efficiency.overlap 0).
+    assert data["time_model"]["kernel_efficiency"] == "shape" and data["time_model"]["overlap"] == 0.0
     assert data["throughput"]["output_tokens_per_second"] > 0
     assert data["throughput"]["total_tokens_per_second"] == pytest.approx(
         data["throughput"]["output_tokens_per_second"] * 4096 / 128)

@@ -97,6 +97,12 @@ class System:
         object.__setattr__(self, "rates", system_rates(ops, self.gpu, model))
         object.__setattr__(self, "totals_memo", {})
 
+    @property
+    def rates_overlap(self) -> float:
+        """The fraction of a kernel's shorter time (real MMAs or loads) hidden under the longer in this
+        system: the GPU's ``efficiency.overlap`` under the shape model, 1 (the roofline's max) under flat."""
+        return self.gpu.efficiency.overlap if self.time_model.shape else 1.0
+
     def step_cost(self, step: Step) -> StepCost:
         """Per-operator cost of ``step`` on one GPU of the group, plus the engine's exposed host time."""
         return step_cost(self.operators, step, self.gpu, self.rates, self.time_model)

@@ -89,8 +89,18 @@ def time_model_lines(system: Any) -> list[str]:
         + (f", paid once per {engine.scheduler_steps} decode steps (multi-step scheduling)"
            if engine.scheduler_steps > 1 else "") + f"; {capture}",
         f"  time model   collectives {system.collectives} over {system.gpu.interconnect}, "
-        f"kernel efficiency {system.kernel_efficiency}",
+        f"kernel efficiency {system.kernel_efficiency}, " + overlap_text(system),
     ]
+
+
+def overlap_text(system: Any) -> str:
+    """How much of a kernel's shorter time (real MMAs or loads) the run hides under the longer."""
+    overlap = system.rates_overlap
+    if overlap >= 1.0:
+        return "loads and MMAs overlapped (max of the two)"
+    if overlap <= 0.0:
+        return "loads and MMAs in series (overlap 0)"
+    return f"overlap {overlap:g} of the shorter of loads and MMAs"
 
 
 def _latency_row(name: str, summary) -> list[str]:
