@@ -21,6 +21,7 @@ from simulator.plan.validate import (
     load_table,
     metric_kind,
     sample_lengths,
+    whole_run_scale,
 )
 
 DATA = Path(__file__).parent / "data"
@@ -203,6 +204,31 @@ def test_prompts_are_capped_with_a_note(tmp_path):
     assert "20 of the source's 5000 requests simulated" in at_rate.notes
     # all at once: two waves of max_num_seqs = 2 x 16 = 32 requests, more than the cap of 20
     assert "32 of the source's 5000 requests simulated" in at_once.notes
+
+
+def test_the_whole_run_scale_spreads_the_drain_over_the_sources_arrivals():
+    # 100 of 1,000 requests at 10 requests/s: the simulated ones arrive over 9.5 s and the run ends at
+    # 11.5 s (a 2 s drain). The source's arrive over 100 s and drain the same 2 s: 1,000 tokens' worth
+    # over 102 s against 100 over 11.5 s, x (1000 / 102) / (100 / 11.5) = 1.12745.
+    assert whole_run_scale(100, 1000, 10.0, 9.5, 11.5) == pytest.approx((1000 / 102) / (100 / 11.5), rel=1e-12)
+    assert whole_run_scale(100, 100, 10.0, 9.5, 11.5) == 1.0  # the whole run was simulated
+    assert whole_run_scale(32, 5000, math.inf, 0.0, 3.0) == 1.0  # all at once: no arrival span to scale
+
+
+def test_a_capped_run_at_a_rate_reports_the_whole_runs_throughput(tmp_path):
+    # 4,000 requests at 4 requests/s, a light load for Llama-2-7B on an A100 (each request 256 + 32
+    # tokens, well under a second): the source's run takes 1,000 s of arrivals plus a drain under 1 s,
+    # so its output rate is 4 x 32 = 128 tokens/s within 0.1%. The first 40 alone (the validation seed's
+    # arrivals span 10.5 s, not the mean 9.75 s) charge the same drain to 40 requests: 7% lower.
+    serving = {"mode": "serving", "regime": "serving", "batch": "", "num_prompts": 4000, "request_rate": 4,
+               "metric": "output_tokens_per_second", "input_tokens": 256, "output_tokens": 32}
+    rows = table(tmp_path, row(**serving))
+    with Replayer(max_prompts=40) as capped:
+        part = capped.predict(rows[0], EXACT)
+        raw = capped.run(rows[0], EXACT).metrics.output_tokens_per_second
+    assert any("throughputs for the source's whole run: its 4000 requests arrive over 1000 s" in n for n in part.notes)
+    assert 128 * 1000 / 1001 <= part.value <= 128
+    assert raw < 0.99 * part.value
 
 
 # --- lengths ----------------------------------------------------------------------------------------
