@@ -66,7 +66,8 @@ def main(click_ctx: click.Context, **values: Any) -> None:
     """Simulate transformer inference: latency, throughput and memory of MODEL on GPU.
 
     Each operator is charged roofline time, max(FLOPs / achievable FLOP/s, bytes /
-    achievable bandwidth), plus kernel launch and tensor-parallel all-reduce costs.
+    achievable bandwidth), plus what a weight-streaming kernel cannot overlap of the
+    shorter (loads and MMAs in series), kernel launch and tensor-parallel all-reduce costs.
     Efficiency factors are shown in the report and can be overridden.
 
     Requests are served by a discrete-event engine: a closed batch of --batch requests
