@@ -229,6 +229,14 @@ def test_a_capped_run_at_a_rate_reports_the_whole_runs_throughput(tmp_path):
     assert any("throughputs for the source's whole run: its 4000 requests arrive over 1000 s" in n for n in part.notes)
     assert 128 * 1000 / 1001 <= part.value <= 128
     assert raw < 0.99 * part.value
+    # At 400 requests/s and at most 4 sequences at a time the same server falls behind (4 sequences of
+    # 32 tokens take ~0.2 s; 40 requests arrive in ~0.1 s): they drain for seconds after 0.1 s of
+    # arrivals, no steady state to extrapolate, so the capped run's own throughput is reported.
+    flood = table(tmp_path, row(**{**serving, "request_rate": 400, "max_num_seqs": 4}))[0]
+    with Replayer(max_prompts=40) as capped:
+        over = capped.predict(flood, EXACT)
+        assert over.value == pytest.approx(capped.run(flood, EXACT).metrics.output_tokens_per_second, rel=1e-12)
+    assert any("no steady state to extrapolate" in n for n in over.notes)
 
 
 # --- lengths ----------------------------------------------------------------------------------------

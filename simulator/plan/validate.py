@@ -23,7 +23,8 @@ the same figure off the run's aggregates:
   scheduler defaults: :func:`scheduler_settings`). At most
   :data:`MAX_PROMPTS` requests are simulated, or two waves of ``max_num_seqs`` when all
   arrive at once (a note says so when the source ran more); at a rate, the throughputs of a
-  capped run are then the source's whole run's (:func:`whole_run_scale`).
+  capped run are then the source's whole run's (:func:`whole_run_scale`), unless its requests
+  drain for more than half its arrival span (no steady state reached: the capped run's own).
 
 Static metrics: ``ttft_seconds`` mean TTFT, ``tpot_seconds`` mean TPOT, ``e2e_seconds`` the
 whole batch's wall time, ``output_tokens_per_second``/``total_tokens_per_second`` over the run,
@@ -878,10 +879,19 @@ class Replayer:
                 result = simulate_settings(serving)
                 requests = n
                 if stated is not None and stated > n and not at_once:
-                    rate = float(row.request_rate) / replicas  # type: ignore[arg-type]
-                    scale = whole_run_scale(n, stated, rate, self._arrival_spans[trace], result.metrics.duration_seconds)
-                    notes.append(f"throughputs for the source's whole run: its {stated} requests arrive over "
-                                 f"{stated / rate:.4g} s and drain as the simulated ones do (x {scale:.4f})")
+                    span, m = self._arrival_spans[trace], result.metrics
+                    drain = m.duration_seconds - span
+                    if drain > 0.5 * span:
+                        # Requests outlive half the arrival span: the run ends before the requests in flight
+                        # stop growing (a steady state takes a few request lifetimes), so it says nothing
+                        # about the source's later requests; its own completion rate is all there is.
+                        notes.append(f"the simulated requests drain for {drain:.3g} s after {span:.3g} s of arrivals: "
+                                     "no steady state to extrapolate, throughputs are the capped run's own")
+                    else:
+                        rate = float(row.request_rate) / replicas  # type: ignore[arg-type]
+                        scale = whole_run_scale(n, stated, rate, span, m.duration_seconds)
+                        notes.append(f"throughputs for the source's whole run: its {stated} requests arrive over "
+                                     f"{stated / rate:.4g} s and drain as the simulated ones do (x {scale:.4f})")
         except InputError as exc:
             return Replayed(None, skipped=str(exc), notes=tuple(notes))
         self.engine_runs += 1
