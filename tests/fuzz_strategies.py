@@ -418,6 +418,7 @@ def option_choices(name: str, param: click.Parameter, files: FileFactory) -> tup
         "max_num_batched_tokens": ints(256, 8192), "block_size": st.sampled_from(("8", "16", "32")),
         "kv_blocks": ints(64, 100000), "gpu_memory_utilization": floats(0.5, 0.95),
         "compute_efficiency": floats(0.05, 1), "memory_efficiency": floats(0.05, 1), "link_efficiency": floats(0.05, 1),
+        "kernel_overlap": floats(0, 1), "expert_efficiency": floats(0.05, 1),
         "launch_overhead": floats(0, 5e-5), "slo_ttft": floats(0.001, 10), "slo_tpot": floats(0.001, 1),
         "slo_e2e": floats(0.01, 100), "workers": st.just("1"), "budget_seconds": floats(1, 10),
         "input_tokens": ints(1, 512), "output_tokens": ints(1, 128),

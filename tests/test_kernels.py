@@ -169,3 +169,21 @@ def test_eager_mode_launches_from_the_host_and_graphs_stop_at_the_capture_size()
     # Past vLLM's 512-token capture limit the step is launched eagerly even with graphs on.
     big = Step.decode(513, 512)
     assert next(c for c in graphs.step_cost(big).operators if c.name == "embedding").seconds >= 5e-6
+
+
+def test_kernel_overlap_option_is_the_gpu_field_and_warns_under_the_flat_model(tmp_path):
+    from simulator import simulate
+
+    overlay = tmp_path / "h100-max.yaml"
+    overlay.write_text("base: h100\nefficiency:\n  overlap: 1.0\n", encoding="utf-8")
+    common = dict(model="llama2-7b", batch=1, ctx=160, gen=32)
+    by_option = simulate(gpu="h100", kernel_overlap=1.0, **common).to_dict()
+    by_file = simulate(gpu=str(overlay), **common).to_dict()
+    default = simulate(gpu="h100", **common).to_dict()
+    assert by_option["latency"] == by_file["latency"]
+    assert by_option["time_model"]["overlap"] == 1.0 and default["time_model"]["overlap"] == 0.0
+    # In series the 128-token prefill adds its MMAs to its weight reads: a later first token.
+    assert default["latency"]["ttft_seconds"]["mean"] > by_option["latency"]["ttft_seconds"]["mean"]
+    flat = simulate(gpu="h100", kernel_overlap=0.5, kernel_efficiency="flat", **common).to_dict()
+    assert "--kernel-overlap has no effect under --kernel-efficiency flat (the roofline's max)" in flat["warnings"]
+    assert flat["time_model"]["overlap"] == 1.0

@@ -103,6 +103,7 @@ def compare_command(contexts: str, batch: int, as_json: bool, as_csv: bool, **op
         compute=settings.compute_efficiency,
         memory=settings.memory_efficiency,
         expert=settings.expert_efficiency,
+        overlap=settings.kernel_overlap,
         link=settings.link_efficiency,
         kernel_launch_seconds=settings.launch_overhead,
     )

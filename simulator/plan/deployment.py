@@ -108,7 +108,7 @@ def plan_deployment(
 DEPLOYMENT_KEYS = (
     "model", "gpu", "weights", "kv", "group_size", "attention", "tp", "ep", "dp_attention", "routing_skew",
     "attention_kernel", "fusion",
-    "compute_efficiency", "memory_efficiency", "expert_efficiency", "link_efficiency", "launch_overhead",
+    "compute_efficiency", "memory_efficiency", "expert_efficiency", "kernel_overlap", "link_efficiency", "launch_overhead",
     "engine", "collectives", "kernel_efficiency", "enforce_eager", "num_scheduler_steps",
 )
 
@@ -147,6 +147,7 @@ def deployment_from_options(options: dict[str, Any], batch: int, ctx: int, requi
         compute=options.get("compute_efficiency"),
         memory=options.get("memory_efficiency"),
         expert=options.get("expert_efficiency"),
+        overlap=options.get("kernel_overlap"),
         link=options.get("link_efficiency"),
         kernel_launch_seconds=options.get("launch_overhead"),
     )

@@ -69,6 +69,8 @@ class EngineRun(Prepared):
         model = self.deployment.system.model
         unused = ([f"--expert-efficiency has no effect: {model.name} has no routed experts"]
                   if self.settings.expert_efficiency is not None and not model.is_moe else [])
+        if self.settings.kernel_overlap is not None and not self.deployment.system.time_model.shape:
+            unused.append("--kernel-overlap has no effect under --kernel-efficiency flat (the roofline's max)")
         return [*unused, *self.workload.notes, *admission_notes(self.result, self.workload, self.capacity.tokens)]
 
 

@@ -159,6 +159,11 @@ class DeploymentSettings(BaseModel):
         default=None, description="Override the fraction of the compute and memory efficiencies that a mixture-of-"
         "experts model's routed-expert GEMMs reach, in [0.001, 1] (default: the GPU's, 1 unless calibrated).",
     )
+    kernel_overlap: Annotated[Float | None, Field(ge=0.0, le=1.0)] = Field(
+        default=None, description="Override the fraction of a kernel's shorter time (its real rows' MMAs or its "
+        "loads) hidden under the longer, in [0, 1]: 0 runs them in series (the GPU's default under the shape "
+        "kernel model), 1 is the roofline's max. The flat kernel model always takes the max.",
+    )
     link_efficiency: Annotated[Float | None, Field(ge=1e-3, le=1.0)] = Field(
         default=None, description="Override the achievable fraction of interconnect bandwidth, in [0.001, 1].",
     )
