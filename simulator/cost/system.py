@@ -98,7 +98,7 @@ class System:
         object.__setattr__(self, "totals_memo", {})
 
     @property
-    def rates_overlap(self) -> float:
+    def kernel_overlap(self) -> float:
         """The fraction of a kernel's shorter time (real MMAs or loads) hidden under the longer in this
         system: the GPU's ``efficiency.overlap`` under the shape model, 1 (the roofline's max) under flat."""
         return self.gpu.efficiency.overlap if self.time_model.shape else 1.0

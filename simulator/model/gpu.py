@@ -29,9 +29,9 @@ a lower bound; each efficiency factor is the fraction of a peak that real kernel
   on the kernel: one B200 deployment of Llama 4 Scout decodes at 7.60 or 12.84 ms per token with
   two MoE kernels (flashinfer-ai/flashinfer issue 1734). ``simulate validate`` fits it on the MoE
   rows of the table, leave one source out (simulator/plan/crossval.py).
-- ``overlap``: fraction of the shorter of a kernel's compute and memory times that hides under
-  the longer, under the shape-aware model (default 0: a kernel takes compute + memory; the flat
-  model keeps the plain roofline, max). A tiled GEMM overlaps its loads with its MMAs only while
+- ``overlap``: fraction of the shorter of a kernel's real MMA time (no tile padding) and its memory
+  time that hides under the longer, under the shape-aware model (default 0: the kernel takes the
+  roofline's max plus that shorter time; the flat model keeps the plain roofline, max). A tiled GEMM overlaps its loads with its MMAs only while
   an SM holds enough independent warps to cover the load latency; the one or two large tiles per
   SM of a weight-streaming GEMM leave too few, and then memory and compute periods run one after
   the other (Hong and Kim, ISCA 2009, the MWP/CWP model; the non-overlapping transfers of the

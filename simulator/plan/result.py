@@ -123,7 +123,7 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
             "collectives": system.collectives,
             "interconnect": system.gpu.interconnect,
             "kernel_efficiency": system.kernel_efficiency,
-            "overlap": system.rates_overlap,
+            "overlap": system.kernel_overlap,
         },
         "memory": {
             "weights_bytes": memory.weights_bytes,

@@ -95,7 +95,7 @@ def time_model_lines(system: Any) -> list[str]:
 
 def overlap_text(system: Any) -> str:
     """How much of a kernel's shorter time (real MMAs or loads) the run hides under the longer."""
-    overlap = system.rates_overlap
+    overlap = system.kernel_overlap
     if overlap >= 1.0:
         return "loads and MMAs overlapped (max of the two)"
     if overlap <= 0.0:
