@@ -8,7 +8,8 @@ fitting), turning the terms of docs/time-model.md on one at a time:
   collectives  + all-reduce by algorithm (NCCL's latencies and protocols, the engine's custom
                one-shot/two-shot kernels)
   kernels      + efficiency by shape (GEMM tiles and waves, memory ramp, FlashAttention ceiling and
-               its K/V reuse in L2)
+               its K/V reuse in L2), with the roofline's max of compute and memory
+  in series    + a kernel's loads and its real rows' MMAs in series (efficiency.overlap 0)
   launches     + the engine's CUDA-graph capture limits and host launches outside graphs
   engine       + the engine's host CPU time per iteration (the full model, as runs use it)
 
@@ -32,7 +33,7 @@ from simulator.model.engine_profile import IDEAL, load_engine_profile
 from simulator.model.gpu import load_gpu
 from simulator.plan import deployment, placement, validate
 
-VARIANTS = ("old", "collectives", "kernels", "launches", "engine")
+VARIANTS = ("old", "collectives", "kernels", "in series", "launches", "engine")
 
 
 def _profile(name: str, level: int, folder: Path) -> str:
@@ -42,9 +43,9 @@ def _profile(name: str, level: int, folder: Path) -> str:
     data["name"] = f"{name}-level-{level}"
     if level >= 1:
         data.update(allreduce=real.allreduce, custom_allreduce_max_bytes=real.custom_allreduce_max_bytes)
-    if level >= 3:
-        data.update(graphs=real.graphs.model_dump(), enforce_eager=real.enforce_eager)
     if level >= 4:
+        data.update(graphs=real.graphs.model_dump(), enforce_eager=real.enforce_eager)
+    if level >= 5:
         data["cpu"] = real.cpu.model_dump()
     path = folder / f"{name}-{level}.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
@@ -57,13 +58,15 @@ def replay(level: int, rows: list[validate.Row], folder: Path) -> dict[str, dict
              step_cost.operator_network)
     own_engine, from_options, network = saved[0], saved[1], saved[3]
 
-    def engine_profile(engine: str) -> tuple[str, str]:
-        name, note = own_engine(engine)
+    def engine_profile(engine: str, version: str = "") -> tuple[str, str]:
+        name, note = own_engine(engine, version)
         return _profile(name, level, folder), note
 
     def options_at_level(options: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         options = {**options, "collectives": "ring" if level == 0 else "auto",
                    "kernel_efficiency": "shape" if level >= 2 else "flat"}
+        if level == 2:
+            options["kernel_overlap"] = 1.0
         return from_options(options, *args, **kwargs)
 
     def flat_latency(op: Any, gpu: Any, model: Any) -> Any:
