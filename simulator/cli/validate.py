@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -124,17 +125,14 @@ def _fit_text(v: Validation) -> str:
                          + ", ".join(v.in_sample_fit.expert_unsolved))
     else:
         values = [f.expert for f in v.fold_fits.values() if f.expert is not None] or [expert]
-        spread = f", folds {min(values):.3f}-{max(values):.3f}" if min(values) != max(values) else ""
-        sources = len({s.row.source_id for s in v.scored if s.row.id in set(v.in_sample_fit.expert_rows)})
-        lines.append(f"Expert GEMMs of MoE models: {expert:.3f} of the ceilings, from {len(v.in_sample_fit.expert_rows)} "
-                     f"rows of {sources} sources{spread}")
+        rows = v.in_sample_fit.expert_rows
+        lines.append(f"Expert GEMMs of MoE models: {expert:.3f} of the ceilings, from {len(rows)} "
+                     f"rows of {_sources(v, rows)} sources{_spread(values, lambda x: f'{x:.3f}')}")
     for profile, value in sorted(v.in_sample_fit.host.items()):
         values = [f.host[profile] for f in v.fold_fits.values() if profile in f.host] or [value]
-        spread = f", folds {1e6 * min(values):.0f}-{1e6 * max(values):.0f} us" if min(values) != max(values) else ""
         rows = v.in_sample_fit.host_rows.get(profile, ())
-        sources = len({s.row.source_id for s in v.scored if s.row.id in set(rows)})
         lines.append(f"Host time per sequence of the {profile} profile: {1e6 * value:.0f} us per iteration, from "
-                     f"{len(rows)} rows of {sources} sources{spread}")
+                     f"{len(rows)} rows of {_sources(v, rows)} sources{_spread(values, lambda x: f'{1e6 * x:.0f}', ' us')}")
     borrowed = [(pair, c) for pair, c in _ceilings(v).items() if {c["compute_from"], c["memory_from"]} - {"class", "family"}]
     if borrowed:
         lines.append("Borrowed (the family has no calibrating row of a kind: the engine's classes on other families, "
@@ -163,8 +161,18 @@ def _one(fit: FamilyFit, folds: list[FamilyFit], what: str) -> str:
         return f"{what} {value:.3f} ({'family' if getattr(fit, f'{what}_from_family') else 'default'})"
     # folds in which the class had no row of this kind predict with borrowed ceilings (listed below), not this value
     values = [getattr(f, what) for f in folds if getattr(f, f"{what}_rows")] or [value]
-    spread = f", folds {min(values):.3f}-{max(values):.3f}" if min(values) != max(values) else ""
-    return f"{what} {value:.3f} from {len(rows)} rows{spread}"
+    return f"{what} {value:.3f} from {len(rows)} rows{_spread(values, lambda x: f'{x:.3f}')}"
+
+
+def _spread(values: list[float], show: Callable[[float], str], unit: str = "") -> str:
+    """', folds LOW-HIGH' (with ``unit``) where the folds' values differ, else nothing."""
+    return f", folds {show(min(values))}-{show(max(values))}{unit}" if min(values) != max(values) else ""
+
+
+def _sources(v: Validation, row_ids: Iterable[str]) -> int:
+    """How many sources the rows ``row_ids`` come from."""
+    wanted = set(row_ids)
+    return len({s.row.source_id for s in v.scored if s.row.id in wanted})
 
 
 def _rows_text(scored: tuple[Scored, ...]) -> str:
