@@ -53,7 +53,7 @@ from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 
 import numpy as np
 import yaml
@@ -583,6 +583,17 @@ class Replayed:
     """what the run's throughputs are multiplied by to stand for the source's whole run (:func:`whole_run_scale`)"""
 
 
+class ReplayTrace(NamedTuple):
+    """A row's requests written as a trace file for the engine."""
+
+    path: Path
+    longest_tokens: int
+    """the longest request, prompt plus output"""
+    notes: tuple[str, ...]
+    arrival_span_seconds: float
+    """last arrival - first arrival (0 when all arrive at once)"""
+
+
 @dataclass(frozen=True)
 class Prediction:
     """A row's predicted figure (None when skipped) and what to know about how it was made."""
@@ -732,8 +743,7 @@ class Replayer:
         self.workdir = Path(self._own.name) if self._own is not None else Path(workdir)  # type: ignore[arg-type]
         self.max_prompts = max_prompts
         self._runs: dict[tuple, Replayed] = {}
-        self._traces: dict[tuple, tuple[Path, int, tuple[str, ...]]] = {}
-        self._arrival_spans: dict[Path, float] = {}
+        self._traces: dict[tuple, ReplayTrace] = {}
         self.engine_runs = 0
 
     def close(self) -> None:
@@ -831,7 +841,7 @@ class Replayer:
                     # The published batch ran; the simulator's memory plan is stricter. Run it with a cache that holds it.
                     fits = False
                     notes.append("does not fit in the simulator's memory plan; run with a KV cache that holds the batch")
-                    trace = self._trace(row, batch, model.max_context, at_once=True)[0]
+                    trace = self._trace(row, batch, model.max_context, at_once=True).path
                     blocks = batch * (-(-context // 16) + 1)  # the static scheduler reserves whole requests
                     result = simulate_settings(dict(static, trace=str(trace), ctx=max(2, context), gen=1, kv_blocks=blocks,
                                                     block_size=16, prompt_tokens=None, output_tokens=None))
@@ -868,9 +878,9 @@ class Replayer:
                 elif stated > n:
                     notes.append(f"{n} of the source's {row.num_prompts} requests simulated"
                                  + (" on one replica" if replicas > 1 else ""))
-                trace, longest, trace_notes = self._trace(row, n, model.max_context, at_once)
-                notes.extend(trace_notes)
-                serving: dict[str, Any] = dict(options, trace=str(trace), ctx=max(2, longest), gen=1)
+                replay = self._trace(row, n, model.max_context, at_once)
+                notes.extend(replay.notes)
+                serving: dict[str, Any] = dict(options, trace=str(replay.path), ctx=max(2, replay.longest_tokens), gen=1)
                 serving.update(scheduler)
                 if row.prompts_cached:
                     serving.update(prefix_caching=True, prefix_cache_warm=True)
@@ -879,7 +889,7 @@ class Replayer:
                 result = simulate_settings(serving)
                 requests = n
                 if stated is not None and stated > n and not at_once:
-                    span, m = self._arrival_spans[trace], result.metrics
+                    span, m = replay.arrival_span_seconds, result.metrics
                     drain = m.duration_seconds - span
                     if drain > 0.5 * span:
                         # Requests outlive half the arrival span: the run ends before the requests in flight
@@ -908,8 +918,8 @@ class Replayer:
             path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
         return str(path)
 
-    def _trace(self, row: Row, n: int, max_context: int, at_once: bool) -> tuple[Path, int, tuple[str, ...]]:
-        """A trace file of the row's requests: (path, longest request in tokens, notes); one per distinct workload."""
+    def _trace(self, row: Row, n: int, max_context: int, at_once: bool) -> ReplayTrace:
+        """A trace file of the row's requests; one per distinct workload."""
         key = (row.input_tokens, row.output_tokens, row.input_dist, row.output_dist, row.request_rate, row.replicas, n,
                row.prompts_cached,
                max_context, at_once, row.lengths_dirs)
@@ -929,6 +939,6 @@ class Replayer:
                 handle.write("arrival_seconds,prompt_tokens,output_tokens" + (",prefix_id,prefix_tokens\n" if cached else "\n"))
                 for i, (t, p, o) in enumerate(zip(arrivals, prompts, outputs)):
                     handle.write(f"{float(t)!r},{int(p)},{int(o)}" + (f",{i},{int(p)}\n" if cached else "\n"))
-            self._traces[key] = (path, int((prompts + outputs).max()), tuple(notes))
-            self._arrival_spans[path] = float(arrivals.max() - arrivals.min()) if n else 0.0
+            span = float(arrivals.max() - arrivals.min()) if n else 0.0
+            self._traces[key] = ReplayTrace(path, int((prompts + outputs).max()), tuple(notes), span)
         return self._traces[key]
