@@ -278,8 +278,14 @@ def operator_rates(op: Operator, gpu: GPUSpec, tokens: Number = 0.0, model: Time
         gemm_depth=op.in_features if shape and isinstance(op, Gemm) else 0,
         sm_count=gpu.sm_count,
         eager_launch_seconds=eager,
-        overlap=eff.overlap if shape else 1.0,
+        overlap=kernel_overlap(gpu, model) if not measured else 1.0,
     )
+
+
+def kernel_overlap(gpu: GPUSpec, model: TimeModel) -> float:
+    """The fraction of a kernel's shorter time (real MMAs or loads) hidden under the longer: the GPU's
+    ``efficiency.overlap`` under the shape model, 1 (the roofline's max) under the flat one."""
+    return gpu.efficiency.overlap if model.shape else 1.0
 
 
 def system_rates(operators: tuple[Operator, ...], gpu: GPUSpec,

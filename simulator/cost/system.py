@@ -20,6 +20,7 @@ from simulator.cost.step_cost import (
     StepCost,
     StepTotals,
     TimeModel,
+    kernel_overlap,
     step_cost,
     step_totals,
     system_rates,
@@ -99,9 +100,8 @@ class System:
 
     @property
     def kernel_overlap(self) -> float:
-        """The fraction of a kernel's shorter time (real MMAs or loads) hidden under the longer in this
-        system: the GPU's ``efficiency.overlap`` under the shape model, 1 (the roofline's max) under flat."""
-        return self.gpu.efficiency.overlap if self.time_model.shape else 1.0
+        """This system's :func:`~simulator.cost.step_cost.kernel_overlap` (what the report and JSON show)."""
+        return kernel_overlap(self.gpu, self.time_model)
 
     def step_cost(self, step: Step) -> StepCost:
         """Per-operator cost of ``step`` on one GPU of the group, plus the engine's exposed host time."""

@@ -89,11 +89,11 @@ def time_model_lines(system: Any) -> list[str]:
         + (f", paid once per {engine.scheduler_steps} decode steps (multi-step scheduling)"
            if engine.scheduler_steps > 1 else "") + f"; {capture}",
         f"  time model   collectives {system.collectives} over {system.gpu.interconnect}, "
-        f"kernel efficiency {system.kernel_efficiency}, " + overlap_text(system),
+        f"kernel efficiency {system.kernel_efficiency}, " + _overlap_text(system),
     ]
 
 
-def overlap_text(system: Any) -> str:
+def _overlap_text(system: Any) -> str:
     """How much of a kernel's shorter time (real MMAs or loads) the run hides under the longer."""
     overlap = system.kernel_overlap
     if overlap >= 1.0:
