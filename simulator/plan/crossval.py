@@ -375,11 +375,15 @@ def _median(solver: Solver, rows: list[Row], parameter: str, held: float | Calla
     unsolved = tuple(row.id for row, v in solved if v is None)
     if len(kept) < least or not kept:
         return default, (), unsolved
+    return round(_campaign_median(kept), DECIMALS), tuple(row.id for row, _ in kept), unsolved
+
+
+def _campaign_median(values: list[tuple[Row, float]]) -> float:
+    """The median over sources of each source's median value: one vote per campaign (``values`` not empty)."""
     by_source: dict[str, list[float]] = {}
-    for row, v in kept:
-        by_source.setdefault(row.source_id, []).append(v)
-    votes = [statistics.median(values) for values in by_source.values()]
-    return round(statistics.median(votes), DECIMALS), tuple(row.id for row, _ in kept), unsolved
+    for row, value in values:
+        by_source.setdefault(row.source_id, []).append(value)
+    return statistics.median(statistics.median(v) for v in by_source.values())
 
 
 def fit(rows: Iterable[Row], solver: Solver, rounds: int = ROUNDS,
@@ -591,14 +595,11 @@ def _fit_host(rows: list[Row], solver: Solver, replayer: Replayer, full: Fit, fo
             used = [row for row in m if key is None or group(row) != key]
             best: tuple[float, float] | None = None
             for value in HOST_GRID:
-                by_source: dict[str, list[float]] = {}
-                for row in used:
-                    e = error(row, trials[(row.id, ceilings(key, row), value)])
-                    if e is not None:
-                        by_source.setdefault(row.source_id, []).append(e)
-                if not by_source:
+                errors = [(row, e) for row in used
+                          if (e := error(row, trials[(row.id, ceilings(key, row), value)])) is not None]
+                if not errors:
                     break
-                score = statistics.median(statistics.median(v) for v in by_source.values())
+                score = _campaign_median(errors)
                 if best is None or score < best[0] - 1e-12:
                     best = (score, value)
             if best is not None:
