@@ -111,7 +111,7 @@ def compare_command(contexts: str, batch: int, as_json: bool, as_csv: bool, **op
     attention = parse_list(variants, "--attention")
     comparison = compare_attention(
         model, gpu, precision, attention, parse_contexts(contexts), batch=batch, tp=settings.tp,
-        attention_kernel=settings.attention_kernel, fusion=settings.fusion or "elementwise",
+        attention_kernel=settings.attention_kernel or "flash", fusion=settings.fusion or "elementwise",
     )
     rows = [r.as_dict() for r in comparison.rows]
     if as_json:

@@ -33,12 +33,27 @@ from simulator.model.layers import (
     Attention,
     AttentionKernel,
     Fusion,
+    Gemm,
     Operator,
     build_operators,
     kv_heads_per_gpu,
 )
 from simulator.model.precision import Precision
 from simulator.model.step import Number, Step
+
+
+def engine_kernels(ops: tuple[Operator, ...], engine: EngineProfile) -> tuple[Operator, ...]:
+    """``ops`` as ``engine`` runs them: its naive kernel's score bytes and its expansion of quantised weights."""
+    if engine.naive_score_bytes is None and not engine.dequantize_above_tokens:
+        return ops
+    out: list[Operator] = []
+    for op in ops:
+        if isinstance(op, Attention) and engine.naive_score_bytes is not None:
+            op = replace(op, score_bytes_per_element=engine.naive_score_bytes)
+        elif isinstance(op, Gemm) and op.dequant_ops_per_weight and engine.dequantize_above_tokens:
+            op = replace(op, expand_above_tokens=engine.dequantize_above_tokens)
+        out.append(op)
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -71,6 +86,9 @@ class System:
     """operator shares of :meth:`step_totals` by token count (see :func:`simulator.cost.step_cost.step_totals`)"""
 
     def __post_init__(self) -> None:
+        if self.engine.gemm_accumulate == "fp16":
+            # The engine's FP16 GEMMs accumulate in FP16: a GeForce part runs them at twice its FP32-accumulate peak.
+            object.__setattr__(self, "gpu", self.gpu.with_fp16_accumulation())
         # fp4 weights run on FP4 tensor cores only where the GPU has an fp4 peak (else weight-only).
         object.__setattr__(self, "precision", self.precision.on_gpu(self.gpu.peak_flops))
         for dtype in self.precision.compute_dtypes:
@@ -94,6 +112,7 @@ class System:
             # FlashAttention's row tiles share K/V through L2 (Attention.l2_reuse): part of the shape-aware model.
             ops = tuple(replace(op, l2_bytes=self.gpu.l2_bytes, sm_count=self.gpu.sm_count)
                         if isinstance(op, Attention) else op for op in ops)
+        ops = engine_kernels(ops, self.engine)
         object.__setattr__(self, "operators", ops)
         object.__setattr__(self, "rates", system_rates(ops, self.gpu, model))
         object.__setattr__(self, "totals_memo", {})

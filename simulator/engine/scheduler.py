@@ -94,7 +94,15 @@ class Chunk:
 
 
 def plan_static(state) -> list[Chunk] | None:
-    """Prefill chunks of a new batch when idle, [] to decode the running batch, None when there is nothing to do."""
+    """Prefill chunks of a new batch when idle, [] to decode the running batch, None when there is nothing to do.
+
+    With a token budget (``max_batched_tokens``: an engine whose forward pass carries at most that many
+    tokens, EngineProfile's ``scheduler.pass_tokens``) the batch's prompts go through in passes of at most
+    that many tokens, in admission order, and the batch decodes once every prompt is in.
+    """
+    budget = state.config.max_batched_tokens
+    if budget is not None and state.partial_prefills():
+        return _prefill_passes(state, budget)
     if state.running:
         return []
     admitted: list[int] = []  # request ids
@@ -102,8 +110,25 @@ def plan_static(state) -> list[Chunk] | None:
         admitted.append(state.admit(state.waiting[0]))
     if not admitted:
         return None
+    if budget is not None:
+        return _prefill_passes(state, budget)
     # A prefix-cache hit starts the prefill at the cached tokens (prefilled is set on admission).
     return [Chunk(rid, int(state.target[rid] - state.prefilled[rid]), int(state.prefilled[rid]), True) for rid in admitted]
+
+
+def _prefill_passes(state, budget: int) -> list[Chunk]:
+    """The next pass of a static batch's prompts: unfinished prefills in order, ``budget`` tokens at most."""
+    room = budget
+    chunks: list[Chunk] = []
+    for rid in state.partial_prefills():
+        done = int(state.prefilled[rid])
+        left = int(state.target[rid]) - done
+        take = min(left, room)
+        chunks.append(Chunk(rid, take, done, take == left))
+        room -= take
+        if room <= 0:
+            break
+    return chunks
 
 
 def plan_continuous(state) -> list[Chunk] | None:

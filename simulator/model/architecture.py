@@ -256,6 +256,14 @@ def with_attention(spec: ModelSpec, variant: str | None) -> ModelSpec:
     return spec.model_copy(update={"num_kv_heads": kv_heads, "name": f"{spec.name} ({text})"})
 
 
+def with_full_attention(spec: ModelSpec) -> ModelSpec:
+    """``spec`` attending (and caching) the whole context in every layer: as an engine that ignores its sliding window runs it."""
+    if spec.sliding_window is None:
+        return spec
+    return spec.model_copy(update={"sliding_window": None, "layer_types": [], "sliding_window_pattern": 0,
+                                   "name": f"{spec.name} (full attention)"})
+
+
 def _model_files() -> list[Path]:
     return config_files("models")
 

@@ -26,7 +26,19 @@ engine before 0.6, ``vllm-v0.6.yaml`` the V0 engine of 0.6 and 0.7):
 - ``fusion``: how the engine runs norms, rotary embeddings, activations and residual adds
   (``kernels``: kernels of their own, as vLLM, SGLang and TGI; ``elementwise``: folded into the
   GEMMs; simulator.model.layers); a run's ``fusion`` setting overrides it.
-- ``scheduler``: the engine's defaults (kind, max sequences, token budget, KV block size).
+- ``attention_kernel``: the attention kernel the engine runs by default (``flash``; llama.cpp's
+  builds of 2024 ``naive``: without ``-fa`` they write the score matrix to HBM), with
+  ``naive_score_bytes``, the bytes of one materialised score (None: the activation dtype's); a
+  run's ``attention_kernel`` setting overrides the kernel.
+- ``dequantize_above_tokens``: weight-only quantised GEMMs of more than this many rows first expand
+  the weights to the activation dtype in HBM and run a dense GEMM on the copy (llama.cpp's cuBLAS
+  path); 0: never (the dequantisation happens inside the GEMM, as Marlin and Machete do).
+- ``honours_sliding_window``: False when the engine attends (and caches) the whole context even
+  where the model has a sliding window (TensorRT engines without ``max_attention_window_size``).
+- ``gemm_accumulate``: ``fp16`` when the engine's FP16 GEMMs accumulate in FP16 (llama.cpp), which
+  GeForce parts run at twice their FP32-accumulate tensor rate (``GPUSpec.fp16_accumulate_flops``).
+- ``scheduler``: the engine's defaults (kind, max sequences, token budget, KV block size, the most
+  tokens one forward pass carries).
 
 Every number carries its source in the YAML. :mod:`simulator.cost.engine_overhead` turns a
 profile into seconds; units are SI (seconds, bytes, tokens).
@@ -40,7 +52,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.errors import InputError
-from simulator.model.layers import Fusion
+from simulator.model.layers import AttentionKernel, Fusion
 from simulator.model.loader import load_validated, looks_like_path, suggest
 from simulator.model.registry import config_files
 
@@ -106,6 +118,10 @@ class SchedulerDefaults(BaseModel):
     (TensorRT-LLM's GUARANTEED_NO_EVICT); see simulator.engine.scheduler"""
     large_gpu: LargeGpuDefaults | None = None
     """other max_num_seqs / max_batched_tokens on GPUs with a lot of memory (:meth:`EngineProfile.for_gpu`)"""
+    pass_tokens: int | None = Field(default=None, ge=1, le=1 << 24)
+    """the most tokens one forward pass carries (llama.cpp's n_ubatch); None: no limit. A static batch
+    prefills in passes of at most this many tokens and a chunked token budget is cut to it (a larger
+    logical batch runs as several passes, each reading the weights again); see simulator.plan.run.scheduler_config"""
 
 
 class EngineProfile(BaseModel):
@@ -135,6 +151,19 @@ class EngineProfile(BaseModel):
     """how the engine runs norms, rotary embeddings, activations and residual adds (simulator.model.layers):
     ``kernels`` for the PyTorch engines' own elementwise kernels, ``elementwise`` folded into GEMMs; a run's
     ``fusion`` setting overrides it"""
+    attention_kernel: AttentionKernel = "flash"
+    """the engine's attention kernel (simulator.model.layers); a run's ``attention_kernel`` setting overrides it"""
+    naive_score_bytes: float | None = Field(default=None, gt=0.0, le=8.0)
+    """bytes of one score element the naive kernel writes and reads (llama.cpp's KQ is F32: 4); None: the
+    activation dtype's"""
+    dequantize_above_tokens: int = Field(default=0, ge=0, le=1 << 24)
+    """weight-only quantised GEMMs of more than this many rows expand the weights to the activation dtype in
+    HBM and run a dense GEMM on the copy (llama.cpp's cuBLAS path for batches above 32); 0: never"""
+    honours_sliding_window: bool = True
+    """False: the engine attends the whole context in every layer, the model's sliding window notwithstanding"""
+    gemm_accumulate: Literal["fp32", "fp16"] = "fp32"
+    """what the engine's FP16 GEMMs accumulate in: ``fp16`` (llama.cpp's cuBLAS calls, CUBLAS_COMPUTE_16F) runs at
+    the GPU's ``fp16_accumulate_flops`` where it has a faster one (GeForce parts)"""
     kv_cache_memory: Literal["of_total", "of_free"] = "of_total"
     """What the KV-cache memory fraction (``gpu_memory_utilization``) is a fraction of: ``of_total`` HBM,
     bounding everything the process holds (vLLM's gpu_memory_utilization, SGLang's mem_fraction_static),

@@ -81,6 +81,7 @@ from simulator.model.registry import config_files
 #   peak; below 0.001 a time is a unit slip, and 1e-320 makes every time overflow to inf).
 PLAUSIBLE: dict[str, tuple[float, float, str]] = {
     "peak_flops": (1e8, 1e17, "FLOP/s"),
+    "fp16_accumulate_flops": (1e8, 1e17, "FLOP/s"),
     "hbm_bytes": (2.0**30, 2.0**45, "bytes"),
     "hbm_bandwidth_bytes_per_second": (1e9, 1e15, "bytes/s"),
     "link_bandwidth_bytes_per_second": (1e8, 1e14, "bytes/s"),
@@ -163,6 +164,9 @@ class GPUSpec(BaseModel):
     aliases: list[str] = Field(default_factory=list)
     vendor: str = "nvidia"
     peak_flops: dict[str, float] = Field(description="dense tensor peak in FLOP/s by dtype")
+    fp16_accumulate_flops: float | None = Field(
+        default=None, description="dense FP16 tensor peak in FLOP/s with FP16 accumulation, where it exceeds the "
+        "fp16 peak (GeForce parts run FP32-accumulate tensor math at half rate); None: the fp16 peak")
     hbm_bytes: float = Field(gt=0)
     hbm_bandwidth_bytes_per_second: float = Field(gt=0)
     l2_bytes: float = Field(default=0.0, ge=0)
@@ -196,7 +200,7 @@ class GPUSpec(BaseModel):
         return value
 
     _plausible_sizes = field_validator(
-        "hbm_bytes", "hbm_bandwidth_bytes_per_second", "link_bandwidth_bytes_per_second", "l2_bytes", "sram_bytes_per_sm"
+        "fp16_accumulate_flops", "hbm_bytes", "hbm_bandwidth_bytes_per_second", "link_bandwidth_bytes_per_second", "l2_bytes", "sram_bytes_per_sm"
     )(_plausible)
 
     def peak(self, dtype: str) -> float:
@@ -206,6 +210,13 @@ class GPUSpec(BaseModel):
         except KeyError:
             have = ", ".join(sorted(self.peak_flops))
             raise InputError(f"{self.name} has no {dtype} peak (it has: {have}); choose another precision") from None
+
+    def with_fp16_accumulation(self) -> GPUSpec:
+        """This GPU as an engine sees it whose FP16 GEMMs accumulate in FP16 (llama.cpp's cuBLAS calls): the fp16
+        peak is ``fp16_accumulate_flops`` where the chip has a faster one; else the GPU itself."""
+        if self.fp16_accumulate_flops is None or "fp16" not in self.peak_flops:
+            return self
+        return self.model_copy(update={"peak_flops": {**self.peak_flops, "fp16": self.fp16_accumulate_flops}})
 
     def ridge_point(self, dtype: str = "fp16") -> float:
         """Peak FLOP/s divided by HBM bandwidth, in FLOP/byte."""

@@ -180,6 +180,9 @@ class Gemm:
     input_read_elements: int | None = None
     output_write_elements: int | None = None
     launches_per_step: float = 1.0
+    expand_above_tokens: int = 0
+    """weight-only quantised weights: above this many rows a kernel of its own expands them to the activation
+    dtype in HBM and a dense GEMM reads that copy (EngineProfile.dequantize_above_tokens); 0: never"""
     kind: str = "gemm"
     works_from_tokens: ClassVar[bool] = True
     """True: ``work(step)`` depends on the step only through ``tokens(step)`` (the cost model memoises on it)"""
@@ -194,17 +197,27 @@ class Gemm:
         matrix = self.in_features * self.out_features
         weights_read = matrix * active
         dequant: Number = 0.0
+        b_a = self.activation_bytes_per_element
+        expanded: Number = 0.0  # bytes of the dense copy: written once, read by the GEMM
+        launches: Number = self.launches_per_step * active
         if self.dequant_ops_per_weight:
-            dequant = weights_read * _ceil_div(tokens, self.dequant_tile_tokens) * self.dequant_ops_per_weight
+            in_kernel: Number = weights_read * _ceil_div(tokens, self.dequant_tile_tokens) * self.dequant_ops_per_weight
+            if self.expand_above_tokens:
+                # The quantised weights are still read once (by the expanding kernel); each weight is then
+                # dequantised once, not once per row tile.
+                expand: Number = 1.0 * (tokens > self.expand_above_tokens)
+                in_kernel = in_kernel * (1.0 - expand) + weights_read * self.dequant_ops_per_weight * expand
+                expanded = 2.0 * weights_read * b_a * expand
+                launches = launches + expand
+            dequant = in_kernel
         read = self.in_features if self.input_read_elements is None else self.input_read_elements
         write = self.out_features if self.output_write_elements is None else self.output_write_elements
-        b_a = self.activation_bytes_per_element
         return Work(
             flops=2.0 * tokens * matrix,
             weight_bytes=weights_read * (self.weight_bytes_per_element + self.scale_bytes_per_weight)
-            + self.bias_elements * b_a * active,
+            + self.bias_elements * b_a * active + expanded,
             activation_bytes=tokens * (read + write) * b_a,
-            launches=self.launches_per_step * active,
+            launches=launches,
             dequant_ops=dequant,
         )
 
@@ -301,6 +314,8 @@ class Attention:
     """the GPU's L2, where the row tiles of one head find the K/V an earlier tile read (0: no reuse)"""
     sm_count: int = 0
     """SMs, one query row tile resident on each"""
+    score_bytes_per_element: float = 0.0
+    """the naive kernel's bytes per materialised score (EngineProfile.naive_score_bytes); 0: the activation dtype's"""
     kind: str = "attention"
     works_from_tokens: ClassVar[bool] = False
     """False: ``work(step)`` reads other fields of the step than ``tokens(step)`` (the context, attention pairs)"""
@@ -351,7 +366,7 @@ class Attention:
         else:
             scores = step.score_elements
             kv_reads = step.context_tokens
-            score_traffic = 4.0 * n * scores * b_a
+            score_traffic = 4.0 * n * scores * (self.score_bytes_per_element or b_a)
             launches = 3.0 * _active(step.tokens)
         share = 1.0 / self.data_parallel  # attention data parallelism: this GPU's share of the sequences
         return Work(

@@ -9,7 +9,7 @@ from simulator.cost.deployment import Deployment
 from simulator.cost.memory import no_fit_error, plan_memory, tensor_parallel_candidates
 from simulator.cost.system import System
 from simulator.errors import InputError
-from simulator.model.architecture import ModelSpec, load_model, with_attention
+from simulator.model.architecture import ModelSpec, load_model, with_attention, with_full_attention
 from simulator.model.engine_profile import IDEAL, EngineProfile, load_engine_profile
 from simulator.model.gpu import GPUSpec, load_gpu
 from simulator.model.layers import AttentionKernel, Fusion
@@ -67,9 +67,13 @@ def plan_deployment(
     of expert popularity (0: uniform; simulator.model.routing). ``engine``, ``collectives`` and
     ``kernel_efficiency`` are the System's time-model settings (defaults: the plain roofline;
     :func:`deployment_from_options` defaults to the realistic ones). ``dp_attention``: attention
-    data-parallel over the tp GPUs (simulator.model.layers.check_attention_data_parallel).
+    data-parallel over the tp GPUs (simulator.model.layers.check_attention_data_parallel). An engine
+    that does not honour sliding windows (``EngineProfile.honours_sliding_window``) runs the model
+    with full attention in every layer, for time and for memory.
     """
     ep_degree = 1 if ep is None else ep
+    if not engine.honours_sliding_window:
+        model = with_full_attention(model)
     if batch < 1:
         raise InputError(f"--batch: must be >= 1 (got {batch})")
     if context_tokens < 1:
@@ -161,7 +165,7 @@ def deployment_from_options(options: dict[str, Any], batch: int, ctx: int, requi
         batch=batch,
         context_tokens=ctx,
         tp=options.get("tp"),
-        attention_kernel=options.get("attention_kernel", "flash"),
+        attention_kernel=options.get("attention_kernel") or engine.attention_kernel,
         fusion=options.get("fusion") or engine.fusion,
         require_fit=require_fit,
         ep=options.get("ep"),

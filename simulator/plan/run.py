@@ -115,13 +115,19 @@ def scheduler_config(settings: RunSettings, profile: EngineProfile) -> Scheduler
     """The run's scheduler: what the settings give, else the engine profile's defaults.
 
     The profile's token budget applies only to the profile's own scheduler kind, so
-    ``--scheduler continuous`` under the vLLM profile runs without a budget (vLLM V0 style).
+    ``--scheduler continuous`` under the vLLM profile runs without a budget (vLLM V0 style). A
+    profile's ``pass_tokens`` (the most one forward pass carries) caps the budget of static and
+    chunked runs, so a static batch prefills in passes of that many tokens.
     """
     defaults = profile.scheduler
     kind = settings.scheduler or defaults.kind
     budget = settings.max_batched_tokens
     if budget is None and kind == defaults.kind:
         budget = defaults.max_batched_tokens
+    passes = defaults.pass_tokens
+    if passes is not None and kind in ("static", "chunked"):
+        # One forward pass carries at most this many tokens (llama.cpp's n_ubatch): a larger batch is several passes.
+        budget = passes if budget is None else min(budget, passes)
     if (kind == "chunked" and settings.max_num_seqs is None and settings.max_batched_tokens is not None
             and settings.max_batched_tokens < defaults.max_num_seqs):
         raise InputError(

@@ -141,8 +141,9 @@ class DeploymentSettings(BaseModel):
         default=None, description="Tensor-parallel degree. Default: smallest power of two that fits.",
         json_schema_extra={"flags": ["--tp", "-tp", "--tensor-parallel-size"]},
     )
-    attention_kernel: Literal["flash", "naive"] = Field(
-        default="flash", description="flash keeps scores in SRAM; naive writes the score matrix to HBM.",
+    attention_kernel: Literal["flash", "naive"] | None = Field(
+        default=None, description="flash keeps scores in SRAM; naive writes the score matrix to HBM. Default: the "
+        "engine profile's (flash; naive for llama.cpp, whose 2024 builds run without -fa by default).",
     )
     fusion: Fusion | None = Field(
         default=None, description="Operator fusion: none, kernels (norms, rotary and activation as kernels of their "

@@ -113,11 +113,11 @@ SEED = 0
 """Seed of every sampled arrival and length: the same table gives the same predictions."""
 
 # Engines without a shipped profile -> the closest one (the row's notes say so).
-# lmdeploy's TurboMind and llama.cpp are C++ servers with host overhead like TensorRT-LLM's C++ executor;
+# lmdeploy's TurboMind is a C++ server with host overhead like TensorRT-LLM's C++ executor;
 # TGI and DeepSpeed-FastGen batch continuously from a Python/Rust scheduler like vLLM.
 ENGINE_PROFILE_FOR: dict[str, str] = {
-    "vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "ideal": "ideal",
-    "lmdeploy": "trtllm-v0", "llamacpp": "trtllm-v0", "tgi": "vllm", "deepspeed-fastgen": "vllm",
+    "vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "ideal": "ideal", "llamacpp": "llamacpp",
+    "lmdeploy": "trtllm-v0", "tgi": "vllm", "deepspeed-fastgen": "vllm",
 }
 
 TRTLLM_ENGINE_DEPLOYMENTS: tuple[str, ...] = ("harness", "NIM")

@@ -151,8 +151,10 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         f"  model        {model.name}: {model.num_layers} layers, hidden {model.hidden_size}, "
         f"{model.num_heads} heads, {model.num_kv_heads} KV heads ({model.attention_kind}), FFN {model.ffn_size}",
         *architecture_lines(system, result.last_decode_step, last_cost),
-        f"  GPU          {gpu.name}: {fmt_count(gpu.peak(prec.compute_dtype), 'FLOP/s')} {prec.compute_dtype}, "
-        f"{fmt_count(gpu.hbm_bandwidth_bytes_per_second, 'B/s')} HBM, ridge {ridge:.0f} FLOP/byte",
+        f"  GPU          {gpu.name}: {fmt_count(gpu.peak(prec.compute_dtype), 'FLOP/s')} {prec.compute_dtype}"
+        + (" (FP16 accumulation, as the engine's GEMMs)" if prec.compute_dtype == "fp16"
+           and gpu.fp16_accumulate_flops is not None and system.engine.gemm_accumulate == "fp16" else "")
+        + f", {fmt_count(gpu.hbm_bandwidth_bytes_per_second, 'B/s')} HBM, ridge {ridge:.0f} FLOP/byte",
         f"  parallelism  tensor parallel {tp}" + (f", expert parallel {system.ep}" if system.ep > 1 else "")
         + (f", attention data-parallel (each GPU: all heads, 1/{tp} of the sequences and of the KV cache)"
            if system.dp_attention else "")
