@@ -436,7 +436,7 @@ def option_choices(name: str, param: click.Parameter, files: FileFactory) -> tup
                 st.one_of(gpu_file(files), st.sampled_from(("nosuch", "", "a1000", "x.yaml")))),
         "weights": (st.sampled_from(WEIGHTS), st.sampled_from(("fp4", "", "FP16", "int3", "w4a16"))),
         "attention": (st.sampled_from(("mha", "mqa", "gqa:1", "gqa:2", "gqa:4", "gqa:8")), attention_variants()),
-        "engine": (st.sampled_from(("vllm", "vllm-v0.6", "vllm-v0.2", "sglang", "trtllm", "trtllm-v0", "tgi-v1", "tgi-v2", "ideal")),
+        "engine": (st.sampled_from(("vllm", "vllm-v0.6", "vllm-v0.2", "sglang", "trtllm", "trtllm-v0", "tgi-v1", "tgi-v2", "llamacpp", "ideal")),
                    st.sampled_from(("tgi", "", "x.yaml"))),
         "trace": (st.builds(lambda: files.write(".csv", b"arrival_seconds,prompt_tokens,output_tokens\n0,100,10\n0.5,50,20\n")),
                   trace_file(files)),
