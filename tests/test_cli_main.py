@@ -109,6 +109,21 @@ def test_gpus_json_has_peaks_and_memory():
     assert len(data) >= 11
 
 
+def test_engines_lists_every_profile_with_what_it_runs():
+    output = invoke(["engines"]).output
+    for name in ("vllm", "vllm-v0", "vllm-v0.2", "vllm-v0.6", "sglang", "trtllm", "trtllm-v0", "tgi-v1", "tgi-v2",
+                 "llamacpp", "ideal"):
+        assert any(line.split()[0] == name for line in output.splitlines() if line.strip()), name
+    llamacpp = next(line for line in output.splitlines() if line.startswith("llamacpp"))
+    assert "naive attention" in llamacpp and "512-token passes" in llamacpp and "fp16 accumulation" in llamacpp
+    # vLLM V1: 0.3 ms + 20 us per sequence, graphs for steps up to 512 tokens, chunked 256 seqs / 2048 tokens
+    vllm = next(line for line in output.splitlines() if line.startswith("vllm "))
+    assert "0.30 ms + 20 us/seq" in vllm and "<= 512" in vllm and "chunked, 256 seqs, 2048 tok" in vllm
+    profiles = {p["name"]: p for p in json.loads(invoke(["engines", "--json"]).output)}
+    assert profiles["trtllm-v0"]["honours_sliding_window"] is False
+    assert profiles["llamacpp"]["scheduler"]["pass_tokens"] == 512
+
+
 def test_models_lists_every_shipped_model():
     output = invoke(["models"]).output
     for name in ("llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "mistral-7b",

@@ -15,7 +15,7 @@ from simulator.cli.compare import compare_command
 from simulator.cli.engine_options import PRESENTATION_OPTIONS, ProgressBar
 from simulator.cli.explain import explain_command
 from simulator.cli.layers import layers_command
-from simulator.cli.listing import gpus_command, models_command
+from simulator.cli.listing import engines_command, gpus_command, models_command
 from simulator.cli.options import (
     VLLM_OPTIONS,
     apply_options,
@@ -53,7 +53,7 @@ Examples:
   simulate compare --model llama2-70b --gpu a100 --attention mha,gqa:8,mqa --ctx 512,4096
   simulate explain --model llama2-70b --gpu a100 --batch 64 --ctx 4096
   simulate sweep scenarios/slo-capacity.yaml
-  simulate models ; simulate gpus
+  simulate models ; simulate gpus ; simulate engines
 """
 
 
@@ -138,6 +138,7 @@ for command in (
     layers_command,
     models_command,
     gpus_command,
+    engines_command,
     compare_command,
     roofline_command,
     explain_command,

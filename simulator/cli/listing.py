@@ -1,4 +1,4 @@
-"""``simulate models`` and ``simulate gpus``: what ships."""
+"""``simulate models``, ``simulate gpus`` and ``simulate engines``: what ships."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import click
 
 from simulator.cli.options import reports_input_errors
 from simulator.model import GPUSpec, list_gpus, list_models
+from simulator.model.engine_profile import EngineProfile, list_engine_profiles
 from simulator.model.layers import model_parameters
 from simulator.report.compare import text_table
 from simulator.tabular import to_json
@@ -90,3 +91,44 @@ def gpus_command(as_json: bool) -> None:
     for line in text_table(headers, rows, align_right={2, 3, 4, 5, 6}):
         click.echo(line)
     click.echo("\nridge = fp16 dense peak / HBM bandwidth (FLOP/byte)")
+
+
+def _engine_kernels(profile: EngineProfile) -> str:
+    """What the engine runs other than flash attention and dense GEMMs, in a few words ("-": nothing)."""
+    parts = []
+    if profile.attention_kernel != "flash":
+        parts.append(f"{profile.attention_kernel} attention")
+    if profile.dequantize_above_tokens:
+        parts.append(f"int weights to fp16 above {profile.dequantize_above_tokens} rows")
+    if profile.gemm_accumulate == "fp16":
+        parts.append("fp16 accumulation")
+    if profile.scheduler.pass_tokens:
+        parts.append(f"{profile.scheduler.pass_tokens}-token passes")
+    if not profile.honours_sliding_window:
+        parts.append("no sliding window")
+    return ", ".join(parts) or "-"
+
+
+@click.command("engines")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list (the whole profiles, SI units).")
+@reports_input_errors
+def engines_command(as_json: bool) -> None:
+    """List the engine profiles (configs/engines/) that --engine takes; docs/time-model.md cites each number."""
+    profiles = list_engine_profiles()
+    if as_json:
+        click.echo(to_json([p.model_dump() for p in profiles], indent=2))
+        return
+    headers = ["name", "version", "host/iteration", "overlap", "graphs", "scheduler", "fusion", "kernels"]
+    rows = []
+    for p in profiles:
+        cpu, sched = p.cpu, p.scheduler
+        host = f"{cpu.fixed_seconds * 1e3:.2f} ms + {cpu.per_sequence_seconds * 1e6:.0f} us/seq"
+        graphs = "-" if p.enforce_eager or not p.graphs.max_batch else \
+            "all" if p.graphs.max_batch >= 1 << 20 and p.graphs.mixed else f"<= {p.graphs.max_batch}"
+        budget = f", {sched.max_batched_tokens} tok" if sched.max_batched_tokens else ""
+        rows.append([p.name, p.version or "-", host, f"{cpu.overlap:g}", graphs,
+                     f"{sched.kind}, {sched.max_num_seqs} seqs{budget}", p.fusion, _engine_kernels(p)])
+    for line in text_table(headers, rows, align_right={3}):
+        click.echo(line)
+    click.echo("\nhost/iteration: CPU time per engine iteration (fixed + per running sequence); overlap: the share of "
+               "it hidden under the GPU's step; graphs: steps of up to that many tokens replay a CUDA graph")

@@ -172,7 +172,7 @@ class DeploymentSettings(BaseModel):
         default=None, description="Override the fixed cost per kernel, in seconds (0 to 0.01).",
     )
     engine: Annotated[str | None, AfterValidator(_checked_by(_name))] = Field(
-        default=None, description="Serving-engine profile: vllm, sglang, trtllm, ideal (no overhead), or a profile YAML. [default: vllm]",
+        default=None, description="Serving-engine profile: vllm, sglang, trtllm, llamacpp, ideal (no overhead); `simulate engines` lists every one; or a profile YAML. [default: vllm]",
         json_schema_extra={"metavar": "NAME|PATH"},
     )
     pp: Annotated[Int | None, Field(ge=1, le=256)] = Field(
