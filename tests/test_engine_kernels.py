@@ -129,3 +129,11 @@ def test_fp16_accumulation_doubles_the_tensor_peak_on_geforce_only():
         return float(next(o for o in system.step_cost(step).operators if o.name == "o_proj").compute_seconds)
 
     assert o_proj_compute_seconds("llamacpp") == pytest.approx(o_proj_compute_seconds("vllm") * 165.2 / 330.3)
+
+
+def test_a_static_batch_takes_a_budget_given_on_the_command_line():
+    # --scheduler static --max-batched-tokens 1000: a 4000-token prompt is 4 passes (before: one, the budget ignored)
+    run = simulate_settings({"model": "llama3-8b", "gpu": "a100", "engine": "vllm", "scheduler": "static",
+                             "batch": 1, "max_num_seqs": 1, "prompt_tokens": "4000", "output_tokens": "1",
+                             "max_batched_tokens": 1000})
+    assert run.metrics.iterations == 4

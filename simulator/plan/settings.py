@@ -283,8 +283,9 @@ class ServingSettings(BaseModel):
         default=None, description="Most sequences running at once. [default: the engine profile's; vllm: 256]",
     )
     max_batched_tokens: Annotated[Int | None, Field(ge=1, le=MAX_CONTEXT_TOKENS)] = Field(
-        default=None, description="Token budget per iteration. [default: the engine profile's for its own scheduler "
-        "(vllm: 2048); 2048 for chunked otherwise; none for continuous]",
+        default=None, description="Token budget per iteration (static: prompts prefill in passes of at most this "
+        "many). [default: the engine profile's for its own scheduler (vllm: 2048); 2048 for chunked otherwise; none "
+        "for continuous and static, but a profile's pass size (llamacpp: 512) caps static and chunked]",
         json_schema_extra={"flags": ["--max-batched-tokens", "--max-num-batched-tokens"]},
     )
     block_size: Annotated[Int | None, Field(ge=1, le=4096)] = Field(
