@@ -137,3 +137,18 @@ def test_a_static_batch_takes_a_budget_given_on_the_command_line():
                              "batch": 1, "max_num_seqs": 1, "prompt_tokens": "4000", "output_tokens": "1",
                              "max_batched_tokens": 1000})
     assert run.metrics.iterations == 4
+
+
+def test_more_running_sequences_than_a_pass_carries_is_refused_with_the_way_out():
+    from simulator.errors import InputError
+    with pytest.raises(InputError, match=r"--max-num-seqs 1000: the llamacpp profile's forward pass carries at most 512"):
+        simulate_settings({"model": "llama3-8b", "gpu": "a100", "engine": "llamacpp", "max_num_seqs": 1000,
+                           "batch": 8, "ctx": 512})
+
+
+def test_the_report_says_when_a_budget_was_cut_to_the_pass_size():
+    from simulator.report.run_report import engine_run_text
+    run = simulate_settings({"model": "llama3-8b", "gpu": "a100", "engine": "llamacpp", "max_batched_tokens": 4096,
+                             "batch": 2, "ctx": 256, "gen": 4})
+    assert run.config.max_batched_tokens == 512
+    assert "--max-batched-tokens 4096 cut to the llamacpp profile's largest forward pass" in engine_run_text(run)

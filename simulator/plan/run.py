@@ -128,6 +128,12 @@ def scheduler_config(settings: RunSettings, profile: EngineProfile) -> Scheduler
     if passes is not None and kind in ("static", "chunked"):
         # One forward pass carries at most this many tokens (llama.cpp's n_ubatch): a larger batch is several passes.
         budget = passes if budget is None else min(budget, passes)
+        seqs = settings.max_num_seqs or defaults.max_num_seqs
+        if kind == "chunked" and seqs > passes:
+            raise InputError(
+                f"--max-num-seqs {seqs}: the {profile.name} profile's forward pass carries at most {passes} tokens "
+                f"(scheduler.pass_tokens), and with --scheduler chunked every running decode takes one of them; give "
+                f"--max-num-seqs {passes} or less, or --scheduler static")
     if (kind == "chunked" and settings.max_num_seqs is None and settings.max_batched_tokens is not None
             and settings.max_batched_tokens < defaults.max_num_seqs):
         raise InputError(

@@ -139,6 +139,9 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
     ridge = gpu.ridge_point(prec.compute_dtype)
     config = run.config
     budget = "no token budget" if config.max_batched_tokens is None else f"{config.max_batched_tokens} tokens/iteration"
+    asked = opts.max_batched_tokens
+    if asked is not None and config.max_batched_tokens is not None and config.max_batched_tokens < asked:
+        budget += f" (--max-batched-tokens {asked} cut to the {system.engine.name} profile's largest forward pass)"
     prefill_cost = system.step_cost(result.first_prefill_step) if result.first_prefill_step else None
     first_cost = system.step_cost(result.first_decode_step) if result.first_decode_step else None
     last_cost = system.step_cost(result.last_decode_step) if result.last_decode_step else None
