@@ -11,7 +11,10 @@ fitting), turning the terms of docs/time-model.md on one at a time:
                its K/V reuse in L2), with the roofline's max of compute and memory
   in series    + a kernel's loads and its real rows' MMAs in series (efficiency.overlap 0)
   launches     + the engine's CUDA-graph capture limits and host launches outside graphs
-  engine       + the engine's host CPU time per iteration (the full model, as runs use it)
+  engine       + the engine's host CPU time per iteration
+  kernels/eng  + the kernels the engine chooses: its attention kernel, quantised weights expanded in HBM,
+               FP16 accumulation, its largest forward pass, sliding windows ignored (the full model,
+               as runs use it; docs/time-model.md)
 
 Run: python -m benchmarks.time_terms [--rows N]   (about 3 minutes per variant on 2 cores)
 Prints, per regime, the median absolute error and the median speed error (positive: the
@@ -33,7 +36,7 @@ from simulator.model.engine_profile import IDEAL, load_engine_profile
 from simulator.model.gpu import load_gpu
 from simulator.plan import deployment, placement, validate
 
-VARIANTS = ("old", "collectives", "kernels", "in series", "launches", "engine")
+VARIANTS = ("old", "collectives", "kernels", "in series", "launches", "engine", "kernels/eng")
 
 
 def _profile(name: str, level: int, folder: Path) -> str:
@@ -47,6 +50,11 @@ def _profile(name: str, level: int, folder: Path) -> str:
         data.update(graphs=real.graphs.model_dump(), enforce_eager=real.enforce_eager)
     if level >= 5:
         data["cpu"] = real.cpu.model_dump()
+    if level >= 6:
+        data.update(attention_kernel=real.attention_kernel, naive_score_bytes=real.naive_score_bytes,
+                    dequantize_above_tokens=real.dequantize_above_tokens, gemm_accumulate=real.gemm_accumulate,
+                    honours_sliding_window=real.honours_sliding_window)
+        data["scheduler"] = {**data["scheduler"], "pass_tokens": real.scheduler.pass_tokens}
     path = folder / f"{name}-{level}.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     return str(path)
