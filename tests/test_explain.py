@@ -96,3 +96,25 @@ def test_a_pipeline_deployment_is_refused_in_one_line():
     deployment = build_deployment({"model": "llama2-7b", "gpu": "a100"}, 1, 2048, tp=1, pp=2)
     with pytest.raises(InputError, match=r"^explain: a pipeline-parallel deployment \(--pp 2\) cannot be explained"):
         explain_run(deployment, batch=1, ctx=2048, gen=128)
+
+
+def test_an_engine_that_ignores_the_sliding_window_has_the_window_as_a_lever():
+    from simulator.model.step import Step
+    from simulator.plan.deployment import deployment_from_options
+
+    mistral = load_model("mistral-7b")  # sliding window 4096 on all 32 layers
+    options = {"model": "mistral-7b", "gpu": "h100"}
+    full = deployment_from_options({**options, "engine": "trtllm-v0"}, 8, 32768)
+    levers = {lv.lever: lv for lv in explain_run(full, 8, 32768, 128, configured=mistral).levers}
+    window = levers["sliding window"]
+    assert "4096-token window" in window.change and "max_attention_window_size" in window.caveat
+    # The lever is the same deployment attending 4096 keys: each decode token reads 8x less KV per layer
+    # (32,768 / 4,096), so the step is shorter and the gain above 1.
+    honouring = deployment_from_options({**options, "engine": "trtllm"}, 8, 32768).system
+    full_kv = next(o for o in full.system.operators if o.name == "attention").work(Step.decode(8, 32768)).kv_read_bytes
+    windowed_kv = next(o for o in honouring.operators if o.name == "attention").work(Step.decode(8, 32768)).kv_read_bytes
+    assert full_kv == 8 * windowed_kv
+    assert window.throughput_gain > 1.0 and window.step_seconds < full.system.step_seconds(Step.decode(8, 32768))
+    # an engine that honours the window has no such lever
+    honoured = deployment_from_options({**options, "engine": "trtllm"}, 8, 32768)
+    assert "sliding window" not in {lv.lever for lv in explain_run(honoured, 8, 32768, 128, configured=mistral).levers}

@@ -14,6 +14,7 @@ from simulator.cli.options import (
     settings_from_cli,
     settings_options,
 )
+from simulator.model.architecture import load_model, with_attention
 from simulator.plan.deployment import deployment_from_options
 from simulator.plan.settings import ExplainSettings
 from simulator.report.compare import text_table
@@ -41,8 +42,9 @@ Examples:
 def explain_command(as_json: bool, **options: Any) -> None:
     """Explain a run in words: what is memory-bound, intensity vs ridge, the biggest lever.
 
-    The levers (bigger batch, fewer KV heads, lower precision, more GPUs, speculative
-    decoding, disaggregated prefill) are measured with the cost model, not guessed;
+    The levers (bigger batch, fewer KV heads, lower precision, more GPUs, the model's sliding
+    window where the engine ignores it, speculative decoding, disaggregated prefill) are measured
+    with the cost model, not guessed;
     --speculative/--acceptance choose the speculation measured (default: a one-layer
     draft head, k 1, acceptance 0.85). Below the paragraph: attention bytes per layer for
     both attention kernels, and kernels and activation bytes per layer for each fusion level.
@@ -50,7 +52,8 @@ def explain_command(as_json: bool, **options: Any) -> None:
     settings = settings_from_cli(ExplainSettings, options)
     batch, ctx_tokens, gen = settings.batch, settings.ctx, settings.gen
     deployment = deployment_from_options(settings.model_dump(), batch, ctx_tokens)
-    explanation = explain_run(deployment, batch, ctx_tokens, gen, settings)
+    configured = with_attention(load_model(settings.model), settings.attention)
+    explanation = explain_run(deployment, batch, ctx_tokens, gen, settings, configured)
     choices = kernel_choices(single_stage_system(deployment), batch, ctx_tokens, gen)
     if as_json:
         click.echo(to_json({**explanation.as_dict(), "kernel_choices": choices}, indent=2))

@@ -29,7 +29,7 @@ from simulator.cost.speculative import SpeculativeSystem
 from simulator.cost.step_cost import StepCost
 from simulator.cost.system import System
 from simulator.errors import InputError
-from simulator.model.architecture import with_attention
+from simulator.model.architecture import ModelSpec, with_attention
 from simulator.model.layers import ATTENTION_KERNELS, FUSIONS, check_tensor_parallel
 from simulator.model.step import Step
 from simulator.plan.settings import SpeculativeSettings
@@ -157,7 +157,10 @@ def single_stage_system(deployment: Deployment) -> System:
 
 
 def measure_levers(deployment: Deployment, batch: int, ctx: int, largest_batch: int, ridge: int | None,
-                   speculative: SpeculativeSettings | None = None, gen: int = 1) -> list[Lever]:
+                   speculative: SpeculativeSettings | None = None, gen: int = 1,
+                   configured: ModelSpec | None = None) -> list[Lever]:
+    """The levers, each measured with the cost model. ``configured``: the model as its config has it, when the
+    engine runs it otherwise (an engine that ignores its sliding window: the window is then a lever)."""
     system = single_stage_system(deployment)
     model, gpu, precision = system.model, system.gpu, system.precision
     base_step = _usable_step(_step(system, batch, ctx), system)
@@ -192,9 +195,25 @@ def measure_levers(deployment: Deployment, batch: int, ctx: int, largest_batch: 
         lever = _lever("more GPUs", f"tensor parallel {2 * system.tp}", wider, batch, ctx, base_step, base_rate)
         if lever is not None:
             levers.append(replace(lever, caveat=f"{2 * lever.throughput_gain:.2f}x the deployment's tokens/s on 2x the GPUs"))
+    levers.append(window_lever(system, configured, batch, ctx, base_step, base_rate))
     levers.append(speculative_lever(system, batch, ctx, base_step, base_rate, speculative))
     levers.append(disaggregation_lever(system, batch, ctx, gen, base_step))
     return [lever for lever in levers if lever is not None]
+
+
+def window_lever(system: System, configured: ModelSpec | None, batch: int, ctx: int, base_step: float,
+                 base_rate: float) -> Lever | None:
+    """The model's own sliding window, where the engine attends the whole context instead (None otherwise)."""
+    if configured is None or configured.sliding_window is None or system.engine.honours_sliding_window:
+        return None
+    honouring = system.engine.model_copy(update={"honours_sliding_window": True})
+    other = _rebuild(system, model=configured, engine=honouring)
+    if other is None:
+        return None
+    return _lever("sliding window", f"attend {configured.name}'s {configured.sliding_window}-token window", other, batch,
+                  ctx, base_step, base_rate,
+                  f"an engine setting: the {system.engine.name} engine attends the whole context (TensorRT-LLM: give "
+                  "max_attention_window_size)")
 
 
 DEFAULT_SPECULATION = SpeculativeSettings(speculative="eagle", num_speculative_tokens=1, acceptance="0.85")
@@ -289,8 +308,9 @@ def beyond_roofline(system: System, decode: StepCost, step: float) -> dict[str, 
 
 
 def explain_run(deployment: Deployment, batch: int, ctx: int, gen: int,
-                speculative: SpeculativeSettings | None = None) -> Explanation:
-    """One paragraph on the run's last decode step and prefill, with the levers measured."""
+                speculative: SpeculativeSettings | None = None, configured: ModelSpec | None = None) -> Explanation:
+    """One paragraph on the run's last decode step and prefill, with the levers measured (``configured``: see
+    :func:`measure_levers`)."""
     if gen >= ctx:
         raise InputError(f"--gen: {gen} must be < --ctx {ctx} (the prompt is ctx - gen tokens)")
     system = single_stage_system(deployment)
@@ -314,7 +334,7 @@ def explain_run(deployment: Deployment, batch: int, ctx: int, gen: int,
     prefill_bound = "compute-bound" if prefill_intensity >= achievable_ridge else "memory-bound"
     reach = ridge_batch(system, ctx)
     largest = max_batch_that_fits(model, precision, gpu, system.tp, ctx, system)
-    levers = measure_levers(deployment, batch, ctx, largest, reach, speculative, gen)
+    levers = measure_levers(deployment, batch, ctx, largest, reach, speculative, gen, configured)
 
     where = f"{model.name} on {system.tp}x {gpu.name} ({precision.weights} weights, {precision.kv} KV cache)"
     text = [
