@@ -35,6 +35,7 @@ def _gpu_file(tmp_path, **changes):
     ("hbm_bytes", float("inf"), "Input should be a finite number"),
     ("hbm_bytes", 2.0**46, "not plausible for a GPU; allowed: 1.07374e+09 to 3.51844e+13 bytes"),
     ("peak_flops", {"fp16": 1e20}, "fp16: 1e+20 FLOP/s is not plausible"),
+    ("fp16_accumulate_flops", 1e20, "1e+20 FLOP/s is not plausible for a GPU; allowed: 1e+08 to 1e+17 FLOP/s"),
     ("efficiency", {"memory": 1e-320}, "not plausible for a GPU; allowed: 0.001 to 1 of peak"),
 ])
 def test_a_gpu_file_out_of_physical_bounds_names_the_field(tmp_path, field, value, message):
