@@ -428,6 +428,10 @@ def test_older_releases_replay_with_the_v0_style_profile():
     assert engine_profile("tgi", "2.0.4")[0] == "tgi-v2"  # before 3.0: no chunked prefill
     assert engine_profile("tgi", "3.0.1")[0] == "vllm"
     assert engine_profile("lmdeploy", "0.1.0")[0] == "trtllm-v0"  # a C++ server, like TensorRT-LLM's C++ executor
+    # LMDeploy's PyTorch engine batches from a Python loop: the Python engine's profile, and the note says so
+    profile, note = engine_profile("lmdeploy", "0.13.0-dev (PyTorch engine; main at e433925)")
+    assert profile == "vllm" and "PyTorch engine" in note
+    assert engine_profile("llamacpp", "b2834 (befddd0f)")[0] == "llamacpp"
     assert engine_profile("trtllm", "0.17")[0] == "trtllm-v0"  # before 1.0: the C++ executor
     assert engine_profile("trtllm", "1.0")[0] == "trtllm"  # 1.0 on: the PyTorch backend's Python executor
     assert engine_profile("trtllm", "NIM 1.8.0 (TensorRT-LLM, version not stated)")[0] == "trtllm-v0"
