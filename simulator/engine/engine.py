@@ -296,9 +296,7 @@ class Engine:
         self.total = n  # requests in the workload
         self.bs = config.block_size
         self.incremental = config.incremental_blocks
-        # Unfinished prefills are tracked where prompts go through in pieces: chunked prefill, and static
-        # batches under a per-pass token budget (scheduler.plan_static).
-        self.chunked = config.scheduler == "chunked" or (config.scheduler == "static" and config.max_batched_tokens is not None)
+        self.chunked = config.prefills_in_pieces
         self.alloc = BlockAllocator(kv_blocks)
         self.progress = progress
         # Prefix caching (simulator.engine.prefix_cache): the prefix each request starts with (-1: none), its

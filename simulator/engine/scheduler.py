@@ -78,6 +78,12 @@ class SchedulerConfig:
             )
 
     @property
+    def prefills_in_pieces(self) -> bool:
+        """True when a prompt may take several iterations (chunked prefill; a static batch under a per-pass budget),
+        so unfinished prefills are tracked."""
+        return self.scheduler == "chunked" or (self.scheduler == "static" and self.max_batched_tokens is not None)
+
+    @property
     def incremental_blocks(self) -> bool:
         """True when blocks are allocated as sequences grow (static and ``reserve`` take the whole request up front)."""
         return self.scheduler != "static" and self.kv_admission == "incremental"
@@ -102,7 +108,7 @@ def plan_static(state) -> list[Chunk] | None:
     """
     budget = state.config.max_batched_tokens
     if budget is not None and state.partial_prefills():
-        return _prefill_passes(state, budget)
+        return _continue_prefills(state, budget)[0]
     if state.running:
         return []
     admitted: list[int] = []  # request ids
@@ -111,24 +117,23 @@ def plan_static(state) -> list[Chunk] | None:
     if not admitted:
         return None
     if budget is not None:
-        return _prefill_passes(state, budget)
+        return _continue_prefills(state, budget)[0]
     # A prefix-cache hit starts the prefill at the cached tokens (prefilled is set on admission).
     return [Chunk(rid, int(state.target[rid] - state.prefilled[rid]), int(state.prefilled[rid]), True) for rid in admitted]
 
 
-def _prefill_passes(state, budget: int) -> list[Chunk]:
-    """The next pass of a static batch's prompts: unfinished prefills in order, ``budget`` tokens at most."""
-    room = budget
+def _continue_prefills(state, room: int) -> tuple[list[Chunk], int]:
+    """Chunks of the unfinished prefills, in admission order, filling at most ``room`` tokens; and the room left."""
     chunks: list[Chunk] = []
     for rid in state.partial_prefills():
+        if room <= 0:
+            break
         done = int(state.prefilled[rid])
         left = int(state.target[rid]) - done
         take = min(left, room)
         chunks.append(Chunk(rid, take, done, take == left))
         room -= take
-        if room <= 0:
-            break
-    return chunks
+    return chunks, room
 
 
 def plan_continuous(state) -> list[Chunk] | None:
@@ -156,16 +161,7 @@ def plan_chunked(state, admit: bool = True) -> list[Chunk] | None:
     The caller has already made room for this iteration's decode blocks (preempting if needed,
     in which case ``admit`` is False: no new request starts in that iteration).
     """
-    room = state.config.max_batched_tokens - state.decoding
-    chunks: list[Chunk] = []
-    for rid in state.partial_prefills():
-        if room <= 0:
-            break
-        done = int(state.prefilled[rid])
-        left = int(state.target[rid]) - done
-        take = min(left, room)
-        chunks.append(Chunk(rid, take, done, take == left))
-        room -= take
+    chunks, room = _continue_prefills(state, state.config.max_batched_tokens - state.decoding)
     while admit and room > 0 and state.waiting and state.running < state.config.max_num_seqs and state.admissible(state.waiting[0]):
         rid = state.admit(state.waiting[0])
         cached = int(state.prefilled[rid])
