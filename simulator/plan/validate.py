@@ -120,13 +120,14 @@ ENGINE_PROFILE_FOR: dict[str, str] = {
     "lmdeploy": "trtllm-v0", "tgi": "vllm", "deepspeed-fastgen": "vllm",
 }
 
-PYTHON_BACKENDS: dict[str, tuple[str, str]] = {"lmdeploy": ("PyTorch engine", "vllm")}
-"""Engines with a second, Python backend, the words of the version cell that name it, and the profile it takes:
-LMDeploy's PyTorch engine (``--backend pytorch``) batches from a Python loop, unlike its C++ TurboMind."""
-
-TRTLLM_ENGINE_DEPLOYMENTS: tuple[str, ...] = ("harness", "NIM")
-"""Words of a TensorRT-LLM row's version cell that name a deployment of TensorRT engines run by the C++
-executor whatever its date (NVIDIA's MLPerf harness, NIM): replayed with ``trtllm-v0``."""
+PROFILE_BY_VERSION_WORDS: dict[str, tuple[tuple[tuple[str, ...], str, str], ...]] = {
+    "trtllm": ((("harness", "NIM"), "trtllm-v0", "TensorRT engines, C++ executor"),),
+    "lmdeploy": ((("PyTorch engine",), "vllm", "a Python engine"),),
+}
+"""engine -> ((words of the version cell, profile, what it is), ...): a version cell naming a deployment or
+backend picks its profile whatever the release. NVIDIA's MLPerf harness and NIM run TensorRT engines with the
+C++ executor whatever their date; LMDeploy's PyTorch engine (``--backend pytorch``) batches from a Python loop,
+unlike its C++ TurboMind."""
 DEFAULT_PROFILE = "vllm"
 
 # Releases whose scheduler is the V0 kind (prefill iterations of their own, no chunked prefill,
@@ -631,11 +632,9 @@ def engine_profile(engine: str, version: str = "") -> tuple[str, str]:
     unstated version keeps the engine's current one.
     """
     profile = ENGINE_PROFILE_FOR.get(engine, DEFAULT_PROFILE)
-    backend = PYTHON_BACKENDS.get(engine)
-    if backend is not None and backend[0] in version:
-        return backend[1], f"engine {engine} ({backend[0]}) simulated with the {backend[1]} profile (a Python engine)"
-    if engine == "trtllm" and any(word in version for word in TRTLLM_ENGINE_DEPLOYMENTS):
-        return "trtllm-v0", f"engine trtllm ({version}) simulated with the trtllm-v0 profile (TensorRT engines, C++ executor)"
+    for words, named, what in PROFILE_BY_VERSION_WORDS.get(engine, ()):
+        if any(word in version for word in words):
+            return named, f"engine {engine} ({version}) simulated with the {named} profile ({what})"
     stated = release(version)
     for first_new, older, what in OLDER_SCHEDULER_BEFORE.get(engine, ()):
         if stated is not None and stated < first_new:
