@@ -2,10 +2,13 @@
 
 import pytest
 
+from simulator.cost.engine_overhead import graph_captured
 from simulator.cost.memory import kv_bytes_per_token_per_gpu
+from simulator.cost.step_cost import rank_share
 from simulator.cost.system import System
 from simulator.errors import InputError
 from simulator.model import load_gpu, load_model
+from simulator.model.engine_profile import load_engine_profile
 from simulator.model.layers import LatentAttention, build_operators
 from simulator.model.precision import parse_precision
 from simulator.model.step import Step
@@ -62,3 +65,24 @@ def test_attention_data_parallelism_needs_an_moe_model_on_several_gpus():
         simulate_settings({"model": "llama3-70b", "gpu": "h100", "tp": 4, "dp_attention": True, "batch": 1})
     with pytest.raises(InputError, match="--dp-attention: needs --tp N with N >= 2"):
         simulate_settings({"model": "mixtral-8x7b", "gpu": "h100", "tp": 1, "dp_attention": True, "batch": 1})
+
+
+def test_each_rank_runs_the_host_loop_and_captures_graphs_for_its_own_sequences():
+    ds, h200, fp8 = load_model("deepseek-v3"), load_gpu("h200"), parse_precision("fp8", "fp8")
+    vllm = load_engine_profile("vllm")  # V1: 300 us + 20 us per sequence + 20 ns per token, nothing overlapped
+    tp = System(ds, h200, fp8, tp=8, ep=8, engine=vllm)
+    dp = System(ds, h200, fp8, tp=8, ep=8, engine=vllm, dp_attention=True)
+    # 1,000 decoding sequences: one loop over all of them, 300 + 1,000 x 20 + 1,000 x 0.02 = 20,320 us;
+    # under attention DP each of the 8 ranks loops over its own 125: 300 + 125 x 20 + 125 x 0.02 = 2,802.5 us
+    step = Step.decode(1000, 2048)
+    assert tp.step_cost(step).overhead_seconds == pytest.approx(20_320e-6, rel=1e-12)
+    assert dp.step_cost(step).overhead_seconds == pytest.approx(2_802.5e-6, rel=1e-12)
+    # 1,001 sequences: the busiest rank has ceil(1,001 / 8) = 126, 300 + 126 x 20 + 126 x 0.02 = 2,822.52 us
+    assert dp.step_cost(Step.decode(1001, 2048)).overhead_seconds == pytest.approx(2_822.52e-6, rel=1e-12)
+    assert dp.step_totals(step).overhead_seconds == pytest.approx(2_802.5e-6, rel=1e-9)
+    # vLLM captures decode steps of up to 512 sequences: a rank's 125 are replayed from a graph, one loop's 1,000 not
+    share = rank_share(step, 8)
+    assert (share.sequences, share.tokens, share.prefill_tokens) == (125, 125, 0)
+    assert graph_captured(vllm, share) and not graph_captured(vllm, step)
+    prefill = rank_share(Step.prefill(3, 100), 2)  # 3 prompts of 100 tokens over 2 ranks: the busier has 2 and 150
+    assert (prefill.sequences, prefill.tokens, prefill.prefill_tokens) == (2, 150, 150)

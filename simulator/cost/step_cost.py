@@ -52,8 +52,9 @@ costed in one call.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -97,6 +98,9 @@ class TimeModel(NamedTuple):
     """all-reduce algorithm (simulator.cost.collectives.COLLECTIVE_ALGORITHMS); ``off``: free"""
     shape: bool = False
     """True: GEMM efficiency by tile/wave quantisation, memory efficiency by bytes, FlashAttention ceiling"""
+    host_ranks: int = 1
+    """engine processes that each run the host loop on their own share of a step's sequences: the tp ranks
+    under attention data parallelism (each rank schedules its own requests and holds its own KV cache), else 1"""
 
 
 class OperatorCost(NamedTuple):
@@ -462,13 +466,32 @@ class StepCost:
 
 
 def _captured(model: TimeModel | None, step: Step) -> Number:
-    return True if model is None else graph_captured(model.engine, step)
+    return True if model is None else graph_captured(model.engine, rank_share(step, model.host_ranks))
 
 
 def _overhead(model: TimeModel | None, step: Step, gpu_seconds: Number) -> Number:
     if model is None or not has_overhead(model.engine):
         return 0.0
-    return iteration_overhead_seconds(model.engine, step.sequences, step.tokens, gpu_seconds, step.prefill_tokens <= 0)
+    share = rank_share(step, model.host_ranks)
+    return iteration_overhead_seconds(model.engine, share.sequences, share.tokens, gpu_seconds, step.prefill_tokens <= 0)
+
+
+def rank_share(step: Step, ranks: int) -> Step:
+    """The busiest of ``ranks`` host loops' part of ``step``: its sequences and tokens split evenly, rounded up.
+
+    Under attention data parallelism each rank's engine process schedules, prepares inputs for and
+    captures CUDA graphs of its own sequences only, while the whole step's tokens pass through every
+    GPU's MoE layers; the ranks run in lockstep, so the one with the most work sets the pace.
+    """
+    if ranks <= 1:
+        return step
+    return replace(step, sequences=_ceil_share(step.sequences, ranks), tokens=_ceil_share(step.tokens, ranks),
+                   prefill_tokens=_ceil_share(step.prefill_tokens, ranks))
+
+
+def _ceil_share(count: Number, ranks: int) -> Number:
+    """``ceil(count / ranks)``, elementwise for arrays."""
+    return np.ceil(count / ranks) if isinstance(count, np.ndarray) else math.ceil(count / ranks)
 
 
 def step_cost(

@@ -104,7 +104,8 @@ class System:
                 f"--kernel-efficiency: unknown '{self.kernel_efficiency}'; allowed: {', '.join(KERNEL_MODELS)}"
             )
         # The driver's per-worker host work (EngineProfile.worker_rpc) depends on the group's size, known only here.
-        model = TimeModel(self.engine.for_workers(self.tp), self.collectives, self.kernel_efficiency == "shape")
+        model = TimeModel(self.engine.for_workers(self.tp), self.collectives, self.kernel_efficiency == "shape",
+                          host_ranks=self.tp if self.dp_attention else 1)
         object.__setattr__(self, "time_model", model)
         ops = build_operators(self.model, self.precision, self.gpu, self.tp, self.attention_kernel, self.fusion,
                               self.ep, self.routing_skew, self.dp_attention)

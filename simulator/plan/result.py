@@ -120,6 +120,7 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
             "scheduler_steps": system.engine.scheduler_steps,
             "worker_rpc": (None if system.engine.worker_rpc is None or system.tp <= 1
                            else {"workers": system.tp, **system.engine.worker_rpc.model_dump()}),
+            "host_loops": system.time_model.host_ranks,
             "collectives": system.collectives,
             "interconnect": system.gpu.interconnect,
             "kernel_efficiency": system.kernel_efficiency,

@@ -87,7 +87,9 @@ def time_model_lines(system: Any) -> list[str]:
            f"{fmt_seconds(engine.worker_rpc.per_sequence_seconds)}/sequence) to send each worker its inputs"
            if engine.worker_rpc and system.tp > 1 else "")
         + (f", paid once per {engine.scheduler_steps} decode steps (multi-step scheduling)"
-           if engine.scheduler_steps > 1 else "") + f"; {capture}",
+           if engine.scheduler_steps > 1 else "")
+        + (f"; each of the {system.tp} attention-DP ranks runs this loop for its own sequences"
+           if system.dp_attention else "") + f"; {capture}" + (" per rank" if system.dp_attention else ""),
         f"  time model   collectives {system.collectives} over {system.gpu.interconnect}, "
         f"kernel efficiency {system.kernel_efficiency}, " + _overlap_text(system),
     ]
