@@ -199,11 +199,27 @@ def test_prompts_are_capped_with_a_note(tmp_path):
     serving = {"mode": "serving", "regime": "serving", "batch": "", "num_prompts": 5000, "metric": "request_throughput",
                "input_tokens": 64, "output_tokens": 8}
     rows = table(tmp_path, row(request_rate=100, **serving), row(id="2", request_rate="inf", max_num_seqs=16, **serving))
-    with Replayer(max_prompts=20) as replayer:
+    with Replayer(max_prompts=20, max_rate_prompts=30) as replayer:
         at_rate, at_once = (replayer.predict(r, EXACT) for r in rows)
-    assert "20 of the source's 5000 requests simulated" in at_rate.notes
+    assert "30 of the source's 5000 requests simulated" in at_rate.notes
     # all at once: two waves of max_num_seqs = 2 x 16 = 32 requests, more than the cap of 20
     assert "32 of the source's 5000 requests simulated" in at_once.notes
+
+
+def test_a_run_at_a_rate_is_simulated_whole_so_its_queue_grows_as_the_sources_did(tmp_path):
+    # 3,000 requests at 100/s on one sequence at a time (each of 64 + 8 tokens): the server falls behind from the
+    # start, so the k-th request waits for the k - 1 before it; the whole run is simulated (no cap note), and its
+    # mean TTFT is about 10x that of its first 300 requests, as a queue growing linearly in k gives
+    serving = {"mode": "serving", "regime": "serving", "batch": "", "num_prompts": 3000, "request_rate": 100,
+               "max_num_seqs": 1, "metric": "ttft_mean_seconds", "input_tokens": 64, "output_tokens": 8}
+    rows = table(tmp_path, row(**serving))
+    with Replayer() as whole:
+        full = whole.predict(rows[0], EXACT)
+    assert not any("of the source's" in n for n in full.notes)
+    with Replayer(max_rate_prompts=300) as capped:
+        part = capped.predict(rows[0], EXACT)
+    assert any("300 of the source's 3000 requests simulated" in n for n in part.notes)
+    assert 9 < full.value / part.value < 11
 
 
 def test_the_whole_run_scale_spreads_the_drain_over_the_sources_arrivals():
@@ -223,7 +239,7 @@ def test_a_capped_run_at_a_rate_reports_the_whole_runs_throughput(tmp_path):
     serving = {"mode": "serving", "regime": "serving", "batch": "", "num_prompts": 4000, "request_rate": 4,
                "metric": "output_tokens_per_second", "input_tokens": 256, "output_tokens": 32}
     rows = table(tmp_path, row(**serving))
-    with Replayer(max_prompts=40) as capped:
+    with Replayer(max_rate_prompts=40) as capped:
         part = capped.predict(rows[0], EXACT)
         raw = capped.run(rows[0], EXACT).metrics.output_tokens_per_second
     assert any("throughputs for the source's whole run: its 4000 requests arrive over 1000 s" in n for n in part.notes)
@@ -233,7 +249,7 @@ def test_a_capped_run_at_a_rate_reports_the_whole_runs_throughput(tmp_path):
     # 32 tokens take ~0.2 s; 40 requests arrive in ~0.1 s): they drain for seconds after 0.1 s of
     # arrivals, no steady state to extrapolate, so the capped run's own throughput is reported.
     flood = table(tmp_path, row(**{**serving, "request_rate": 400, "max_num_seqs": 4}))[0]
-    with Replayer(max_prompts=40) as capped:
+    with Replayer(max_rate_prompts=40) as capped:
         over = capped.predict(flood, EXACT)
         assert over.value == pytest.approx(capped.run(flood, EXACT).metrics.output_tokens_per_second, rel=1e-12)
     assert any("no steady state to extrapolate" in n for n in over.notes)
