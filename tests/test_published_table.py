@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from simulator.model import load_gpu, load_model
+from simulator.model.precision import parse_precision
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = ROOT / "validation" / "published.csv"
@@ -20,7 +21,7 @@ HEADER = [
     "id", "source_id", "engine", "engine_version", "model", "gpu", "tp", "replicas", "weights", "kv",
     "mode", "regime", "batch", "input_tokens", "output_tokens", "input_dist", "output_dist",
     "request_rate", "num_prompts", "max_num_seqs", "max_batched_tokens", "chunked_prefill", "prompts_cached", "dp_attention",
-    "num_scheduler_steps", "metric", "measured", "unit", "quote", "source", "link", "notes", "explanation",
+    "ep", "num_scheduler_steps", "metric", "measured", "unit", "quote", "source", "link", "notes", "explanation",
 ]  # fmt: skip
 
 SECONDS = {"seconds"}
@@ -116,7 +117,10 @@ def test_values_are_allowed():
         allowed = STATIC_METRICS if r["mode"] == "static" else SERVING_METRICS
         assert r["metric"] in allowed, (rid, r["metric"])
         assert r["unit"] in allowed[r["metric"]], (rid, r["unit"])
-        assert r["weights"] in WEIGHTS and r["kv"] in KV, rid
+        # a format, or a checkpoint's per-module formats in the form --weights reads (bf16,experts=mxfp4)
+        assert r["weights"] in WEIGHTS or parse_precision(r["weights"], r["kv"]).modules, rid
+        assert r["kv"] in KV, rid
+        assert r["ep"] in ("", r["tp"]), (rid, "ep is blank or the tp degree (experts split over the same GPUs)")
         assert int(r["tp"]) >= 1 and int(r["replicas"]) >= 1, rid
         assert int(r["input_tokens"]) >= 1 and int(r["output_tokens"]) >= 1, rid
         assert r["chunked_prefill"] in ("", "true", "false"), rid

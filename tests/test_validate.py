@@ -384,6 +384,23 @@ def test_a_row_run_with_attention_data_parallelism_replays_with_it(tmp_path):
     assert dp.value > tp.value
 
 
+def test_a_row_that_states_expert_parallelism_replays_with_whole_experts_on_each_gpu(tmp_path):
+    """Mixtral-8x7B at batch 1 on 8 H100s: expert-parallel (ep 8), each GPU holds one whole expert and the top-2
+    routing reads 2 experts' full matrices on 2 GPUs; sliced (ep blank: 1), every GPU reads 1/8 of both, so the
+    step's slowest GPU reads 8 x less expert weight per step and the decode is faster. Blank is not stated."""
+    static = {"model": "mixtral-8x7b", "gpu": "h100", "tp": 8, "batch": 1, "input_tokens": 128, "output_tokens": 64,
+              "metric": "tpot_seconds"}
+    sliced, whole = table(tmp_path, row(id=0, **static), row(id=1, ep=8, **static))
+    assert (sliced.ep, whole.ep) == (None, 8)
+    assert sliced.run_key() != whole.run_key()
+    with Replayer() as replayer:
+        eff = Efficiencies(0.6, 0.7)
+        a, b = replayer.predict(sliced, eff), replayer.predict(whole, eff)
+    assert b.value > a.value
+    with pytest.raises(InputError, match="column 'ep': must be >= 1"):
+        table(tmp_path, row(ep=0, **static))
+
+
 def test_a_row_with_multi_step_scheduling_replays_on_the_v0_engine_with_it(tmp_path):
     """vLLM 0.8.5 with --num-scheduler-steps 10: multi-step scheduling exists only in V0 (0.8's engine arguments
     fall back to it), so the row replays with the V0 profile of 0.6-0.7 and pays a tenth of its host work per

@@ -85,7 +85,7 @@ def default_table() -> Path:
 COLUMNS: tuple[str, ...] = (
     "id", "source_id", "engine", "engine_version", "model", "gpu", "tp", "replicas", "weights", "kv", "mode",
     "regime", "batch", "input_tokens", "output_tokens", "input_dist", "output_dist", "request_rate", "num_prompts",
-    "max_num_seqs", "max_batched_tokens", "chunked_prefill", "prompts_cached", "dp_attention", "num_scheduler_steps",
+    "max_num_seqs", "max_batched_tokens", "chunked_prefill", "prompts_cached", "dp_attention", "ep", "num_scheduler_steps",
     "metric", "measured",
     "unit", "quote", "source", "link", "notes", "explanation",
 )
@@ -234,6 +234,8 @@ class Row:
     """the server had just served the same prompts with prefix caching on: each prompt starts in its KV cache"""
     dp_attention: bool = False
     """attention ran data-parallel over the tp GPUs (DEP, SGLang's --enable-dp-attention)"""
+    ep: int | None = None
+    """expert-parallel degree the source states (MoE models: whole experts split over the GPUs); None: not stated"""
     num_scheduler_steps: int = 1
     """decode steps per scheduler pass (vLLM V0's multi-step scheduling, --num-scheduler-steps)"""
     unit: str = ""
@@ -279,7 +281,7 @@ class Row:
             self.engine, self.model, self.gpu, self.tp, self.replicas, self.weights, self.kv, self.mode,
             self.batch, self.input_tokens, self.output_tokens, self.input_dist, self.output_dist, self.request_rate,
             self.num_prompts, self.max_num_seqs, self.max_batched_tokens, self.chunked_prefill, self.lengths_dirs,
-            self.profile[0], self.prompts_cached, self.dp_attention, self.num_scheduler_steps,
+            self.profile[0], self.prompts_cached, self.dp_attention, self.num_scheduler_steps, self.ep,
         )
 
 
@@ -369,6 +371,7 @@ def _row(raw: dict[str, str | None], where: str, lengths_dirs: tuple[Path, ...])
         prompts_cached=bool(chunked[cell["prompts_cached"].lower()]),
         dp_attention=bool(chunked[cell["dp_attention"].lower()]),
         num_scheduler_steps=_int(cell["num_scheduler_steps"], "num_scheduler_steps", where, 1, True) or 1,
+        ep=_int(cell["ep"], "ep", where, 1, True),
         unit=cell["unit"], quote=cell["quote"], source=cell["source"], link=cell["link"], notes=cell["notes"],
         explanation=cell["explanation"], lengths_dirs=lengths_dirs,
     )
@@ -840,6 +843,8 @@ class Replayer:
             options["dp_attention"] = True
         if row.num_scheduler_steps > 1:
             options["num_scheduler_steps"] = row.num_scheduler_steps
+        if row.ep is not None:
+            options["ep"] = row.ep
         fits = True
         try:
             if row.is_static_batch:
