@@ -161,7 +161,9 @@ def test_each_engine_of_a_family_gets_its_own_ceilings_and_a_thin_class_falls_ba
         rows = [dataclasses.replace(r, measured=replayer.predict(r, truth[r.engine]).value) for r in load_table(path)]
         v = cross_validate(rows, replayer)
     fits = v.in_sample_fit
-    vllm, llama, tgi = (fits.classes[("ampere", e)] for e in ("vllm", "llamacpp", "tgi"))
+    # a TGI row of no stated version replays with the vllm profile: its class is TGI's own, "tgi:vllm"
+    assert [r.runtime for r in rows if r.id in ("vc0", "lc0", "tc0")] == ["vllm", "llamacpp", "tgi:vllm"]
+    vllm, llama, tgi = (fits.classes[("ampere", e)] for e in ("vllm", "llamacpp", "tgi:vllm"))
     assert (vllm.compute, vllm.memory) == (pytest.approx(0.6, abs=2e-3), pytest.approx(0.7, abs=2e-3))
     assert vllm.compute_rows == ("vc0", "vc1", "vc2") and vllm.memory_rows == ("vm0", "vm1", "vm2")
     assert (llama.compute, llama.memory) == (pytest.approx(0.3, abs=2e-3), pytest.approx(0.4, abs=2e-3))
@@ -180,6 +182,17 @@ def test_each_engine_of_a_family_gets_its_own_ceilings_and_a_thin_class_falls_ba
     assert not any(i.startswith("l") for i in fold["ampere"].compute_rows + fold["ampere"].memory_rows)
     out = {s.row.id: s for s in v.scored}
     assert out["lc0"].out_of_sample.value == replayer_value(rows, "lc0", fold["ampere"].efficiencies)
+
+
+def test_a_class_is_an_engine_and_the_release_its_profile_stands_for(tmp_path):
+    """vLLM 0.4 (V0 loop) and 0.8 (V1), TGI 1.0.3 (no CUDA graphs) and 2.0.4, TensorRT-LLM 0.9 (C++ executor) and
+    1.0 (Python), LMDeploy TurboMind (replayed with trtllm-v0, its own class) and llama.cpp: seven classes."""
+    cells = [("vllm", "0.4.2"), ("vllm", "0.8.5"), ("tgi", "1.0.3"), ("tgi", "2.0.4"), ("trtllm", "0.9.0"),
+             ("trtllm", "1.0"), ("lmdeploy", "0.2.0"), ("llamacpp", "")]
+    path = tmp_path / "t.csv"
+    _write_table(path, [{**PREFILLS[0], "id": f"r{i}", "engine": e, "engine_version": v} for i, (e, v) in enumerate(cells)])
+    assert [r.runtime for r in load_table(path)] == [
+        "vllm:vllm-v0", "vllm", "tgi:tgi-v1", "tgi:tgi-v2", "trtllm:trtllm-v0", "trtllm", "lmdeploy:trtllm-v0", "llamacpp"]
 
 
 def replayer_value(rows, row_id: str, eff: Efficiencies) -> float | None:

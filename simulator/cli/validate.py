@@ -146,7 +146,7 @@ def _fit_text(v: Validation) -> str:
 def _ceilings(v: Validation) -> dict[str, dict[str, Any]]:
     """The in-sample ceilings each (family, engine) of the table is predicted with, and where each came from."""
     out: dict[str, dict[str, Any]] = {}
-    for family, engine in sorted({(s.row.family, s.row.engine) for s in v.scored if s.row.family is not None}):
+    for family, engine in sorted({(s.row.family, s.row.runtime) for s in v.scored if s.row.family is not None}):
         compute, compute_from = ceiling_for(v.in_sample_fit, family, engine, "compute")
         memory, memory_from = ceiling_for(v.in_sample_fit, family, engine, "memory")
         out[f"{family}/{engine}"] = {"compute": compute, "compute_from": compute_from,

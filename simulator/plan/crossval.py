@@ -1,8 +1,10 @@
 """Fitting the calibrated ceilings per (GPU family, engine) class, and leave-one-source-out cross-validation.
 
 The calibrated parameters are two per (GPU family, engine) class (families:
-:data:`simulator.plan.validate.GPU_FAMILIES`; engine: the row's ``engine`` column, the engine
-that was measured): the flat compute and memory efficiency ceilings of ``GPUSpec.efficiency``.
+:data:`simulator.plan.validate.GPU_FAMILIES`; engine: :attr:`Row.runtime`, the engine that was
+measured, told apart by the profile its release replays with: ``vllm:vllm-v0`` and ``vllm`` (V1),
+``tgi:tgi-v1`` and ``tgi:tgi-v2``, ``lmdeploy:trtllm-v0``): the flat compute and memory efficiency
+ceilings of ``GPUSpec.efficiency``.
 One ceiling per family would mix engines of very different speed (llama.cpp and TensorRT-LLM
 prefills on one Ada GPU), so DESIGN.md asks for parameters per family and engine. The rule
 (:func:`fit`), the same for the shipped table and a user's benchmark:
@@ -400,10 +402,10 @@ def fit(rows: Iterable[Row], solver: Solver, rounds: int = ROUNDS,
         memory_rows = [row for row in members if solver.role(row) == "memory"]
         wide = _fit_rows(solver, family, None, compute_rows, memory_rows, fallback, rounds)
         fits[family] = wide
-        for engine in sorted({row.engine for row in compute_rows + memory_rows}):
+        for engine in sorted({row.runtime for row in compute_rows + memory_rows}):
             fits.classes[(family, engine)] = _fit_rows(
-                solver, family, engine, [r for r in compute_rows if r.engine == engine],
-                [r for r in memory_rows if r.engine == engine], fallback, rounds, wide)
+                solver, family, engine, [r for r in compute_rows if r.runtime == engine],
+                [r for r in memory_rows if r.runtime == engine], fallback, rounds, wide)
     expert_rows = [row for row in rows if solver.expert_role(row)]
     if expert_rows:
         # each row solved with its own class's ceilings (rule 6), the expert fraction free
@@ -468,8 +470,8 @@ def ceiling_for(fits: Fit, family: str | None, engine: str, parameter: str,
 
 def efficiencies_for(fits: Fit, row: Row, fallback: Efficiencies = DEFAULT_EFFICIENCIES) -> Efficiencies:
     """The ceilings a row is predicted with, each parameter from the first source :func:`ceiling_for` finds."""
-    compute, _ = ceiling_for(fits, row.family, row.engine, "compute", fallback)
-    memory, _ = ceiling_for(fits, row.family, row.engine, "memory", fallback)
+    compute, _ = ceiling_for(fits, row.family, row.runtime, "compute", fallback)
+    memory, _ = ceiling_for(fits, row.family, row.runtime, "memory", fallback)
     return Efficiencies(compute, memory, fallback.expert if fits.expert is None else fits.expert)
 
 

@@ -256,6 +256,17 @@ class Row:
         return metric_kind(self.metric)
 
     @property
+    def runtime(self) -> str:
+        """The engine as the calibration classes tell engines apart: its name, and the profile it replays with when
+        that is not the engine's own (``vllm:vllm-v0``, ``tgi:tgi-v1``, ``lmdeploy:trtllm-v0``; ``llamacpp``).
+
+        Releases a profile separates run other code (vLLM's V0 and V1 loops, TensorRT-LLM's C++ and Python executors,
+        TGI without and with CUDA graphs), and their kernels reach other fractions of a GPU's peaks; an engine
+        replayed with another engine's profile keeps its own name, since its kernels are its own."""
+        profile = self.profile[0]
+        return self.engine if profile == self.engine else f"{self.engine}:{profile}"
+
+    @property
     def profile(self) -> tuple[str, str]:
         """(engine profile, note) the row replays with: its engine at its stated version (:func:`engine_profile`)."""
         profile, note = engine_profile(self.engine, self.engine_version)
