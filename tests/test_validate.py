@@ -220,6 +220,10 @@ def test_a_run_at_a_rate_is_simulated_whole_so_its_queue_grows_as_the_sources_di
         part = capped.predict(rows[0], EXACT)
     assert any("300 of the source's 3000 requests simulated" in n for n in part.notes)
     assert 9 < full.value / part.value < 11
+    # no request count stated: the all-at-once cap, not the whole-run one
+    unstated = table(tmp_path, row(**{**serving, "num_prompts": ""}))[0]
+    with Replayer(max_prompts=50) as replayer:
+        assert "num_prompts not stated: 50 requests simulated" in replayer.predict(unstated, EXACT).notes
 
 
 def test_the_whole_run_scale_spreads_the_drain_over_the_sources_arrivals():

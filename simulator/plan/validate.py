@@ -901,8 +901,12 @@ class Replayer:
                 scheduler = scheduler_settings(row, profile)
                 # All at once, the engine runs up to max_num_seqs together: simulate at least two such waves,
                 # or the capped run would measure a smaller batch than the source's
-                cap = max(self.max_prompts, 2 * int(scheduler.get("max_num_seqs", 0))) if at_once else self.max_rate_prompts
-                n = min(stated or cap, cap)
+                if at_once:
+                    cap = max(self.max_prompts, 2 * int(scheduler.get("max_num_seqs", 0)))
+                    n = min(stated or cap, cap)
+                else:
+                    # the source's whole run; with no request count stated, as many as an all-at-once run
+                    n = min(stated, self.max_rate_prompts) if stated is not None else self.max_prompts
                 if replicas > 1:
                     notes.append(f"one of {replicas} replicas simulated at 1/{replicas} of the load (random routing splits "
                                  f"Poisson arrivals into {replicas} Poisson streams); throughputs x {replicas}")
