@@ -52,7 +52,6 @@ costed in one call.
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import NamedTuple
@@ -77,7 +76,7 @@ from simulator.model.engine_profile import IDEAL, EngineProfile
 from simulator.model.gpu import GPUSpec
 from simulator.model.interconnect import load_interconnect
 from simulator.model.layers import ExpertGemm, Gemm, Operator, Work
-from simulator.model.step import Number, Step
+from simulator.model.step import Number, Step, ceil_div
 
 COMMUNICATION_KINDS: tuple[str, ...] = ("allreduce", "alltoall")
 """Operator kinds that move bytes between GPUs rather than through HBM."""
@@ -485,13 +484,8 @@ def rank_share(step: Step, ranks: int) -> Step:
     """
     if ranks <= 1:
         return step
-    return replace(step, sequences=_ceil_share(step.sequences, ranks), tokens=_ceil_share(step.tokens, ranks),
-                   prefill_tokens=_ceil_share(step.prefill_tokens, ranks))
-
-
-def _ceil_share(count: Number, ranks: int) -> Number:
-    """``ceil(count / ranks)``, elementwise for arrays."""
-    return np.ceil(count / ranks) if isinstance(count, np.ndarray) else math.ceil(count / ranks)
+    return replace(step, sequences=ceil_div(step.sequences, ranks), tokens=ceil_div(step.tokens, ranks),
+                   prefill_tokens=ceil_div(step.prefill_tokens, ranks))
 
 
 def step_cost(

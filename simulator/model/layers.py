@@ -85,7 +85,7 @@ from simulator.model.routing import (
     row_tile,
     row_tiles,
 )
-from simulator.model.step import Number, Step
+from simulator.model.step import Number, Step, ceil_div
 
 AttentionKernel = Literal["flash", "naive"]
 Fusion = Literal["none", "kernels", "elementwise", "full"]
@@ -140,10 +140,6 @@ def _min(a: Number, b: Number) -> Number:
 def _active(tokens: Number) -> Number:
     """1 where a step has tokens for this operator, else 0 (a kernel that does not run costs nothing)."""
     return 1.0 * (tokens > 0)
-
-
-def _ceil_div(a: Number, b: float) -> Number:
-    return -((-a) // b)
 
 
 @dataclass(frozen=True)
@@ -201,7 +197,7 @@ class Gemm:
         expanded: Number = 0.0  # bytes of the dense copy: written once, read by the GEMM
         launches: Number = self.launches_per_step * active
         if self.dequant_ops_per_weight:
-            in_kernel: Number = weights_read * _ceil_div(tokens, self.dequant_tile_tokens) * self.dequant_ops_per_weight
+            in_kernel: Number = weights_read * ceil_div(tokens, self.dequant_tile_tokens) * self.dequant_ops_per_weight
             if self.expand_above_tokens:
                 # The quantised weights are still read once (by the expanding kernel); each weight is then
                 # dequantised once, not once per row tile.

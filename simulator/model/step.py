@@ -21,6 +21,11 @@ import numpy as np
 Number = float | np.ndarray
 
 
+def ceil_div(a: Number, b: float) -> Number:
+    """``ceil(a / b)`` for counts, elementwise for arrays (integers stay integers)."""
+    return -((-a) // b)
+
+
 @dataclass(frozen=True)
 class Step:
     """Totals over the sequences of one forward pass (counts of tokens, not bytes)."""

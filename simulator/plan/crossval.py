@@ -402,10 +402,13 @@ def fit(rows: Iterable[Row], solver: Solver, rounds: int = ROUNDS,
         memory_rows = [row for row in members if solver.role(row) == "memory"]
         wide = _fit_rows(solver, family, None, compute_rows, memory_rows, fallback, rounds)
         fits[family] = wide
-        for engine in sorted({row.runtime for row in compute_rows + memory_rows}):
-            fits.classes[(family, engine)] = _fit_rows(
-                solver, family, engine, [r for r in compute_rows if r.runtime == engine],
-                [r for r in memory_rows if r.runtime == engine], fallback, rounds, wide)
+        by_class: dict[str, tuple[list[Row], list[Row]]] = {}
+        for kind, calibrating in enumerate((compute_rows, memory_rows)):
+            for row in calibrating:
+                by_class.setdefault(row.runtime, ([], []))[kind].append(row)
+        for engine, (compute_of, memory_of) in sorted(by_class.items()):
+            fits.classes[(family, engine)] = _fit_rows(solver, family, engine, compute_of, memory_of, fallback,
+                                                       rounds, wide)
     expert_rows = [row for row in rows if solver.expert_role(row)]
     if expert_rows:
         # each row solved with its own class's ceilings (rule 6), the expert fraction free
