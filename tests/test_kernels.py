@@ -8,7 +8,7 @@ from simulator.cost.kernels import (
     memory_efficiency,
     memory_half_bytes,
 )
-from simulator.cost.step_cost import OperatorRates, roofline
+from simulator.cost.step_cost import OperatorRates, launch_wait, roofline
 from simulator.cost.system import System
 from simulator.model import load_gpu, load_model
 from simulator.model.engine_profile import load_engine_profile
@@ -51,13 +51,14 @@ def test_roofline_charges_the_shape_the_ramp_and_the_launch():
     rates = OperatorRates(flops_per_second=1e15, dequant_ops_per_second=None, bytes_per_second=2e12,
                           launch_seconds=2e-6, memory_half_bytes=1e6, gemm_columns=4096, gemm_depth=4096,
                           sm_count=108)
-    compute, memory, seconds, launch = roofline(work, rates, count=2, rows=128.0)
+    compute, memory, seconds, launch, host = roofline(work, rates, count=2, rows=128.0)
     # compute: 4,294,967,296 / (1e15 * 1024 / 1080) = 4.5298 us per instance
     assert compute == pytest.approx(2 * flops / (1e15 * 1024 / 1080), rel=1e-12)
     # memory: (33,554,432 + 1,000,000) / 2e12 = 17.277 us per instance
     assert memory == pytest.approx(2 * (moved + 1e6) / 2e12, rel=1e-12)
     assert seconds == pytest.approx(2 * ((moved + 1e6) / 2e12 + 2e-6), rel=1e-12)
     assert launch == pytest.approx(2 * 2e-6, rel=1e-12)
+    assert host == 0.0  # in a CUDA graph the host launches nothing kernel by kernel
 
 
 def test_without_overlap_the_real_rows_mmas_add_to_the_loads_and_padding_does_not():
@@ -99,17 +100,27 @@ def test_the_shape_model_takes_the_gpus_overlap_and_the_flat_model_keeps_the_max
     assert shape.step_cost(step).seconds > hidden.step_cost(step).seconds
 
 
-def test_outside_a_graph_a_short_kernel_waits_for_the_host():
+def test_outside_a_graph_the_host_launch_is_counted_apart_from_the_kernel():
     work = Work(flops=0.0, activation_bytes=2e6, launches=1.0)
     rates = OperatorRates(1e15, None, 2e12, 2e-6, eager_launch_seconds=5e-6)
-    # kernel: 2e6 / 2e12 = 1 us + 2 us launch = 3 us; the host needs 5 us to launch it.
-    _, _, captured, _ = roofline(work, rates, 1, captured=True)
-    _, _, eager, launch = roofline(work, rates, 1, captured=False)
-    assert captured == pytest.approx(3e-6, rel=1e-12)
-    assert eager == pytest.approx(5e-6, rel=1e-12)
-    assert launch == pytest.approx(4e-6, rel=1e-12)  # 5 us less the 1 us of memory traffic
-    both = roofline(work, rates, 1, captured=np.array([True, False]))[2]
-    assert both == pytest.approx([3e-6, 5e-6], rel=1e-12)
+    # kernel: 2e6 / 2e12 = 1 us + 2 us launch = 3 us, in or out of a graph; the host needs 5 us to launch it.
+    *_, captured, _, captured_host = roofline(work, rates, 1, captured=True)
+    *_, eager, launch, eager_host = roofline(work, rates, 1, captured=False)
+    assert captured == pytest.approx(3e-6, rel=1e-12) and eager == pytest.approx(3e-6, rel=1e-12)
+    assert launch == pytest.approx(2e-6, rel=1e-12)
+    assert (captured_host, eager_host) == (0.0, pytest.approx(5e-6, rel=1e-12))
+    both = roofline(work, rates, 1, captured=np.array([True, False]))[4]
+    assert both == pytest.approx([0.0, 5e-6], rel=1e-12)
+
+
+def test_the_gpu_waits_for_the_host_only_where_the_kernels_together_are_shorter():
+    # Host and GPU as a two-stage pipeline: the host queues kernels ahead of the GPU.
+    # Ten 3-us kernels launched at 5 us each: the GPU waits 50 - 30 = 20 us.
+    assert launch_wait(30e-6, 50e-6) == pytest.approx(20e-6, rel=1e-12)
+    # One 200-us GEMM among them: the host runs ahead while it computes, no wait
+    # (the sum of each kernel's max(kernel, launch) would have been 9 * 5 + 200 = 245 us, not 227).
+    assert launch_wait(9 * 3e-6 + 200e-6, 10 * 5e-6) == 0.0
+    assert launch_wait(np.array([30e-6, 227e-6]), 50e-6) == pytest.approx([20e-6, 0.0], rel=1e-12, abs=1e-18)
 
 
 def _attention(system: System, step: Step):
@@ -161,14 +172,17 @@ def test_eager_mode_launches_from_the_host_and_graphs_stop_at_the_capture_size()
     graphs = System(model, gpu, Precision(), engine=vllm)
     eager = System(model, gpu, Precision(), engine=vllm.eager())
     step = Step.decode(8, 512)
-    gather_graph = next(c for c in graphs.step_cost(step).operators if c.name == "embedding")
-    gather_eager = next(c for c in eager.step_cost(step).operators if c.name == "embedding")
-    # The embedding gather of 8 tokens takes well under the 5 us the host needs to launch it.
-    assert gather_eager.seconds == pytest.approx(5e-6, rel=1e-12)
-    assert gather_graph.seconds < 5e-6
+    in_graph, outside = graphs.step_cost(step), eager.step_cost(step)
+    # Every kernel costs the host 5 us outside a graph, nothing inside one.
+    assert outside.host_seconds == pytest.approx(5e-6 * float(outside.launches), rel=1e-12)
+    assert in_graph.host_seconds == 0.0 and in_graph.launch_wait_seconds == 0.0
+    # The step waits for the host only by what its launches take beyond its kernels.
+    wait = max(0.0, float(outside.host_seconds - outside.gpu_seconds))
+    assert outside.launch_wait_seconds == pytest.approx(wait, rel=1e-12, abs=1e-15)
+    assert outside.seconds == pytest.approx(outside.gpu_seconds + wait + outside.overhead_seconds, rel=1e-12)
     # Past vLLM's 512-token capture limit the step is launched eagerly even with graphs on.
-    big = Step.decode(513, 512)
-    assert next(c for c in graphs.step_cost(big).operators if c.name == "embedding").seconds >= 5e-6
+    big = graphs.step_cost(Step.decode(513, 512))
+    assert big.host_seconds == pytest.approx(5e-6 * float(big.launches), rel=1e-12)
 
 
 def test_kernel_overlap_option_is_the_gpu_field_and_warns_under_the_flat_model(tmp_path):

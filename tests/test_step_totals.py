@@ -7,6 +7,7 @@ import pytest
 
 from simulator.cost.system import System
 from simulator.model import load_gpu, load_model
+from simulator.model.engine_profile import load_engine_profile
 from simulator.model.gpu import OpEfficiency
 from simulator.model.precision import Precision
 from simulator.model.step import Step
@@ -33,6 +34,10 @@ def _systems() -> list[System]:
         System(load_model("llama2-7b"), _gpu(True), Precision(weights="int8"), attention_kernel="naive", fusion="none"),
         System(load_model("falcon-7b"), _gpu(False), Precision(), fusion="full"),
         System(moe, _gpu(True), Precision(), tp=4),
+        # Outside CUDA graphs, with a host slow enough per launch that small steps wait for it.
+        System(load_model("llama2-7b"), _gpu(False), Precision(), tp=2,
+               engine=load_engine_profile("vllm-v0.2").model_copy(update={"graphs": load_engine_profile(
+                   "vllm-v0.2").graphs.model_copy(update={"eager_launch_seconds": 4e-5})})),
     ]
 
 
@@ -56,7 +61,7 @@ def test_step_totals_equal_step_cost_properties(system):
         cost = system.step_cost(step)
         totals = system.step_totals(step)
         expected = (cost.seconds, cost.flops, cost.bytes, cost.compute_bound_seconds, cost.memory_bound_seconds,
-                    cost.communication_seconds)
+                    cost.communication_seconds, cost.launch_wait_seconds)
         for name, got, want in zip(totals._fields, totals, expected):
             assert np.allclose(got, want, rtol=1e-12, atol=0.0), name
         assert np.allclose(system.step_seconds(step), cost.seconds, rtol=1e-12, atol=0.0)
@@ -74,7 +79,7 @@ def test_the_fast_path_charges_time_by_bound_and_communication():
 
 def test_the_empty_step_totals_are_zero():
     totals = _systems()[0].step_totals(Step.decode(0.0, 0.0))
-    assert tuple(totals) == (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    assert tuple(totals) == (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 
 @pytest.mark.parametrize("system", _systems()[1:3], ids=lambda s: s.describe())

@@ -65,9 +65,11 @@ def layers_command(phase: str, as_json: bool, as_csv: bool, **options: Any) -> N
     click.echo(f"{system.describe()}")
     click.echo(f"{what}; ridge point {ridge:.0f} FLOP/byte" + (f"; {deployment.note}" if deployment.note else ""))
     click.echo("")
-    for line in operator_table(cost.operators, system.tp, overhead_seconds=float(cost.overhead_seconds)):
+    for line in operator_table(cost.operators, system.tp, overhead_seconds=float(cost.overhead_seconds),
+                               launch_wait_seconds=float(cost.launch_wait_seconds)):
         click.echo(line)
     click.echo("")
     click.echo(f"step time {fmt_seconds(float(cost.seconds))}, of which communication "
                f"{fmt_seconds(float(cost.communication_seconds))}, kernel launches {fmt_seconds(float(cost.launch_seconds))}, "
+               f"host launch wait {fmt_seconds(float(cost.launch_wait_seconds))}, "
                f"engine overhead {fmt_seconds(float(cost.overhead_seconds))}")

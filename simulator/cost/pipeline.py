@@ -165,7 +165,8 @@ class PipelineSystem:
         whole = self.stage.step_totals(step)  # only for the host time per iteration (once, not per micro-batch)
         slots = pipeline_slots(self.pp, parts)
         hops = (self.pp - 1) * self.p2p_seconds(micro_batch(step, parts))
-        gpu = part.compute_bound_seconds + part.memory_bound_seconds + part.communication_seconds
+        gpu = (part.compute_bound_seconds + part.memory_bound_seconds + part.communication_seconds
+               + part.launch_wait_seconds)
         return StepTotals(
             seconds=slots * gpu + hops + whole.overhead_seconds,
             flops=parts * part.flops,
@@ -173,6 +174,7 @@ class PipelineSystem:
             compute_bound_seconds=slots * part.compute_bound_seconds,
             memory_bound_seconds=slots * part.memory_bound_seconds,
             communication_seconds=slots * part.communication_seconds + hops,
+            launch_wait_seconds=slots * part.launch_wait_seconds,
         )
 
     def step_cost(self, step: Step) -> StepCost:
@@ -185,7 +187,8 @@ class PipelineSystem:
         slots = pipeline_slots(self.pp, parts)
         work = ("flops", "weight_bytes", "kv_read_bytes", "kv_write_bytes", "activation_bytes", "link_bytes",
                 "dequant_ops")
-        time = ("launches", "compute_seconds", "memory_seconds", "link_seconds", "seconds", "launch_seconds")
+        time = ("launches", "compute_seconds", "memory_seconds", "link_seconds", "seconds", "launch_seconds",
+                "host_seconds")
         operators = [op._replace(**{name: getattr(op, name) * parts for name in work},
                                  **{name: getattr(op, name) * slots for name in time}) for op in part.operators]
         message = part_step.tokens * self.model.hidden_size * self.stage.precision.activation_bytes_per_element
@@ -195,7 +198,7 @@ class PipelineSystem:
             name="pipeline_p2p", kind=P2P_KIND, count=self.pp - 1, flops=zero, weight_bytes=zero, kv_read_bytes=zero,
             kv_write_bytes=zero, activation_bytes=zero, link_bytes=parts * message, launches=zero, compute_seconds=zero,
             memory_seconds=zero, link_seconds=hops, seconds=hops))
-        return StepCost(tuple(operators), whole.overhead_seconds)
+        return StepCost(tuple(operators), whole.overhead_seconds, slots * part.launch_wait_seconds)
 
     def step_seconds(self, step: Step) -> float:
         """Wall time of one iteration of ``step`` (a scalar step)."""

@@ -286,21 +286,23 @@ def _add_totals(parts: list[StepTotals], overhead_free: list[StepTotals]) -> Ste
     compute: Number = 0.0
     memory: Number = 0.0
     communication: Number = 0.0
+    wait: Number = 0.0
     for part in parts:
         seconds = seconds + part.seconds
         flops, moved = flops + part.flops, moved + part.bytes
         compute, memory = compute + part.compute_bound_seconds, memory + part.memory_bound_seconds
-        communication = communication + part.communication_seconds
+        communication, wait = communication + part.communication_seconds, wait + part.launch_wait_seconds
     for part in overhead_free:
         seconds = seconds + part.seconds - part.overhead_seconds
         flops, moved = flops + part.flops, moved + part.bytes
         compute, memory = compute + part.compute_bound_seconds, memory + part.memory_bound_seconds
-        communication = communication + part.communication_seconds
-    return StepTotals(seconds, flops, moved, compute, memory, communication)
+        communication, wait = communication + part.communication_seconds, wait + part.launch_wait_seconds
+    return StepTotals(seconds, flops, moved, compute, memory, communication, wait)
 
 
 ADDITIVE = ("flops", "weight_bytes", "kv_read_bytes", "kv_write_bytes", "activation_bytes", "link_bytes", "launches",
-            "compute_seconds", "memory_seconds", "link_seconds", "seconds", "dequant_ops", "launch_seconds")
+            "compute_seconds", "memory_seconds", "link_seconds", "seconds", "dequant_ops", "launch_seconds",
+            "host_seconds")
 
 
 def _summed(records: list[OperatorCost], name: str) -> OperatorCost:
@@ -363,7 +365,9 @@ class SpeculativeSystem:
         costs = [self.draft.step_cost(s) for s in steps]
         merged = [_summed([cost.operators[i] for cost in costs], f"draft {op.name}")
                   for i, op in enumerate(costs[0].operators)]
-        return StepCost((*target.operators, *merged), target.overhead_seconds)
+        # Each pass waits for its own launches: the waits add up, they are not one max over the merged operators.
+        wait = target.launch_wait_seconds + sum(cost.launch_wait_seconds for cost in costs)
+        return StepCost((*target.operators, *merged), target.overhead_seconds, wait)
 
     def step_seconds(self, step: Step) -> float:
         return float(self.step_totals(step).seconds)

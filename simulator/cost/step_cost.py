@@ -8,9 +8,8 @@ For each operator and step (docs/time-model.md describes every term, its default
     memory_seconds  = (bytes + b_half) / (hbm_bandwidth * efficiency.memory)      (b_half: 0 if bytes = 0)
     real_seconds    = max(flops / (peak_flops[dtype] * ceiling), dequant_seconds)   (eta_c without the shape factor)
     busy_seconds    = max(compute_seconds, memory_seconds) + (1 - overlap) * min(real_seconds, memory_seconds)
-    kernel_seconds  = busy_seconds + launches * efficiency.kernel_launch_seconds
-    seconds         = kernel_seconds                                   in a step replayed from a CUDA graph
-                      max(kernel_seconds, launches * eager_launch)     otherwise (the host launches each kernel)
+    seconds         = busy_seconds + launches * efficiency.kernel_launch_seconds
+    host_seconds    = launches * eager_launch     outside a CUDA graph (the host launches each kernel), else 0
 
 where bytes = weight reads + KV-cache reads + KV-cache writes + activation reads/writes, and with
 the shape-aware kernel model (``TimeModel.shape``, :mod:`simulator.cost.kernels`):
@@ -41,9 +40,16 @@ Communication operators (tensor-parallel all-reduce, expert-parallel all-to-all)
 :mod:`simulator.cost.collectives` says for their bytes, group, interconnect and algorithm
 (``TimeModel.collectives``; ``off`` makes them free).
 
-A step's time is the sum over its operators (they run one after another) plus the engine's
-exposed host time per iteration (:mod:`simulator.cost.engine_overhead`; zero for the ``ideal``
-engine). This module is the one place that turns work into seconds (:func:`roofline`,
+A step's time is the sum over its operators (they run one after another), plus the time the GPU
+waits for the host's launches outside a CUDA graph, plus the engine's exposed host time per
+iteration (:mod:`simulator.cost.engine_overhead`; zero for the ``ideal`` engine):
+
+    launch_wait = max(0, sum(host_seconds) - sum(seconds))
+
+Outside a graph the host queues kernels asynchronously and the GPU runs them in order: a
+two-stage pipeline, which finishes after max(GPU time, host time) when either stage dominates (the
+host runs ahead of long kernels and the GPU idles between short ones), not after the sum of each
+kernel's max(kernel, launch). This module is the one place that turns work into seconds (:func:`roofline`,
 :func:`communication_seconds`); everything else calls :func:`operator_cost` / :func:`step_cost`
 (a record per operator) or :func:`step_totals` (only the step's totals, the engine's hot path).
 Inputs may be numpy arrays (one entry per step): all arithmetic is elementwise, so many steps are
@@ -128,7 +134,10 @@ class OperatorCost(NamedTuple):
     dequant_ops: Number = 0.0
     """weight-only dequantisation operations (not in ``flops``; charged at the vector rate)"""
     launch_seconds: Number = 0.0
-    """the part of ``seconds`` spent launching kernels (graph node cost, or waiting for the host)"""
+    """the part of ``seconds`` spent launching kernels on the GPU (a graph node's or a launch's fixed cost)"""
+    host_seconds: Number = 0.0
+    """host time to launch the kernels outside a CUDA graph (0 in a captured step); in no ``seconds``:
+    the step waits for the host where its kernels together are shorter (:attr:`StepCost.launch_wait_seconds`)"""
 
     @property
     def bytes(self) -> Number:
@@ -299,19 +308,24 @@ def system_rates(operators: tuple[Operator, ...], gpu: GPUSpec,
     return tuple(None if rates_vary_with_tokens(op, gpu) else operator_rates(op, gpu, model=model) for op in operators)
 
 
-def _eager(seconds: Number, launches: Number, rates: OperatorRates, captured: Number) -> Number:
-    """Outside a CUDA graph a kernel cannot finish before the host has launched it."""
+def host_launch_seconds(launches: Number, rates: OperatorRates, captured: Number) -> Number:
+    """Host seconds to launch ``launches`` kernels: the engine's eager launch cost each outside a CUDA graph, 0 inside."""
     if not rates.eager_launch_seconds or captured is True:
-        return seconds
+        return 0.0 * launches
     host = launches * rates.eager_launch_seconds
     if isinstance(captured, np.ndarray):
-        return np.where(captured, seconds, np.maximum(seconds, host))
-    return seconds if captured else _maximum(seconds, host)
+        return np.where(captured, 0.0, host)
+    return 0.0 * host if captured else host
+
+
+def launch_wait(gpu_seconds: Number, host_seconds: Number) -> Number:
+    """Seconds the GPU waits for the host's launches in a step: max(0, host - GPU) (module docstring)."""
+    return _maximum(host_seconds - gpu_seconds, 0.0)
 
 
 def roofline(work: Work, rates: OperatorRates, count: int, rows: Number = 0.0,
-             captured: Number = True) -> tuple[Number, Number, Number, Number]:
-    """(compute, memory, total, launch) seconds of ``count`` instances of a non-communication operator.
+             captured: Number = True) -> tuple[Number, Number, Number, Number, Number]:
+    """(compute, memory, total, launch, host) seconds of ``count`` instances of a non-communication operator.
 
     ``rows``: the GEMM's row count (tokens) for the shape model; ``captured``: the step is replayed
     from a CUDA graph (see :func:`simulator.cost.engine_overhead.graph_captured`). The one roofline
@@ -343,13 +357,11 @@ def roofline(work: Work, rates: OperatorRates, count: int, rows: Number = 0.0,
         shorter = real + memory_seconds - _maximum(real, memory_seconds)
         busy = busy + (1.0 - rates.overlap) * shorter
     seconds = busy + work.launches * rates.launch_seconds
-    if rates.eager_launch_seconds and captured is not True:
-        seconds = _eager(seconds, work.launches, rates, captured)
-    return count * compute_seconds, count * memory_seconds, count * seconds, count * (seconds - busy)
+    host = host_launch_seconds(work.launches, rates, captured)
+    return count * compute_seconds, count * memory_seconds, count * seconds, count * (seconds - busy), count * host
 
 
-def communication_seconds(op: Operator, work: Work, rates: OperatorRates, count: int,
-                          captured: Number = True) -> Number:
+def communication_seconds(op: Operator, work: Work, rates: OperatorRates, count: int) -> Number:
     """Seconds of ``count`` instances of a communication operator (simulator.cost.collectives)."""
     net = rates.network
     assert net is not None  # operator_rates gives every communication operator its network
@@ -363,7 +375,7 @@ def communication_seconds(op: Operator, work: Work, rates: OperatorRates, count:
                                          simple.hop_seconds)
     else:
         seconds = allreduce_seconds(work.link_bytes, net)
-    return count * _eager(seconds, work.launches, rates, captured)
+    return count * seconds
 
 
 def operator_cost(op: Operator, step: Step, gpu: GPUSpec, rates: OperatorRates | None = None,
@@ -377,15 +389,17 @@ def operator_cost(op: Operator, step: Step, gpu: GPUSpec, rates: OperatorRates |
     if rates is None:
         rates = operator_rates(op, gpu, op.tokens(step), model)
     if op.kind in COMMUNICATION_KINDS:
-        link_seconds = communication_seconds(op, work, rates, count, captured)
+        link_seconds = communication_seconds(op, work, rates, count)
         zero = 0.0 * work.link_bytes
         return OperatorCost(
             name=op.name, kind=op.kind, count=count, flops=zero, weight_bytes=zero, kv_read_bytes=zero,
             kv_write_bytes=zero, activation_bytes=zero, link_bytes=count * work.link_bytes,
             launches=count * work.launches, compute_seconds=zero, memory_seconds=zero,
             link_seconds=link_seconds, seconds=link_seconds,
+            host_seconds=count * host_launch_seconds(work.launches, rates, captured),
         )
-    compute_seconds, memory_seconds, seconds, launch_seconds = roofline(work, rates, count, op.tokens(step), captured)
+    compute_seconds, memory_seconds, seconds, launch_seconds, host_seconds = roofline(
+        work, rates, count, op.tokens(step), captured)
     no_link = 0.0 * memory_seconds
     return OperatorCost(
         name=op.name,
@@ -404,6 +418,7 @@ def operator_cost(op: Operator, step: Step, gpu: GPUSpec, rates: OperatorRates |
         seconds=seconds,
         dequant_ops=count * work.dequant_ops,
         launch_seconds=launch_seconds,
+        host_seconds=host_seconds,
     )
 
 
@@ -412,11 +427,14 @@ class StepCost:
     """Cost of one step on one GPU (every GPU of a tensor-parallel group does the same work).
 
     ``overhead_seconds``: the engine's host time per iteration that the GPU waits for
-    (:mod:`simulator.cost.engine_overhead`); part of :attr:`seconds`, in no operator.
+    (:mod:`simulator.cost.engine_overhead`); ``launch_wait_seconds``: the time the GPU waits for the
+    host to launch the forward pass's kernels outside a CUDA graph (:func:`launch_wait`). Both are
+    part of :attr:`seconds` and in no operator.
     """
 
     operators: tuple[OperatorCost, ...]
     overhead_seconds: Number = 0.0
+    launch_wait_seconds: Number = 0.0
 
     @property
     def gpu_seconds(self) -> Number:
@@ -424,8 +442,13 @@ class StepCost:
         return sum(op.seconds for op in self.operators)
 
     @property
+    def host_seconds(self) -> Number:
+        """Host time to launch the operators' kernels outside a CUDA graph (0 in a captured step)."""
+        return sum(op.host_seconds for op in self.operators)
+
+    @property
     def seconds(self) -> Number:
-        return self.gpu_seconds + self.overhead_seconds
+        return self.gpu_seconds + self.launch_wait_seconds + self.overhead_seconds
 
     @property
     def flops(self) -> Number:
@@ -452,7 +475,8 @@ class StepCost:
 
     @property
     def memory_bound_seconds(self) -> Number:
-        return self.seconds - self.compute_bound_seconds - self.communication_seconds - self.overhead_seconds
+        return (self.seconds - self.compute_bound_seconds - self.communication_seconds - self.overhead_seconds
+                - self.launch_wait_seconds)
 
     @property
     def launches(self) -> Number:
@@ -505,15 +529,17 @@ def step_cost(
         costs = tuple(operator_cost(op, step, gpu, None, captured, model) for op in operators)
     else:
         costs = tuple(operator_cost(op, step, gpu, r, captured, model) for op, r in zip(operators, rates))
-    overhead = _overhead(model, step, sum(c.seconds for c in costs))
-    return StepCost(costs, overhead)
+    gpu_seconds = sum(c.seconds for c in costs)
+    wait = launch_wait(gpu_seconds, sum(c.host_seconds for c in costs))
+    overhead = _overhead(model, step, gpu_seconds + wait)
+    return StepCost(costs, overhead, wait)
 
 
 class StepTotals(NamedTuple):
     """A step's totals on one GPU, equal to the same-named :class:`StepCost` properties.
 
-    ``seconds`` includes the engine's exposed host time, which is in none of the bound columns:
-    :attr:`overhead_seconds` is what remains.
+    ``seconds`` includes the engine's exposed host time and the wait for the host's launches, which are
+    in none of the bound columns: :attr:`overhead_seconds` is what remains after the wait.
     """
 
     seconds: Number
@@ -522,24 +548,27 @@ class StepTotals(NamedTuple):
     compute_bound_seconds: Number
     memory_bound_seconds: Number
     communication_seconds: Number
+    launch_wait_seconds: Number = 0.0
 
     @property
     def overhead_seconds(self) -> Number:
-        """The engine's exposed host time: seconds less the time by bound and communication."""
-        return self.seconds - self.compute_bound_seconds - self.memory_bound_seconds - self.communication_seconds
+        """The engine's exposed host time: seconds less the time by bound, communication and launch wait."""
+        return (self.seconds - self.compute_bound_seconds - self.memory_bound_seconds - self.communication_seconds
+                - self.launch_wait_seconds)
 
 
 def operator_totals(op: Operator, step: Step, gpu: GPUSpec, rates: OperatorRates | None,
                     captured: Number = True, model: TimeModel | None = None) -> tuple:
-    """One operator's share of :class:`StepTotals`: (seconds, FLOPs, bytes, compute-bound s, communication s)."""
+    """One operator's share of :class:`StepTotals`: (seconds, FLOPs, bytes, compute-bound s, communication s,
+    host launch s)."""
     work = op.work(step)
     count = op.count
     if rates is None:
         rates = operator_rates(op, gpu, op.tokens(step), model)
     if op.kind in COMMUNICATION_KINDS:
-        link_seconds = communication_seconds(op, work, rates, count, captured)
-        return link_seconds, 0.0, 0.0, 0.0, link_seconds
-    compute_seconds, memory_seconds, seconds, _ = roofline(work, rates, count, op.tokens(step), captured)
+        link_seconds = communication_seconds(op, work, rates, count)
+        return link_seconds, 0.0, 0.0, 0.0, link_seconds, count * host_launch_seconds(work.launches, rates, captured)
+    compute_seconds, memory_seconds, seconds, _, host = roofline(work, rates, count, op.tokens(step), captured)
     moved = (count * work.weight_bytes + count * work.kv_read_bytes + count * work.kv_write_bytes
              + count * work.activation_bytes)
     compute_wins = compute_seconds >= memory_seconds
@@ -548,7 +577,7 @@ def operator_totals(op: Operator, step: Step, gpu: GPUSpec, rates: OperatorRates
         compute_bound = np.where(compute_wins, seconds, 0.0)
     else:
         compute_bound = seconds if compute_wins else 0.0
-    return seconds, count * work.flops, moved, compute_bound, 0.0
+    return seconds, count * work.flops, moved, compute_bound, 0.0, host
 
 
 MEMO_MAX = 100_000
@@ -584,14 +613,15 @@ def _operator_facts(operators: tuple[Operator, ...],
 
 def _sum_shares(shares) -> tuple:
     """Shares summed component by component, in order, starting from 0.0 (one summation order for every path)."""
-    seconds = flops = moved = compute_bound = communication = 0.0
-    for op_seconds, op_flops, op_bytes, op_compute_bound, op_communication in shares:
+    seconds = flops = moved = compute_bound = communication = host = 0.0
+    for op_seconds, op_flops, op_bytes, op_compute_bound, op_communication, op_host in shares:
         seconds = seconds + op_seconds
         flops = flops + op_flops
         moved = moved + op_bytes
         compute_bound = compute_bound + op_compute_bound
         communication = communication + op_communication
-    return seconds, flops, moved, compute_bound, communication
+        host = host + op_host
+    return seconds, flops, moved, compute_bound, communication, host
 
 
 def _memo_share(index: int, op: Operator, step: Step, gpu: GPUSpec, op_rates: OperatorRates | None, captured: Number,
@@ -651,7 +681,7 @@ def _fixed_runs(operators, step: Step, gpu: GPUSpec, rates, captured: Number, mo
         return values[0]
     lengths = np.diff(np.append(starts, size))
     table = np.array(values, dtype=float)
-    return tuple(np.repeat(table[:, k], lengths) for k in range(5))
+    return tuple(np.repeat(table[:, k], lengths) for k in range(table.shape[1]))
 
 
 def step_totals(
@@ -691,8 +721,10 @@ def step_totals(
         fixed = _fixed_scalar(operators, step, gpu, rates, captured, model, memo, memo_ok)
     rest = _sum_shares([operator_totals(op, step, gpu, op_rates, captured, model)
                         for op, op_rates in context_operators])
-    seconds, flops, moved, compute_bound, communication = (
-        fixed[0] + rest[0], fixed[1] + rest[1], fixed[2] + rest[2], fixed[3] + rest[3], fixed[4] + rest[4])
-    overhead = _overhead(model, step, seconds)
-    return StepTotals(seconds + overhead, flops, moved, compute_bound, seconds - compute_bound - communication,
-                      communication)
+    seconds, flops, moved, compute_bound, communication, host = (
+        fixed[0] + rest[0], fixed[1] + rest[1], fixed[2] + rest[2], fixed[3] + rest[3], fixed[4] + rest[4],
+        fixed[5] + rest[5])
+    wait = launch_wait(seconds, host)
+    overhead = _overhead(model, step, seconds + wait)
+    return StepTotals(seconds + wait + overhead, flops, moved, compute_bound, seconds - compute_bound - communication,
+                      communication, wait)

@@ -192,6 +192,11 @@ TICK_COST_SYSTEMS = 8
 """Systems whose traced decode-tick costs are kept (the most recently used)."""
 
 
+CHARGED_TOTALS = 6
+"""The leading StepTotals fields the engine charges (seconds, FLOPs, bytes, compute-bound, memory-bound and
+communication seconds); the launch wait is in ``seconds``, and the run's host share is what the others leave."""
+
+
 def _tick_costs_of(system: object) -> dict[int, Callable[[float], tuple[float, ...]] | None]:
     """The traced decode-tick costs of ``system`` by batch (the entry holds the system, so its id stays its own)."""
     entry = _TICK_COSTS.get(id(system))
@@ -721,7 +726,7 @@ class Engine:
         if hit is not None:
             return hit
         self.totals.cost_calls += 1
-        value = tuple(float(v) for v in self.system.step_totals(Step(*fields)))
+        value = tuple(float(v) for v in self.system.step_totals(Step(*fields))[:CHARGED_TOTALS])
         if len(self.cost_cache) < COST_CACHE_MAX:
             self.cost_cache[fields] = value
         return value
@@ -834,7 +839,7 @@ class Engine:
         totals = self.system.step_totals(_decode_step(size, contexts))
         shape = contexts.shape
         return [value if isinstance(value, np.ndarray) and value.shape == shape else np.broadcast_to(value, shape)
-                for value in totals]
+                for value in totals[:CHARGED_TOTALS]]
 
     def _plain_stretch(self, horizon: int) -> "Stretch":
         """:meth:`_plan_stretch` when nobody finishes within ``horizon`` ticks (the common case: fewer numpy calls)."""
@@ -1016,7 +1021,8 @@ class Engine:
             return self.tick_costs[batch]
         system, size = self.system, float(batch)
         self.totals.cost_calls += 1
-        cost = trace_scalar(lambda keys: system.step_totals(_decode_step(size, keys)), (size, 1e3 * size, 1e6 * size))
+        cost = trace_scalar(lambda keys: system.step_totals(_decode_step(size, keys))[:CHARGED_TOTALS],
+                            (size, 1e3 * size, 1e6 * size))
         self.tick_costs[batch] = cost
         return cost
 

@@ -40,6 +40,7 @@ def operator_rows(cost: StepCost, tp: int = 1) -> list[dict[str, Any]]:
                 "memory_seconds": float(op.memory_seconds),
                 "link_seconds": float(op.link_seconds),
                 "launch_seconds": float(op.launch_seconds),
+                "host_seconds": float(op.host_seconds),
                 "seconds": float(op.seconds),
             }
         )
@@ -178,6 +179,7 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
             "seconds": float(prefill_cost.seconds) if prefill_cost else 0.0,
             "communication_seconds": float(prefill_cost.communication_seconds) if prefill_cost else 0.0,
             "launch_seconds": float(prefill_cost.launch_seconds) if prefill_cost else 0.0,
+            "launch_wait_seconds": float(prefill_cost.launch_wait_seconds) if prefill_cost else 0.0,
             "overhead_seconds": float(prefill_cost.overhead_seconds) if prefill_cost else 0.0,
             "flops": float(prefill_cost.flops) * tp if prefill_cost else 0.0,
             "bytes": float(prefill_cost.bytes) * tp if prefill_cost else 0.0,
@@ -188,6 +190,7 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
             "last_step_seconds": float(last_cost.seconds) if last_cost else 0.0,
             "last_step_communication_seconds": float(last_cost.communication_seconds) if last_cost else 0.0,
             "last_step_launch_seconds": float(last_cost.launch_seconds) if last_cost else 0.0,
+            "last_step_launch_wait_seconds": float(last_cost.launch_wait_seconds) if last_cost else 0.0,
             "last_step_overhead_seconds": float(last_cost.overhead_seconds) if last_cost else 0.0,
             "flops_per_step": totals.decode_flops / max(decode_steps, 1) * tp,
             "bytes_per_step": totals.decode_bytes / max(decode_steps, 1) * tp,

@@ -290,7 +290,7 @@ def beyond_roofline(system: System, decode: StepCost, step: float) -> dict[str, 
     """The decode step's time outside the roofline (collectives, kernel launches, engine host CPU), and a
     sentence naming those that take :data:`BEYOND_ROOFLINE_SHARE` of the step or more."""
     communication = float(decode.communication_seconds) / step
-    launch = float(decode.launch_seconds) / step
+    launch = float(decode.launch_seconds + decode.launch_wait_seconds) / step
     overhead = float(decode.overhead_seconds) / step
     parts = []
     if communication >= BEYOND_ROOFLINE_SHARE:
@@ -299,7 +299,9 @@ def beyond_roofline(system: System, decode: StepCost, step: float) -> dict[str, 
                      f"({system.collectives}; each about {fmt_seconds(float(decode.communication_seconds) / max(calls, 1))}, "
                      f"mostly fixed latency at this size)")
     if launch >= BEYOND_ROOFLINE_SHARE:
-        parts.append(f"{100 * launch:.0f}% launching {int(float(decode.launches)):,} kernels")
+        waiting = " (mostly waiting for the host, outside a CUDA graph)" if float(
+            decode.launch_wait_seconds) > float(decode.launch_seconds) else ""
+        parts.append(f"{100 * launch:.0f}% launching {int(float(decode.launches)):,} kernels{waiting}")
     if overhead >= BEYOND_ROOFLINE_SHARE:
         parts.append(f"{100 * overhead:.0f}% waiting for {system.engine.name}'s host CPU work per iteration")
     text = ("Beyond the roofline: " + "; ".join(parts) + ".") if parts else ""

@@ -32,17 +32,18 @@ def _table(headers: list[str], rows: list[list[str]], align_right: set[int]) -> 
 
 
 def operator_table(costs: Iterable[OperatorCost], tp: int = 1, top: int | None = None,
-                   overhead_seconds: float = 0.0) -> list[str]:
+                   overhead_seconds: float = 0.0, launch_wait_seconds: float = 0.0) -> list[str]:
     """Terminal table of operators, slowest first when ``top`` is given.
 
-    ``launch``: the part of an operator's time spent launching its kernels (CUDA-graph node cost,
-    or waiting for the host outside a graph). ``overhead_seconds``: the engine's exposed host time
-    per iteration, shown as its own row (it is in no operator).
+    ``launch``: the part of an operator's time spent launching its kernels on the GPU (a CUDA-graph
+    node's or a launch's fixed cost). ``launch_wait_seconds``: the time the GPU waits for the host
+    to launch the kernels outside a CUDA graph; ``overhead_seconds``: the engine's exposed host time
+    per iteration. Each is shown as its own row (they are in no operator).
     """
     ops = list(costs)
     if top is not None:
         ops = sorted(ops, key=lambda o: float(o.seconds), reverse=True)[:top]
-    total = (sum(float(o.seconds) for o in ops) + float(overhead_seconds)) or 1.0
+    total = (sum(float(o.seconds) for o in ops) + float(overhead_seconds) + float(launch_wait_seconds)) or 1.0
     rows = [
         [
             o.name,
@@ -57,6 +58,9 @@ def operator_table(costs: Iterable[OperatorCost], tp: int = 1, top: int | None =
         ]
         for o in ops
     ]
+    if launch_wait_seconds:
+        rows.append(["host launch wait", "", "", "", "", "host CPU", fmt_seconds(float(launch_wait_seconds)), "",
+                     f"{100 * float(launch_wait_seconds) / total:.1f}%"])
     if overhead_seconds:
         rows.append(["engine overhead", "", "", "", "", "host CPU", fmt_seconds(float(overhead_seconds)), "",
                      f"{100 * float(overhead_seconds) / total:.1f}%"])
@@ -239,11 +243,13 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         lines += ["", f"Top operators, last decode step (ridge {ridge:.0f} FLOP/byte; "
                   f"kernel launches {fmt_seconds(float(last_cost.launch_seconds))} of it)",
                   *("  " + line for line in operator_table(last_cost.operators, tp, top,
-                                                             float(last_cost.overhead_seconds)))]
+                                                             float(last_cost.overhead_seconds),
+                                                             float(last_cost.launch_wait_seconds)))]
     if prefill_cost is not None:
         lines += ["", "Top operators, first prefill",
                   *("  " + line for line in operator_table(prefill_cost.operators, tp, top,
-                                                             float(prefill_cost.overhead_seconds)))]
+                                                             float(prefill_cost.overhead_seconds),
+                                                             float(prefill_cost.launch_wait_seconds)))]
     return "\n".join(lines)
 
 
