@@ -189,3 +189,20 @@ def test_step_totals_equal_step_cost_under_the_full_time_model(options):
         for name, got, want in zip(totals._fields, totals, expected):
             assert np.allclose(got, want, rtol=1e-12, atol=0.0), name
         assert np.allclose(totals.overhead_seconds, cost.overhead_seconds, rtol=1e-9, atol=1e-15)
+
+
+def test_tgi_1_decodes_at_the_pace_of_its_python_shard_where_the_kernels_are_shorter():
+    # TGI 1.x launches every kernel from Python at 56.5 us (TGI issue #1315; derivations/tgi_host_launch.py).
+    tgi = load_engine_profile("tgi-v1")
+    assert tgi.graphs.eager_launch_seconds == pytest.approx(56.5e-6, rel=1e-12)
+    model, step = load_model("codellama-34b"), Step.decode(1, 200)
+    # Two H100s read 31.4 GiB of weights per GPU in about 10 ms at full bandwidth; the host needs longer.
+    sharded = System(model, load_gpu("h100"), Precision(), tp=2, engine=tgi).step_cost(step)
+    host = 56.5e-6 * float(sharded.launches)
+    assert sharded.host_seconds == pytest.approx(host, rel=1e-12)
+    assert sharded.launch_wait_seconds == pytest.approx(host - float(sharded.gpu_seconds), rel=1e-12)
+    # The iteration: the shard's launches, then (not overlapped) 1.615 ms + 171 us for the one sequence.
+    assert sharded.seconds == pytest.approx(host + 1.615e-3 + 171e-6, rel=1e-12)
+    # One A100 reads 62.9 GiB at 2.0 TB/s x 0.74: about 45 ms, longer than the launches; it waits for nothing.
+    single = System(model, load_gpu("a100-80gb"), Precision(), engine=tgi).step_cost(step)
+    assert single.launch_wait_seconds == 0.0 and single.gpu_seconds > single.host_seconds
