@@ -21,7 +21,7 @@ HEADER = [
     "id", "source_id", "engine", "engine_version", "model", "gpu", "tp", "replicas", "weights", "kv",
     "mode", "regime", "batch", "input_tokens", "output_tokens", "input_dist", "output_dist",
     "request_rate", "num_prompts", "max_num_seqs", "max_batched_tokens", "chunked_prefill", "prompts_cached", "dp_attention",
-    "ep", "num_scheduler_steps", "metric", "measured", "unit", "quote", "source", "link", "notes", "explanation",
+    "ep", "num_scheduler_steps", "sampling", "metric", "measured", "unit", "quote", "source", "link", "notes", "explanation",
 ]  # fmt: skip
 
 SECONDS = {"seconds"}
@@ -124,6 +124,9 @@ def test_values_are_allowed():
         assert int(r["tp"]) >= 1 and int(r["replicas"]) >= 1, rid
         assert int(r["input_tokens"]) >= 1 and int(r["output_tokens"]) >= 1, rid
         assert r["chunked_prefill"] in ("", "true", "false"), rid
+        # a row whose notes say its requests sampled replays with --sampling
+        assert r["sampling"] in ("", "true"), rid
+        assert (r["sampling"] == "true") == ("sampling on" in r["notes"]), (rid, "sampling column vs notes")
         for col in ("max_num_seqs", "max_batched_tokens"):
             assert r[col] == "" or int(r[col]) >= 1, (rid, col)
 

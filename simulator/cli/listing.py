@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from simulator.cli.options import reports_input_errors
+from simulator.cost.engine_overhead import per_sequence_seconds
 from simulator.model import GPUSpec, list_gpus, list_models
 from simulator.model.engine_profile import EngineProfile, list_engine_profiles
 from simulator.model.layers import model_parameters
@@ -122,7 +123,10 @@ def engines_command(as_json: bool) -> None:
     rows = []
     for p in profiles:
         cpu, sched = p.cpu, p.scheduler
-        host = f"{cpu.fixed_seconds * 1e3:.2f} ms + {cpu.per_sequence_seconds * 1e6:.0f} us/seq"
+        host = f"{cpu.fixed_seconds * 1e3:.2f} ms + {per_sequence_seconds(p) * 1e6:.0f} us/seq"
+        if cpu.kernels_per_sampled_sequence:
+            sampled = cpu.kernels_per_sampled_sequence * p.graphs.eager_launch_seconds
+            host += f" (+{sampled * 1e6:.0f} sampling)"
         graphs = "-" if p.enforce_eager or not p.graphs.max_batch else \
             "all" if p.graphs.max_batch >= 1 << 20 and p.graphs.mixed else f"<= {p.graphs.max_batch}"
         budget = f", {sched.max_batched_tokens} tok" if sched.max_batched_tokens else ""

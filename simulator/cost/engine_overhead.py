@@ -5,6 +5,11 @@ processing; the profile's ``cpu`` block, sources in ``configs/engines/*.yaml``):
 
     cpu = fixed + per_sequence * sequences + per_token * tokens      (0 for an empty step)
 
+where a loop that launches GPU kernels for one sequence at a time (TGI's per-request token
+bookkeeping and sampling) adds its launches to ``per_sequence``: ``kernels_per_sequence`` (plus
+``kernels_per_sampled_sequence`` when the requests sample) at ``graphs.eager_launch_seconds`` each
+(:func:`per_sequence_seconds`).
+
 A fraction ``f = cpu.overlap`` of it runs while the GPU computes the step (SGLang's and
 TensorRT-LLM's overlap schedulers, vLLM's async scheduling: f = 1); the rest stalls the GPU. The
 iteration therefore lasts its GPU time plus
@@ -46,10 +51,22 @@ def iteration_cpu_seconds(profile: EngineProfile, sequences: Number, tokens: Num
     ``work``: which host work (default: the profile's ``cpu``; its ``async_cpu`` for that part).
     """
     cpu = profile.cpu if work is None else work
-    seconds = cpu.fixed_seconds + cpu.per_sequence_seconds * sequences + cpu.per_token_seconds * tokens
+    per_sequence = per_sequence_seconds(profile) if work is None else cpu.per_sequence_seconds
+    seconds = cpu.fixed_seconds + per_sequence * sequences + cpu.per_token_seconds * tokens
     if isinstance(seconds, np.ndarray) or isinstance(sequences, np.ndarray):
         return np.where(sequences > 0, seconds, 0.0)
     return seconds if sequences > 0 else 0.0
+
+
+def per_sequence_launches(profile: EngineProfile) -> float:
+    """Kernels the engine loop launches for each sequence every iteration, one sequence at a time."""
+    cpu = profile.cpu
+    return cpu.kernels_per_sequence + (cpu.kernels_per_sampled_sequence if profile.sampling else 0.0)
+
+
+def per_sequence_seconds(profile: EngineProfile) -> float:
+    """The loop's host seconds per sequence: ``cpu.per_sequence_seconds`` plus its per-sequence launches."""
+    return profile.cpu.per_sequence_seconds + per_sequence_launches(profile) * profile.graphs.eager_launch_seconds
 
 
 def exposed_seconds(profile: EngineProfile, cpu_seconds: Number, gpu_seconds: Number) -> Number:
@@ -104,5 +121,6 @@ def graph_captured(profile: EngineProfile, step: Step) -> Number:
 
 def has_overhead(profile: EngineProfile) -> bool:
     """Does the profile add any host time per iteration (the cost model skips the work when not)?"""
-    return any(work is not None and bool(work.fixed_seconds or work.per_sequence_seconds or work.per_token_seconds)
-               for work in (profile.cpu, profile.async_cpu))
+    return bool(per_sequence_seconds(profile)) or any(
+        work is not None and bool(work.fixed_seconds or work.per_sequence_seconds or work.per_token_seconds)
+        for work in (profile.cpu, profile.async_cpu))

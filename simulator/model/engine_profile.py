@@ -74,6 +74,12 @@ class CpuOverhead(HostWork):
 
     overlap: float = Field(default=0.0, ge=0.0, le=1.0)
     """fraction of the CPU time that runs concurrently with the GPU's forward pass"""
+    kernels_per_sequence: float = Field(default=0.0, ge=0.0, le=1000.0)
+    """GPU kernels the loop launches from the host for each sequence, one sequence at a time, every iteration
+    (outside the forward pass and any CUDA graph: ``graphs.eager_launch_seconds`` each)"""
+    kernels_per_sampled_sequence: float = Field(default=0.0, ge=0.0, le=1000.0)
+    """more such kernels for each sequence that samples its next token rather than taking the argmax
+    (a run's ``sampling`` setting; :attr:`EngineProfile.sampling`)"""
 
 
 class GraphCapture(BaseModel):
@@ -146,6 +152,9 @@ class EngineProfile(BaseModel):
     scheduler_steps: int = Field(default=1, ge=1, le=256)
     """decode iterations per pass of the engine loop (vLLM V0's multi-step scheduling, --num-scheduler-steps):
     the host work of a decode-only iteration is paid once per this many"""
+    sampling: bool = False
+    """the run's requests sample their next token (temperature, top-k/top-p) rather than decode greedily: a
+    run-time choice (the ``sampling`` setting), which costs ``cpu.kernels_per_sampled_sequence`` more launches"""
     allreduce: Literal["custom", "nccl"] = "nccl"
     custom_allreduce_max_bytes: float = Field(default=8 * 2**20, ge=0.0, le=2.0**40)
     fusion: Fusion = "elementwise"
@@ -195,6 +204,10 @@ class EngineProfile(BaseModel):
             "per_token_seconds": self.cpu.per_token_seconds + workers * rpc.per_token_seconds,
         })
         return self.model_copy(update={"cpu": cpu, "worker_rpc": None})
+
+    def with_sampling(self, sampling: bool) -> EngineProfile:
+        """This profile serving requests that sample (True) or decode greedily (False)."""
+        return self if sampling == self.sampling else self.model_copy(update={"sampling": sampling})
 
     def with_scheduler_steps(self, steps: int) -> EngineProfile:
         """This profile running ``steps`` decode iterations per scheduler pass (vLLM's ``--num-scheduler-steps``)."""

@@ -113,7 +113,7 @@ DEPLOYMENT_KEYS = (
     "model", "gpu", "weights", "kv", "group_size", "attention", "tp", "ep", "dp_attention", "routing_skew",
     "attention_kernel", "fusion",
     "compute_efficiency", "memory_efficiency", "expert_efficiency", "kernel_overlap", "link_efficiency", "launch_overhead",
-    "engine", "collectives", "kernel_efficiency", "enforce_eager", "num_scheduler_steps",
+    "engine", "collectives", "kernel_efficiency", "enforce_eager", "num_scheduler_steps", "sampling",
 )
 
 # The realistic time model for runs from options (docs/time-model.md): the engine most users run,
@@ -132,6 +132,7 @@ def engine_from_options(options: dict[str, Any]) -> EngineProfile:
         gpu = load_gpu(options["gpu"])
         profile = profile.for_gpu(gpu.name, gpu.hbm_bytes)
     profile = profile.with_scheduler_steps(int(options.get("num_scheduler_steps") or 1))
+    profile = profile.with_sampling(bool(options.get("sampling")))
     return profile.eager() if options.get("enforce_eager") else profile
 
 

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from simulator.cost.engine_overhead import per_sequence_seconds
 from simulator.cost.step_cost import StepCost
 from simulator.engine.metrics import REJECTED
 from simulator.errors import InputError
@@ -119,6 +120,8 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
             "engine_version": system.engine.version,
             "enforce_eager": system.engine.enforce_eager,
             "scheduler_steps": system.engine.scheduler_steps,
+            "sampling": system.engine.sampling,
+            "host_seconds_per_sequence": per_sequence_seconds(system.engine),
             "worker_rpc": (None if system.engine.worker_rpc is None or system.tp <= 1
                            else {"workers": system.tp, **system.engine.worker_rpc.model_dump()}),
             "host_loops": system.time_model.host_ranks,

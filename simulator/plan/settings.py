@@ -202,6 +202,12 @@ class DeploymentSettings(BaseModel):
         default=1, description="Decode steps per scheduler pass (vLLM 0.6-0.7's multi-step scheduling, "
         "--num-scheduler-steps): a decode-only iteration pays 1/N of the engine's host work.",
     )
+    sampling: bool = Field(
+        default=False, description="Requests sample their next token (temperature, top-k/top-p; TGI's do_sample) "
+        "instead of taking the argmax; engines that sample one sequence at a time from Python (TGI) pay more "
+        "host time per sequence. Default: greedy, as vLLM's and TGI's benchmarks.",
+        json_schema_extra={"flag": True},
+    )
     collectives: Literal["auto", "nccl", "ring", "tree", "one-shot", "two-shot", "off"] = Field(
         default="auto", description="All-reduce algorithm: auto picks as the engines do (custom one-/two-shot for small messages, NCCL otherwise); off makes collectives free (pure roofline).",
     )

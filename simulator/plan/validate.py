@@ -86,7 +86,7 @@ COLUMNS: tuple[str, ...] = (
     "id", "source_id", "engine", "engine_version", "model", "gpu", "tp", "replicas", "weights", "kv", "mode",
     "regime", "batch", "input_tokens", "output_tokens", "input_dist", "output_dist", "request_rate", "num_prompts",
     "max_num_seqs", "max_batched_tokens", "chunked_prefill", "prompts_cached", "dp_attention", "ep", "num_scheduler_steps",
-    "metric", "measured",
+    "sampling", "metric", "measured",
     "unit", "quote", "source", "link", "notes", "explanation",
 )
 REQUIRED_COLUMNS: tuple[str, ...] = (
@@ -238,6 +238,8 @@ class Row:
     """expert-parallel degree the source states (MoE models: whole experts split over the GPUs); None: not stated"""
     num_scheduler_steps: int = 1
     """decode steps per scheduler pass (vLLM V0's multi-step scheduling, --num-scheduler-steps)"""
+    sampling: bool = False
+    """the requests sampled their next token (the source states temperature, top-k/top-p or do_sample); else greedy"""
     unit: str = ""
     quote: str = ""
     source: str = ""
@@ -292,7 +294,7 @@ class Row:
             self.engine, self.model, self.gpu, self.tp, self.replicas, self.weights, self.kv, self.mode,
             self.batch, self.input_tokens, self.output_tokens, self.input_dist, self.output_dist, self.request_rate,
             self.num_prompts, self.max_num_seqs, self.max_batched_tokens, self.chunked_prefill, self.lengths_dirs,
-            self.profile[0], self.prompts_cached, self.dp_attention, self.num_scheduler_steps, self.ep,
+            self.profile[0], self.prompts_cached, self.dp_attention, self.num_scheduler_steps, self.ep, self.sampling,
         )
 
 
@@ -359,7 +361,7 @@ def _row(raw: dict[str, str | None], where: str, lengths_dirs: tuple[Path, ...])
         if math.isnan(rate) or rate <= 0:
             raise InputError(f"{where}: column 'request_rate': must be > 0 requests/s or inf (got {cell['request_rate']})")
     chunked = {"": None, "true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
-    for column in ("chunked_prefill", "prompts_cached", "dp_attention"):
+    for column in ("chunked_prefill", "prompts_cached", "dp_attention", "sampling"):
         if cell[column].lower() not in chunked:
             raise InputError(f"{where}: column '{column}': {cell[column]!r}; allowed: true, false or blank")
     for column in ("input_dist", "output_dist"):
@@ -383,6 +385,7 @@ def _row(raw: dict[str, str | None], where: str, lengths_dirs: tuple[Path, ...])
         dp_attention=bool(chunked[cell["dp_attention"].lower()]),
         num_scheduler_steps=_int(cell["num_scheduler_steps"], "num_scheduler_steps", where, 1, True) or 1,
         ep=_int(cell["ep"], "ep", where, 1, True),
+        sampling=bool(chunked[cell["sampling"].lower()]),
         unit=cell["unit"], quote=cell["quote"], source=cell["source"], link=cell["link"], notes=cell["notes"],
         explanation=cell["explanation"], lengths_dirs=lengths_dirs,
     )
@@ -856,6 +859,8 @@ class Replayer:
             options["num_scheduler_steps"] = row.num_scheduler_steps
         if row.ep is not None:
             options["ep"] = row.ep
+        if row.sampling:
+            options["sampling"] = True
         fits = True
         try:
             if row.is_static_batch:

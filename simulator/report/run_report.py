@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
+from simulator.cost.engine_overhead import per_sequence_launches, per_sequence_seconds
 from simulator.cost.step_cost import OperatorCost
 from simulator.engine.metrics import REJECT_KEYS, REJECT_REASONS, REJECTED, STATE_NAMES
 from simulator.files import atomic_write
@@ -84,7 +85,8 @@ def time_model_lines(system: Any) -> list[str]:
         f"  efficiency   compute {eff.compute:.2f}, memory {eff.memory:.2f}, link {eff.link:.2f}, "
         f"launch {fmt_seconds(eff.kernel_launch_seconds)}/kernel, all-reduce latency {latency}",
         f"  engine       {engine.name}{version}: CPU {fmt_seconds(cpu.fixed_seconds)} + "
-        f"{fmt_seconds(cpu.per_sequence_seconds)}/sequence per iteration, {100 * cpu.overlap:.0f}% overlapped"
+        f"{fmt_seconds(per_sequence_seconds(engine))}/sequence per iteration{_launches_text(engine)}, "
+        f"{100 * cpu.overlap:.0f}% overlapped"
         + (f", + {fmt_seconds(engine.async_cpu.fixed_seconds)} + {fmt_seconds(engine.async_cpu.per_sequence_seconds)}"
            "/sequence run during the next iteration" if engine.async_cpu else "")
         + (f", + {system.tp} x ({fmt_seconds(engine.worker_rpc.fixed_seconds)} + "
@@ -97,6 +99,16 @@ def time_model_lines(system: Any) -> list[str]:
         f"  time model   collectives {system.collectives} over {system.gpu.interconnect}, "
         f"kernel efficiency {system.kernel_efficiency}, " + _overlap_text(system),
     ]
+
+
+def _launches_text(engine: Any) -> str:
+    """How many of the loop's per-sequence kernel launches the per-sequence host time includes, if any."""
+    launches = per_sequence_launches(engine)
+    if not launches:
+        return ""
+    sampled = "; the requests sample" if engine.sampling and engine.cpu.kernels_per_sampled_sequence else ""
+    return (f" (including {launches:g} kernel launch{'' if launches == 1 else 'es'} from the host at "
+            f"{fmt_seconds(engine.graphs.eager_launch_seconds)} each{sampled})")
 
 
 def _overlap_text(system: Any) -> str:
