@@ -26,6 +26,18 @@ def test_card_command_prints_the_report():
     assert "kernel efficiency shape, loads and MMAs in series (overlap 0)" in result.output
 
 
+def test_a_host_bound_engine_shows_the_wait_for_its_launches_and_a_graph_engine_does_not():
+    # TGI 1.x on 2 H100s: 531 kernels x 56.4 us of launches outlast the kernels (docs/time-model.md).
+    args = ["--model", "codellama-34b", "--gpu", "h100", "--tp", "2", "--batch", "1", "--ctx", "512"]
+    eager = invoke([*args, "--engine", "tgi-v1"])
+    assert eager.exit_code == 0, eager.output
+    assert "host launch wait" in eager.output and "waiting for the host to launch them" in eager.output
+    graphs = invoke([*args, "--engine", "vllm"])
+    assert "host launch wait" not in graphs.output and "waiting for the host" not in graphs.output
+    wait = json.loads(invoke([*args, "--engine", "tgi-v1", "--json"]).output)["decode"]
+    assert wait["last_step_launch_wait_seconds"] > 0
+
+
 def test_memory_plan_names_the_requests_it_was_planned_for():
     # 300 requests queued at once, each reaching 128 + 2,048 = 2,176 tokens: the memory section is planned
     # for those 300 sequences (300 x 2,176 x 131,072 B = 79.69 GiB of KV for Llama-3.1-8B at fp16), not for

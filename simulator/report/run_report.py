@@ -252,8 +252,10 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
     lines += replica_table(run)
     lines += serving_modes.speculative_lines(run) + serving_modes.disaggregation_lines(run)
     if last_cost is not None:
+        wait = float(last_cost.launch_wait_seconds)
+        waits = f"; {fmt_seconds(wait)} waiting for the host to launch them" if wait else ""
         lines += ["", f"Top operators, last decode step (ridge {ridge:.0f} FLOP/byte; "
-                  f"kernel launches {fmt_seconds(float(last_cost.launch_seconds))} of it)",
+                  f"kernel launches {fmt_seconds(float(last_cost.launch_seconds))} of it{waits})",
                   *("  " + line for line in operator_table(last_cost.operators, tp, top,
                                                              float(last_cost.overhead_seconds),
                                                              float(last_cost.launch_wait_seconds)))]
