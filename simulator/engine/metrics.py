@@ -268,7 +268,8 @@ class Aggregates:
     max_running: int
     iterations: int
     overhead_share: float = 0.0
-    """share of busy time the GPU waited for the engine's host CPU work (simulator.cost.engine_overhead)"""
+    """share of busy time the GPU waited for the host: the engine loop (simulator.cost.engine_overhead) and kernel
+    launches outside CUDA graphs (simulator.cost.step_cost.launch_wait)"""
 
     def _rate(self, count: float) -> float:
         return count / self.duration_seconds if self.duration_seconds > 0 else 0.0

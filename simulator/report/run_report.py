@@ -247,7 +247,8 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         "Utilisation",
         f"  MFU          {100 * m.mfu:.1f}%   MBU {100 * m.mbu:.1f}%",
         f"  busy time    {100 * m.compute_bound_share:.0f}% compute-bound, {100 * m.memory_bound_share:.0f}% memory-bound, "
-        f"{100 * m.communication_share:.0f}% communication, {100 * m.overhead_share:.0f}% engine overhead (host CPU)",
+        f"{100 * m.communication_share:.0f}% communication, {100 * m.overhead_share:.0f}% host CPU "
+        "(engine loop, launches outside CUDA graphs)",
     ]
     lines += replica_table(run)
     lines += serving_modes.speculative_lines(run) + serving_modes.disaggregation_lines(run)
