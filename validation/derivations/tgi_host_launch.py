@@ -25,6 +25,11 @@ PR #1243's prefills) are independent of it.
 
     python validation/derivations/tgi_host_launch.py     # about a minute on two cores
 
+Checks, not fitted: TGI issue #1129 (TGI 1.1.0, the same author, Llama-2-70B-chat on a
+p4de.24xlarge, 8x A100-80GB, one request at a time) gives 39.35 ms per token on 4 GPUs (256-token
+prompts, 64 tokens out) and 44.55 ms on 8 (512 in, 512 out); the script replays both at the
+derived value.
+
 The prompt length is not stated; 100 tokens is assumed (one prefill step among ~100 decode steps:
 it moves the per-token figure by about 1%). The per-token latency is taken as the request's time
 over its generated tokens (TGI's ``x-time-per-token`` header: inference time / tokens).
@@ -47,20 +52,24 @@ MEASURED_SECONDS_PER_TOKEN = {
     ("a100-80gb", 1): 46.79e-3, ("a100-80gb", 2): 29.39e-3, ("a100-80gb", 4): 32.06e-3,
     ("h100", 1): 27.98e-3, ("h100", 2): 28.02e-3, ("h100", 4): 31.77e-3,
 }
+CHECKS = {  # TGI issue #1129, Llama-2-70B-chat on 8x A100-80GB: (tp, prompt, output) -> seconds per token
+    (4, 256, 64): 39.35e-3, (8, 512, 512): 44.55e-3,
+}
 HOST_BOUND = 0.70
 """A configuration informs the host cost when its kernels alone explain less than this share of the measured time."""
 
 
-def seconds_per_token(folder: Path, gpu: str, tp: int, launch_seconds: float) -> float:
+def seconds_per_token(folder: Path, gpu: str, tp: int, launch_seconds: float, model: str = "codellama-34b",
+                      prompt: int = PROMPT_TOKENS, output: int = OUTPUT_TOKENS) -> float:
     """The replayed request's time over its generated tokens, with ``launch_seconds`` of host time per kernel."""
     profile = yaml.safe_load(open(ROOT / "configs" / "engines" / "tgi-v1.yaml"))
     profile["graphs"]["eager_launch_seconds"] = launch_seconds
     profile.update(name="tgi-v1-derivation", aliases=[])
     path = folder / f"tgi-{launch_seconds:.9f}.yaml"
     yaml.safe_dump(profile, open(path, "w"))
-    result = simulate(model="codellama-34b", gpu=gpu, tp=tp, engine=str(path), batch=1,
-                      input_len=PROMPT_TOKENS, output_len=OUTPUT_TOKENS).to_dict()
-    return result["latency"]["e2e_seconds"]["mean"] / OUTPUT_TOKENS
+    result = simulate(model=model, gpu=gpu, tp=tp, engine=str(path), batch=1, input_len=prompt,
+                      output_len=output).to_dict()
+    return result["latency"]["e2e_seconds"]["mean"] / output
 
 
 def solve(folder: Path, gpu: str, tp: int, measured: float) -> float:
@@ -93,6 +102,11 @@ def main() -> None:
             predicted = seconds_per_token(folder, gpu, tp, round(value, 7))
             print(f"  at {round(value, 7) * 1e6:.1f} us: {gpu:10s} tp {tp}: {predicted * 1e3:6.2f} ms/token "
                   f"({100 * (predicted / measured - 1):+.0f}%)")
+        print("checks (TGI issue #1129, Llama-2-70B-chat on A100-80GB, not fitted):")
+        for (tp, prompt, output), measured in CHECKS.items():
+            predicted = seconds_per_token(folder, "a100-80gb", tp, round(value, 7), "llama2-70b", prompt, output)
+            print(f"  tp {tp}, {prompt} in / {output} out: measured {measured * 1e3:.2f} ms/token, replayed "
+                  f"{predicted * 1e3:.2f} ms ({100 * (predicted / measured - 1):+.0f}%)")
 
 
 if __name__ == "__main__":
