@@ -39,6 +39,18 @@ def test_llamacpp_expands_int4_weights_to_fp16_above_32_rows():
     assert wide.dequant_ops == 4 * O_PROJ_PARAMS
 
 
+def test_tgi_1_reconstructs_gptq_weights_from_eight_rows_as_exllama_does():
+    # exllama (TGI 1.0.3): fewer than matmul_recons_thd = 8 rows run the fused q4 kernel, 8 or more
+    # dequantise into an FP16 buffer and call cuBLAS.
+    system = System(LLAMA, load_gpu("a100"), INT4, engine=load_engine_profile("tgi-v1"))
+    o_proj = op(system, "o_proj")
+    quantised = O_PROJ_PARAMS * (0.5 + 2 / 128)  # 8,650,752 bytes
+    assert o_proj.work(Step.decode(7, 100)).weight_bytes == pytest.approx(quantised)
+    # 8 rows: 8,650,752 + 4 x 16,777,216 = 75,759,616 bytes (the copy written, then read), two kernels.
+    eight = o_proj.work(Step.decode(8, 100))
+    assert eight.weight_bytes == pytest.approx(75_759_616) and eight.launches == 2
+
+
 def test_engines_that_dequantise_in_the_gemm_keep_reading_int4():
     system = System(LLAMA, load_gpu("a100"), INT4, engine=load_engine_profile("vllm"))
     work = op(system, "o_proj").work(Step.prefill(1, 512))
