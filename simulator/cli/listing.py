@@ -123,9 +123,9 @@ def engines_command(as_json: bool) -> None:
     rows = []
     for p in profiles:
         cpu, sched = p.cpu, p.scheduler
-        host = f"{cpu.fixed_seconds * 1e3:.2f} ms + {per_sequence_seconds(p) * 1e6:.0f} us/seq"
-        if cpu.kernels_per_sampled_sequence:
-            sampled = cpu.kernels_per_sampled_sequence * p.graphs.eager_launch_seconds
+        host = f"{cpu.fixed_seconds * 1e3:.2f} ms + {per_sequence_seconds(p.with_sampling(False)) * 1e6:.0f} us/seq"
+        sampled = per_sequence_seconds(p.with_sampling(True)) - per_sequence_seconds(p.with_sampling(False))
+        if sampled:
             host += f" (+{sampled * 1e6:.0f} sampling)"
         graphs = "-" if p.enforce_eager or not p.graphs.max_batch else \
             "all" if p.graphs.max_batch >= 1 << 20 and p.graphs.mixed else f"<= {p.graphs.max_batch}"
