@@ -391,23 +391,33 @@ def test_each_campaign_has_one_vote_in_a_median():
     assert value == pytest.approx(0.7) and len(used) == 7 and unsolved == ()
 
 
-def test_a_ceiling_comes_from_the_class_the_family_the_engine_elsewhere_or_all_families():
+def test_a_ceiling_comes_from_the_class_the_family_the_predecessor_the_engine_elsewhere_or_all_families():
     from simulator.plan.crossval import FamilyFit, Fit, ceiling_for
 
     fits = Fit(
         {"ampere": FamilyFit("ampere", 0.6, 0.8, ("r",), ("r",)), "hopper": FamilyFit("hopper", 0.4, 0.8, ("r",), ("r",)),
+         "ada": FamilyFit("ada", 0.9, 0.8, ("r",), ("r",)),
          "blackwell": FamilyFit("blackwell", 0.7, 0.8)},  # no row: the defaults, fitted on nothing
         {("ampere", "trtllm"): FamilyFit("ampere", 0.7, 0.8, ("r",), ("r",), engine="trtllm"),
          ("hopper", "trtllm"): FamilyFit("hopper", 0.5, 0.8, ("r",), ("r",), engine="trtllm"),
+         ("ada", "sglang"): FamilyFit("ada", 0.3, 0.8, ("r",), ("r",), engine="sglang"),
          ("hopper", "tgi"): FamilyFit("hopper", 0.4, 0.8, (), ("r",), engine="tgi", compute_from_family=True)},
     )
     assert ceiling_for(fits, "ampere", "trtllm", "compute") == (0.7, "class")
     assert ceiling_for(fits, "ampere", "vllm", "compute") == (0.6, "family")
     assert ceiling_for(fits, "hopper", "tgi", "compute") == (0.4, "family")  # too few rows of its own
-    # Blackwell has no row: trtllm's own classes elsewhere, median(0.7, 0.5) = 0.6 ...
-    assert ceiling_for(fits, "blackwell", "trtllm", "compute") == (pytest.approx(0.6), "engine elsewhere")
-    # ... and an engine with no class anywhere takes the median of the fitted families, median(0.6, 0.4) = 0.5
-    assert ceiling_for(fits, "blackwell", "vllm", "compute") == (pytest.approx(0.5), "all families")
+    # Blackwell has no row: its predecessor Hopper's trtllm class (0.5), not median(0.7, 0.5) = 0.6 over
+    # every family's trtllm class ...
+    assert ceiling_for(fits, "blackwell", "trtllm", "compute") == (0.5, "predecessor class")
+    # ... and for an engine with no Hopper class, Hopper's family-wide 0.4, not median(0.6, 0.4, 0.9) = 0.6
+    assert ceiling_for(fits, "blackwell", "vllm", "compute") == (0.4, "predecessor")
+    # A family without a predecessor in the table (CDNA3): the engine's own classes elsewhere (0.3) ...
+    assert ceiling_for(fits, "cdna3", "sglang", "compute") == (pytest.approx(0.3), "engine elsewhere")
+    # ... and an engine with no class anywhere the median of the fitted families, median(0.6, 0.4, 0.9) = 0.6
+    assert ceiling_for(fits, "cdna3", "vllm", "compute") == (pytest.approx(0.6), "all families")
+    # The walk goes back while a generation has no row: without Hopper, Blackwell borrows Ampere's 0.6
+    no_hopper = Fit({"ampere": fits["ampere"], "hopper": FamilyFit("hopper", 0.7, 0.8)}, {})
+    assert ceiling_for(no_hopper, "blackwell", "vllm", "compute") == (0.6, "predecessor")
     assert ceiling_for(Fit(), "blackwell", "vllm", "memory") == (DEFAULT_EFFICIENCIES.memory, "default")
 
 

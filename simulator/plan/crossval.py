@@ -34,8 +34,10 @@ prefills on one Ada GPU), so DESIGN.md asks for parameters per family and engine
    quirk, not an engine's speed).
 6. A row is predicted with, per parameter, the first of (:func:`ceiling_for`): its class's own
    value; its family's; where the family has no calibrating row of that kind (a new GPU
-   generation), the median of the engine's own class values on the other families; else the
-   median of every fitted family; else the defaults, fitted on nothing.
+   generation), its predecessor generation's (the same engine's class there, else that family's;
+   :data:`~simulator.plan.validate.FAMILY_PREDECESSOR`); else the median of the engine's own class
+   values on the other families; else the median of every fitted family; else the defaults,
+   fitted on nothing.
 7. The routed experts' grouped GEMMs (``Efficiency.expert``: the fraction of the compute and
    memory ceilings that an MoE layer's expert GEMMs reach) get one table-wide value. A row
    *calibrates experts* when it is a static-batch decode figure of an MoE model (as rule 2:
@@ -84,6 +86,7 @@ from simulator.plan.bands import Residual
 from simulator.plan.deployment import plan_deployment
 from simulator.plan.validate import (
     DEFAULT_EFFICIENCIES,
+    FAMILY_PREDECESSOR,
     GPU_FAMILIES,
     Efficiencies,
     Prediction,
@@ -447,10 +450,13 @@ def ceiling_for(fits: Fit, family: str | None, engine: str, parameter: str,
 
     - ``class``: the class's own value (at least :data:`MIN_CLASS_ROWS` rows);
     - ``family``: the family-wide value, every engine of the family voting;
-    - ``engine elsewhere``: the family has no row of this kind (a new GPU generation), so the median of
-      the engine's own class values on the other families: an engine's kernels reach a similar fraction
-      of a GPU's peak from one generation to the next more closely than 0.70 / 0.80 fitted on nothing;
-    - ``all families``: neither, so the median of every family-wide value;
+    - ``predecessor class`` / ``predecessor``: the family has no row of this kind (a new GPU
+      generation), so its predecessor's (:data:`~simulator.plan.validate.FAMILY_PREDECESSOR`, walked
+      back while a generation has none): the same engine's class there, else that family's value;
+    - ``engine elsewhere``: no predecessor has such a row, so the median of the engine's own class
+      values on the other families: an engine's kernels reach a similar fraction of a GPU's peak from
+      one generation to the next more closely than 0.70 / 0.80 fitted on nothing;
+    - ``all families``: none of these, so the median of every family-wide value;
     - ``default``: nothing fitted at all (``fallback``).
     """
     def fitted(f: FamilyFit) -> bool:
@@ -462,6 +468,15 @@ def ceiling_for(fits: Fit, family: str | None, engine: str, parameter: str,
     wide = fits.get(family) if family is not None else None
     if wide is not None and fitted(wide):
         return getattr(wide, parameter), "family"
+    ancestor = FAMILY_PREDECESSOR.get(family) if family is not None else None
+    while ancestor is not None:
+        older_class = fits.classes.get((ancestor, engine))
+        if older_class is not None and fitted(older_class):
+            return getattr(older_class, parameter), "predecessor class"
+        older = fits.get(ancestor)
+        if older is not None and fitted(older):
+            return getattr(older, parameter), "predecessor"
+        ancestor = FAMILY_PREDECESSOR.get(ancestor)
     same_engine = [getattr(c, parameter) for (_, e), c in fits.classes.items() if e == engine and fitted(c)]
     if same_engine:
         return round(statistics.median(same_engine), DECIMALS), "engine elsewhere"

@@ -170,6 +170,15 @@ GPU_FAMILIES: dict[str, tuple[str, ...]] = {
     "volta": ("V100-SXM2-32GB",),
 }
 
+FAMILY_PREDECESSOR: dict[str, str] = {"blackwell": "hopper", "hopper": "ampere", "ada": "ampere", "ampere": "volta"}
+"""Each family's previous data-centre generation from the same vendor (CDNA3 has none in the table).
+
+A family with no calibrating row of a kind borrows that ceiling from its predecessor first
+(crossval rule 6): a new generation runs the next release of the same kernel libraries (cuBLAS,
+CUTLASS, TensorRT-LLM's own), so the fraction of peak they reach moves from one generation to the
+next, while a median over every family mixes in GPUs two generations back (Ampere's cp.async GEMMs
+beside Blackwell's tcgen05 ones)."""
+
 
 def family_of(gpu_name: str) -> str | None:
     """The family of a GPU (its config name, or any name/alias/path load_gpu accepts); None if unknown."""
