@@ -175,6 +175,7 @@ def test_overlay_from_saved_timings():
     assert overlay["base"] == "A100-SXM4-80GB"
     assert overlay["efficiency"] == {
         "kernel_launch_seconds": 1e-6,
+        "sustained_clock": 1.0,  # the measured fractions already hold the clock the GPU ran at
         "memory": 0.8,  # best on the largest (1e6-byte) buffer: copy 8e8 / 1e9; the 1000-byte copy is not used
         "compute": 0.8,  # the one compute-bound fp16 GEMM
     }

@@ -62,6 +62,24 @@ def test_prefill_gemm_of_1024_tokens_at_h_4096_is_compute_bound_on_a100():
     assert o_proj.seconds == pytest.approx(32 * 2 * N * H * H / 312e12)
 
 
+def test_a_gpu_holding_a_lower_clock_under_gemm_load_computes_slower_and_streams_as_fast():
+    # MI300X: 1,207 of 2,100 MHz under dense GEMMs (AMD, ROCm blogs); here a round half of the boost clock.
+    H, N = 4096, 1024
+    model, half = load_model("llama2-7b"), exact_gpu().with_efficiency(sustained_clock=0.5)
+    prefill = op(System(model, half, Precision()), Step.prefill(1, N), "o_proj")
+    assert prefill.bound == "compute"
+    assert prefill.seconds == pytest.approx(32 * 2 * N * H * H / (312e12 * 0.5))  # twice the 0.0142 s at boost
+    decode = op(System(model, half, Precision()), Step.decode(1, 512), "o_proj")
+    assert decode.bound == "memory"
+    assert decode.seconds == pytest.approx(32 * (2 * H * H + 2 * (H + H)) / 2.039e12)  # bandwidth keeps its clock
+    # A measured overlay's ceilings were measured at the clock the GPU held: the base's drop does not apply again.
+    from simulator.calibrate.overlay import global_efficiency
+
+    measurements = {"peaks": {"hbm_bandwidth_bytes_per_second": 1e12, "flops": {"fp16": 1e14}}, "dtype": "fp16",
+                    "launch_seconds": 1e-6, "bandwidth": [], "gemm": [], "attention": [], "elementwise": []}
+    assert global_efficiency(measurements)["sustained_clock"] == 1.0
+
+
 def test_decode_gemm_intensity_is_about_2b_over_bw():
     B, H = 16, 4096
     fp16 = op(System(load_model("llama2-7b"), exact_gpu(), Precision()), Step.decode(B, 512), "o_proj")

@@ -16,8 +16,9 @@ its compute-bound cases and ``memory`` that of its memory-bound ones. Token buck
 one measured count up to the next (the first from 0, the last open-ended), so every step
 size falls in one. Fractions are capped at 1. Cases with ``busy <= 0`` carry no information
 and are left out. The global ``efficiency`` block holds the best streaming fraction on the
-largest bandwidth buffer (memory), the median compute-bound GEMM fraction (compute) and the
-measured per-kernel cost.
+largest bandwidth buffer (memory), the median compute-bound GEMM fraction (compute), the
+measured per-kernel cost, and ``sustained_clock`` 1: the fractions were measured at whatever
+clock the GPU held, so a base GPU's documented clock drop must not apply on top of them.
 
 On a GPU the peaks are the base config's datasheet figures. On CPU they are measured (a
 square matmul and the copy), and the overlay also replaces the base's peaks and bandwidth
@@ -110,7 +111,8 @@ def global_efficiency(measurements: dict[str, Any]) -> dict[str, float]:
     peaks, launch = measurements["peaks"], measurements["launch_seconds"]
     bandwidth = peaks["hbm_bandwidth_bytes_per_second"]
     peak = peaks["flops"][measurements["dtype"]]
-    block: dict[str, float] = {"kernel_launch_seconds": significant(launch)}
+    # Fractions of the data-sheet peak measured at the clock the GPU held: the base's clock drop is in them.
+    block: dict[str, float] = {"kernel_launch_seconds": significant(launch), "sustained_clock": 1.0}
     rows = measurements["bandwidth"]
     if rows:
         largest = max(r["buffer_bytes"] for r in rows)

@@ -220,9 +220,11 @@ class OperatorRates(NamedTuple):
     """
 
     flops_per_second: Number
-    """tensor-core rate: peak_flops[compute dtype] * ceiling (efficiency.compute, or attention_compute)"""
+    """tensor-core rate: peak_flops[compute dtype] * efficiency.sustained_clock * ceiling (efficiency.compute, or
+    attention_compute)"""
     dequant_ops_per_second: Number | None
-    """CUDA-core rate for weight-only dequantisation: peak_flops.fp32 * efficiency.compute (None: no dequantisation)"""
+    """CUDA-core rate for weight-only dequantisation: peak_flops.fp32 * efficiency.sustained_clock *
+    efficiency.compute (None: no dequantisation)"""
     bytes_per_second: Number
     """HBM rate: hbm_bandwidth * efficiency.memory (bytes/s)"""
     launch_seconds: float
@@ -277,12 +279,14 @@ def operator_rates(op: Operator, gpu: GPUSpec, tokens: Number = 0.0, model: Time
     shape = model.shape and not measured
     if shape and op.kind == "attention" and getattr(op, "kernel", "flash") == "flash":
         compute_eff = eff.attention_compute
-    peak = gpu.peak_flops.get(op.compute_dtype) or gpu.peak(op.compute_dtype)
+    # The data-sheet peaks assume the boost clock; some GPUs hold a lower one under GEMM load.
+    clock = eff.sustained_clock
+    peak = (gpu.peak_flops.get(op.compute_dtype) or gpu.peak(op.compute_dtype)) * clock
     dequantises = op.kind == "gemm" and bool(getattr(op, "dequant_ops_per_weight", 0.0))
     bandwidth = gpu.hbm_bandwidth_bytes_per_second
     return OperatorRates(
         flops_per_second=peak * compute_eff,
-        dequant_ops_per_second=vector_flops(gpu) * compute_eff if dequantises else None,
+        dequant_ops_per_second=vector_flops(gpu) * clock * compute_eff if dequantises else None,
         bytes_per_second=bandwidth * memory_eff,
         launch_seconds=eff.kernel_launch_seconds,
         memory_half_bytes=memory_half_bytes(bandwidth, eff.memory_latency_seconds) if shape else 0.0,

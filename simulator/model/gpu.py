@@ -36,6 +36,14 @@ a lower bound; each efficiency factor is the fraction of a peak that real kernel
   SM of a weight-streaming GEMM leave too few, and then memory and compute periods run one after
   the other (Hong and Kim, ISCA 2009, the MWP/CWP model; the non-overlapping transfers of the
   Execution-Cache-Memory model, Hager et al. 2016). docs/time-model.md gives the evidence.
+- ``sustained_clock``: the clock the compute units hold under dense GEMM load, as a fraction of
+  the boost clock the data-sheet peaks are quoted at; it scales every compute rate (tensor and
+  vector), not bandwidth (default 1). Set where the vendor documents it and no calibrating row
+  of the GPU's own absorbs it: AMD measures the MI300X at a median 1,207 MHz of its 2,100 MHz
+  boost under dense GEMMs ("Measuring Max-Achievable FLOPs - Part 2", ROCm blogs, 2025), and no
+  MI300X row calibrates compute, whose ceiling is borrowed from NVIDIA families whose fitted
+  ceilings already hold their own (smaller) clock drop. A measured overlay sets it back to 1:
+  its ceilings are fractions of the data-sheet peak measured at whatever clock the GPU held.
 
 A measured overlay (``configs/gpus/measured/*.yaml``) may add ``efficiency_by_op`` entries
 which replace the compute/memory factors for one op class and shape bucket. Its ``base:``
@@ -96,6 +104,7 @@ PLAUSIBLE: dict[str, tuple[float, float, str]] = {
     "link": (1e-3, 1.0, "of peak"),
     "expert": (1e-3, 1.0, "of the dense factors"),
     "overlap": (0.0, 1.0, "of the shorter time"),
+    "sustained_clock": (0.2, 1.0, "of the boost clock"),
 }
 
 
@@ -123,10 +132,11 @@ class Efficiency(BaseModel):
     attention_compute: float = Field(default=0.70, gt=0.0, le=1.0)
     expert: float = Field(default=1.0, gt=0.0, le=1.0)
     overlap: float = Field(default=0.0, ge=0.0, le=1.0)
+    sustained_clock: float = Field(default=1.0, gt=0.0, le=1.0)
 
     _plausible_values = field_validator(
         "compute", "memory", "link", "kernel_launch_seconds", "allreduce_latency_seconds", "memory_latency_seconds",
-        "attention_compute", "expert", "overlap",
+        "attention_compute", "expert", "overlap", "sustained_clock",
     )(_plausible)
 
 

@@ -82,7 +82,10 @@ def time_model_lines(system: Any) -> list[str]:
         capture = f"CUDA graphs for {kind} up to {graphs.max_batch:,} tokens"
     version = f" ({engine.version})" if engine.version else ""
     return [
-        f"  efficiency   compute {eff.compute:.2f}, memory {eff.memory:.2f}, link {eff.link:.2f}, "
+        f"  efficiency   compute {eff.compute:.2f}"
+        + (f" at {100 * eff.sustained_clock:.1f}% of the boost clock (sustained under GEMM load)"
+           if eff.sustained_clock < 1.0 else "")
+        + f", memory {eff.memory:.2f}, link {eff.link:.2f}, "
         f"launch {fmt_seconds(eff.kernel_launch_seconds)}/kernel, all-reduce latency {latency}",
         f"  engine       {engine.name}{version}: CPU {fmt_seconds(cpu.fixed_seconds)} + "
         f"{fmt_seconds(per_sequence_seconds(engine))}/sequence per iteration{_launches_text(engine)}, "
