@@ -111,7 +111,9 @@ class _SafeLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that reports a failing tag constructor with the node's line.
 
     SafeLoader's constructors raise plain ValueError/TypeError/OverflowError for values their
-    tag cannot hold (``!!int x``, ``!!float abc``, an int of 5000 digits); those carry no line.
+    tag cannot hold (``!!int x``, ``!!float abc``, an int of 5000 digits), and IndexError for an
+    empty one (``!!int ""``, ``!!int +``: the sign is stripped, then the first digit looked up);
+    those carry no line.
     """
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
@@ -119,7 +121,7 @@ class _SafeLoader(yaml.SafeLoader):
             return super().construct_object(node, deep)
         except _ConstructFailure:
             raise
-        except (ValueError, TypeError, OverflowError, ArithmeticError) as exc:
+        except (ValueError, TypeError, OverflowError, ArithmeticError, LookupError) as exc:
             tag = node.tag.rsplit(":", 1)[-1]
             value = getattr(node, "value", "")
             shown = f" {value!r}" if isinstance(value, str) else ""

@@ -214,6 +214,7 @@ YAML_TRICKS = (
     "? [1, 2]\n: 3\n", "name: [1, 2\n", "- 1\n- 2\n", "42\n", "name: 2024-01-01\n", "name: !!binary '%%%'\n",
     "x: " + "[" * 2000 + "]" * 2000 + "\n", "lol: &a [1,1,1,1,1,1,1,1,1]\nlol2: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n",
     "num_layers: 1e400\nhidden_size: .inf\n", "hidden_size: 99999999999999999999999999999999\n",
+    "num_layers: !!int +\n", "hidden_size: !!float ''\n",
 )
 
 

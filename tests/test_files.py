@@ -75,6 +75,15 @@ def test_yaml_tag_that_does_not_convert_names_file_and_line():
     assert one_line(exc).startswith("m.yaml:2: cannot read 'abc' as float")
 
 
+@pytest.mark.parametrize("text, shown", [("n: !!int +\n", "'+' as int"), ("n: !!int ''\n", "'' as int"),
+                                         ("n: !!float ''\n", "'' as float")])
+def test_a_tagged_empty_number_is_an_input_error_not_an_index_error(text, shown):
+    # PyYAML strips the sign, then looks at the first digit of nothing: IndexError (found by the long fuzz).
+    with pytest.raises(InputError) as exc:
+        parse_yaml("a: 1\n" + text, "m.yaml")
+    assert one_line(exc).startswith(f"m.yaml:2: cannot read {shown}")
+
+
 def test_malformed_yaml_names_file_and_line():
     with pytest.raises(InputError) as exc:
         parse_yaml("a: 1\nb: [1, 2\n", "m.yaml")
