@@ -57,6 +57,14 @@ def test_points_sit_on_the_roofline_with_exact_efficiency():
     assert o_proj.intensity == pytest.approx(2 * H * H / (2 * H * H + 2 * (H + H)))  # ~1 FLOP/byte at batch 1
 
 
+def test_the_achievable_roof_holds_the_gpus_sustained_clock():
+    # MI300X: compute 0.70 of a peak it reaches only at 1,207 of 2,100 MHz under GEMM load (AMD): 0.70 x 0.575.
+    gpu = load_gpu("mi300x").with_efficiency(compute=0.70, memory=0.5).model_copy(update={"efficiency_by_op": []})
+    data = roofline_data(System(load_model("llama2-7b"), gpu, Precision()), batch=1, context_tokens=1024, gen_tokens=64)
+    assert data.compute_efficiency == pytest.approx(0.70 * 0.575)
+    assert data.achievable_ridge == pytest.approx(1307.4e12 * 0.70 * 0.575 / (5.3e12 * 0.5))  # 190 FLOP/byte
+
+
 def test_roofline_png_is_written(tmp_path):
     pytest.importorskip("matplotlib")
     data = roofline_data(system(), batch=8, context_tokens=2048, gen_tokens=128)

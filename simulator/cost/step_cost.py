@@ -2,16 +2,18 @@
 
 For each operator and step (docs/time-model.md describes every term, its default and source):
 
-    tensor_seconds  = (flops + padding_flops) / (peak_flops[dtype] * eta_c)
-    dequant_seconds = dequant_ops / (peak_flops["fp32"] * efficiency.compute)
+    tensor_seconds  = (flops + padding_flops) / (peak_flops[dtype] * clock * eta_c)
+    dequant_seconds = dequant_ops / (peak_flops["fp32"] * clock * efficiency.compute)
     compute_seconds = max(tensor_seconds, dequant_seconds)
     memory_seconds  = (bytes + b_half) / (hbm_bandwidth * efficiency.memory)      (b_half: 0 if bytes = 0)
-    real_seconds    = max(flops / (peak_flops[dtype] * ceiling), dequant_seconds)   (eta_c without the shape factor)
+    real_seconds    = max(flops / (peak_flops[dtype] * clock * ceiling), dequant_seconds)   (eta_c without the shape factor)
     busy_seconds    = max(compute_seconds, memory_seconds) + (1 - overlap) * min(real_seconds, memory_seconds)
     seconds         = busy_seconds + launches * efficiency.kernel_launch_seconds
     host_seconds    = launches * eager_launch     outside a CUDA graph (the host launches each kernel), else 0
 
-where bytes = weight reads + KV-cache reads + KV-cache writes + activation reads/writes, and with
+where bytes = weight reads + KV-cache reads + KV-cache writes + activation reads/writes, clock =
+efficiency.sustained_clock (the clock held under GEMM load over the boost clock of the data-sheet
+peaks; 1 unless the GPU's YAML documents less), and with
 the shape-aware kernel model (``TimeModel.shape``, :mod:`simulator.cost.kernels`):
 eta_c = efficiency.compute * shape(M, N) for dense GEMMs (tile and wave quantisation),
 efficiency.attention_compute for FlashAttention, efficiency.compute otherwise,

@@ -139,6 +139,11 @@ class Efficiency(BaseModel):
         "attention_compute", "expert", "overlap", "sustained_clock",
     )(_plausible)
 
+    @property
+    def compute_of_peak(self) -> float:
+        """The GEMM ceiling as a fraction of the data-sheet peak: ``compute`` at the ``sustained_clock``."""
+        return self.compute * self.sustained_clock
+
 
 class OpEfficiency(BaseModel):
     """A measured efficiency for one op class (gemm, attention, ...) and token bucket."""

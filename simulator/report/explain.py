@@ -319,7 +319,7 @@ def explain_run(deployment: Deployment, batch: int, ctx: int, gen: int,
     model, gpu, precision = system.model, system.gpu, system.precision
     dtype = precision.compute_dtype
     ridge = gpu.ridge_point(dtype)
-    achievable_ridge = ridge * gpu.efficiency.compute / gpu.efficiency.memory
+    achievable_ridge = ridge * gpu.efficiency.compute_of_peak / gpu.efficiency.memory
     decode = system.step_cost(Step.decode(batch, ctx))
     prefill = system.step_cost(Step.prefill(batch, ctx - gen))
     step = _usable_step(float(decode.seconds), system)

@@ -122,7 +122,7 @@ def roofline_data(system: System | PipelineSystem, batch: int, context_tokens: i
     return RooflineData(
         title=title, compute_dtype=dtype, peak_flops=gpu.peak(dtype),
         bandwidth_bytes_per_second=gpu.hbm_bandwidth_bytes_per_second,
-        compute_efficiency=gpu.efficiency.compute, memory_efficiency=gpu.efficiency.memory,
+        compute_efficiency=gpu.efficiency.compute_of_peak, memory_efficiency=gpu.efficiency.memory,
         points=tuple(points), not_plotted=tuple(skipped),
     )
 
