@@ -59,12 +59,10 @@ def operator_table(costs: Iterable[OperatorCost], tp: int = 1, top: int | None =
         ]
         for o in ops
     ]
-    if launch_wait_seconds:
-        rows.append(["host launch wait", "", "", "", "", "host CPU", fmt_seconds(float(launch_wait_seconds)), "",
-                     f"{100 * float(launch_wait_seconds) / total:.1f}%"])
-    if overhead_seconds:
-        rows.append(["engine overhead", "", "", "", "", "host CPU", fmt_seconds(float(overhead_seconds)), "",
-                     f"{100 * float(overhead_seconds) / total:.1f}%"])
+    for label, seconds in (("host launch wait", launch_wait_seconds), ("engine overhead", overhead_seconds)):
+        if seconds:
+            rows.append([label, "", "", "", "", "host CPU", fmt_seconds(float(seconds)), "",
+                         f"{100 * float(seconds) / total:.1f}%"])
     headers = ["operator", "count", "FLOPs", "HBM bytes", "FLOP/B", "bound", "time", "launch", "share"]
     return _table(headers, rows, align_right={1, 2, 3, 4, 6, 7, 8})
 
