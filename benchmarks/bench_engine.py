@@ -1,7 +1,7 @@
 """Engine speed: a Poisson trace on LLaMA-3-8B / one H100 near capacity, 10^5 to 10^7 requests.
 
 Run: python -m benchmarks.bench_engine [--out benchmarks/results.json] [--sizes 100000 1000000 [10000000]]
-                                       [--scheduler continuous|chunked] [--lengths fixed|varied]
+                                       [--scheduler continuous|chunked|prefill-first] [--lengths fixed|varied]
 
 Poisson arrivals at 10 requests/s; the default request is 1920 prompt + 128 output tokens (``--lengths
 varied``: uniform 1000-2840 and 64-192, the same means), ``--scheduler continuous`` (vLLM V0 style, no
@@ -73,7 +73,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", help="merge figures into this JSON file")
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
-    parser.add_argument("--scheduler", default="continuous", choices=["continuous", "chunked", "static"])
+    parser.add_argument("--scheduler", default="continuous", choices=["continuous", "chunked", "prefill-first", "static"])
     parser.add_argument("--lengths", default="fixed", choices=["fixed", "varied"])
     args = parser.parse_args()
     label = f"{args.scheduler}, {args.lengths} lengths"

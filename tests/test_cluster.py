@@ -70,7 +70,7 @@ def test_least_kv_and_least_outstanding_part_on_a_long_context(system):
     assert emptiest.extra["replica"].tolist() == [0, 1, 1]
 
 
-@pytest.mark.parametrize("scheduler", ["static", "continuous", "chunked"])
+@pytest.mark.parametrize("scheduler", ["static", "continuous", "chunked", "prefill-first"])
 @pytest.mark.parametrize("blocks", [60, 400])  # 60 blocks of 16 force preemptions under continuous and chunked
 def test_cosimulated_round_robin_equals_the_upfront_split(system, scheduler, blocks):
     # Round-robin ignores state, so running every replica in one simpy environment with the router must give

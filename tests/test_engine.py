@@ -67,7 +67,8 @@ def test_one_request_gives_the_same_result_under_every_scheduler(system):
     static = simulate(system, w, SchedulerConfig("static"), BLOCKS)
     continuous = simulate(system, w, SchedulerConfig("continuous"), BLOCKS)
     chunked = simulate(system, w, SchedulerConfig("chunked", max_num_seqs=1, max_batched_tokens=512), BLOCKS)
-    for other in (continuous, chunked):
+    alone = simulate(system, w, SchedulerConfig("prefill-first", max_num_seqs=1, max_batched_tokens=512), BLOCKS)
+    for other in (continuous, chunked, alone):
         assert np.array_equal(other.first_token, static.first_token)
         assert np.array_equal(other.finish, static.finish)
         assert other.totals.iterations == static.totals.iterations == 40
@@ -98,6 +99,28 @@ def test_mixed_iteration_reads_weights_once_for_prefill_and_decode(system):
     expected = system.step_seconds(Step.prefill(1, prompt) + Step.decode(1, prompt + 4))
     assert log["seconds"][4] == pytest.approx(expected, rel=1e-9)
     assert expected < prefill + system.step_seconds(Step.decode(1, prompt + 4))  # the weights are read once
+
+
+def test_prefill_first_runs_prompt_chunks_alone_while_the_decoders_wait(system):
+    budget = 64
+    prefill = system.step_seconds(Step.prefill(1, 50))
+    step = [system.step_seconds(Step.decode(1, 50 + k)) for k in (1, 2, 3)]
+    # Request 0 (50 tokens) prefills in one iteration and decodes; request 1 (200 tokens) arrives halfway
+    # through request 0's third decode tick. Its prompt goes in chunks of 64, 64, 64 and 8, each an
+    # iteration of its own (SGLang without --enable-mixed-chunk): request 0's next token waits for all
+    # four, then both decode together.
+    arrival = prefill + step[0] + step[1] + step[2] / 2
+    w = Workload(np.array([0.0, arrival]), np.array([50, 200]), np.array([10, 10]), "trace", "two")
+    r = simulate(system, w, SchedulerConfig("prefill-first", max_num_seqs=4, max_batched_tokens=budget), BLOCKS)
+    log = r.log
+    assert log["prefill_tokens"][:9].tolist() == [50, 0, 0, 0, 64, 64, 64, 8, 0]
+    assert log["decode_seqs"][:9].tolist() == [0, 1, 1, 1, 0, 0, 0, 0, 2]
+    chunks = [system.step_seconds(Step.prefill(1, 64, cached_tokens=c, emits_token=False)) for c in (0, 64, 128)]
+    last = system.step_seconds(Step.prefill(1, 8, cached_tokens=192))
+    assert r.first_token[1] == pytest.approx(prefill + sum(step) + sum(chunks) + last, rel=1e-9)
+    # Under chunked (mixed) prefill the same arrival shares every chunk iteration with request 0's decode.
+    mixed = simulate(system, w, SchedulerConfig("chunked", max_num_seqs=4, max_batched_tokens=budget), BLOCKS).log
+    assert (mixed["decode_seqs"][4:8] == 1).all() and mixed["prefill_tokens"][4:8].tolist() == [63, 63, 63, 11]
 
 
 def test_chunked_iterations_stay_within_the_token_budget(system):
@@ -181,7 +204,7 @@ def test_run_from_options_rejects_unknown_keys_and_bad_values():
 
     with pytest.raises(InputError, match="unknown setting"):
         run_from_options({"model": "llama2-7b", "gpu": "a100", "qsp": 3})
-    with pytest.raises(InputError, match="scheduler: must be .static., .continuous. or .chunked."):
+    with pytest.raises(InputError, match="scheduler: must be .static., .continuous., .chunked. or .prefill-first."):
         run_from_options({"model": "llama2-7b", "gpu": "a100", "scheduler": "fifo"})
     with pytest.raises(InputError, match="--max-batched-tokens 64 is below the vllm profile's default --max-num-seqs 256"):
         run_from_options({"model": "llama2-7b", "gpu": "a100", "scheduler": "chunked", "max_batched_tokens": 64})
@@ -198,14 +221,15 @@ def test_run_from_options_rejects_unknown_keys_and_bad_values():
 
 
 @pytest.mark.parametrize("scheduler,blocks", [("static", BLOCKS), ("continuous", BLOCKS), ("continuous", 60),
-                                              ("chunked", BLOCKS), ("chunked", 60)])
+                                              ("chunked", BLOCKS), ("chunked", 60),
+                                              ("prefill-first", BLOCKS), ("prefill-first", 60)])
 def test_stretches_equal_stepping_one_iteration_at_a_time(system, monkeypatch, scheduler, blocks):
     """Costing decode stretches in one vectorised call changes nothing but speed."""
     import simulator.engine.engine as engine_module
 
     w = open_loop(40, 30.0, LengthSpec("uniform", 10, 200), LengthSpec("uniform", 2, 80), seed=6)
-    config = SchedulerConfig(scheduler, max_num_seqs=12) if scheduler != "chunked" else SchedulerConfig(
-        "chunked", max_num_seqs=12, max_batched_tokens=128)
+    config = SchedulerConfig(scheduler, max_num_seqs=12) if scheduler not in ("chunked", "prefill-first") else \
+        SchedulerConfig(scheduler, max_num_seqs=12, max_batched_tokens=128)
     fast = simulate(system, w, config, blocks)
     monkeypatch.setattr(engine_module, "STRETCH_MAX", 1)
     slow = simulate(system, w, config, blocks)
@@ -246,7 +270,7 @@ def _same_run(a, b):
     assert replace(a.totals, cost_calls=0) == replace(b.totals, cost_calls=0)
 
 
-@pytest.mark.parametrize("scheduler", ["static", "continuous", "chunked"])
+@pytest.mark.parametrize("scheduler", ["static", "continuous", "chunked", "prefill-first"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_the_short_stretch_path_and_traced_costs_change_nothing(system, monkeypatch, scheduler, seed):
     """Short stretches run in plain Python with traced tick costs; long ones vectorised: the same run, bit for bit,
@@ -258,7 +282,7 @@ def test_the_short_stretch_path_and_traced_costs_change_nothing(system, monkeypa
                   seed=seed)
     blocks = int(rng.integers(40, 120))
     config = SchedulerConfig(scheduler, max_num_seqs=int(rng.integers(4, 16)),
-                             max_batched_tokens=256 if scheduler == "chunked" else None)
+                             max_batched_tokens=256 if scheduler in ("chunked", "prefill-first") else None)
     for costed_by in (system, _realistic_system()):
         default = simulate(costed_by, w, config, blocks)
         with monkeypatch.context() as patch:
@@ -278,7 +302,7 @@ def test_the_short_stretch_path_and_traced_costs_change_nothing(system, monkeypa
 
 @settings(max_examples=15)
 @given(
-    scheduler=st.sampled_from(["static", "continuous", "chunked"]),
+    scheduler=st.sampled_from(["static", "continuous", "chunked", "prefill-first"]),
     n=st.integers(1, 25),
     qps=st.floats(1.0, 200.0),
     spare_blocks=st.integers(0, 40),
@@ -289,7 +313,7 @@ def test_invariants_hold_for_any_small_workload(system, scheduler, n, qps, spare
     w = open_loop(n, qps, LengthSpec("uniform", 1, 120), LengthSpec("uniform", 1, 60), seed=seed)
     largest = int(((w.prompt_tokens + w.output_tokens - 1 + 15) // 16).max())
     blocks = largest + spare_blocks  # every request fits alone, so none is rejected
-    budget = max(seqs, 64) if scheduler == "chunked" else None
+    budget = max(seqs, 64) if scheduler in ("chunked", "prefill-first") else None
     r = simulate(system, w, SchedulerConfig(scheduler, max_num_seqs=seqs, max_batched_tokens=budget), blocks)
     assert (r.status == DONE).all()
     assert r.log["blocks_used"].max() <= blocks
@@ -306,6 +330,8 @@ def test_invariants_hold_for_any_small_workload(system, scheduler, n, qps, spare
     assert int(r.log["prefill_tokens"].sum()) >= int(w.prompt_tokens.sum())
     if budget is not None:
         assert (r.log["prefill_tokens"] + r.log["decode_seqs"]).max() <= budget
+    if scheduler == "prefill-first":  # prefill iterations carry no decode
+        assert not ((r.log["prefill_tokens"] > 0) & (r.log["decode_seqs"] > 0)).any()
     if scheduler == "static":
         assert r.total_preemptions == 0
 

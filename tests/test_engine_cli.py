@@ -63,14 +63,15 @@ def test_unsorted_trace_warns_on_stderr():
     assert json.loads(result.stdout)["warnings"]
 
 
-def test_the_three_schedulers_run_and_report_themselves():
+def test_the_four_schedulers_run_and_report_themselves():
     outputs = {}
-    for scheduler in ("static", "continuous", "chunked"):
+    for scheduler in ("static", "continuous", "chunked", "prefill-first"):
         result = invoke(SMALL + ["--qps", "8", "--requests", "60", "--ctx", "1024", "--scheduler", scheduler, "--json"])
         assert result.exit_code == 0, result.output
         outputs[scheduler] = json.loads(result.stdout)
         assert outputs[scheduler]["scheduler"]["name"] == scheduler
     assert outputs["chunked"]["scheduler"]["max_batched_tokens"] == 2048
+    assert outputs["prefill-first"]["scheduler"]["max_batched_tokens"] == 8192  # SGLang's chunked_prefill_size
     # Static makes arrivals wait for the running batch to finish: its median TTFT is the worst.
     ttft = {name: data["latency"]["ttft_seconds"]["p50"] for name, data in outputs.items()}
     assert ttft["static"] > ttft["continuous"] and ttft["static"] > ttft["chunked"]

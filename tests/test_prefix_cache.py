@@ -118,7 +118,7 @@ def test_a_shared_system_prompt_cuts_ttft_when_caching_is_on():
     assert on.metrics.ttft.p50 < 0.5 * off.metrics.ttft.p50
 
 
-@pytest.mark.parametrize("scheduler", ["static", "continuous", "chunked"])
+@pytest.mark.parametrize("scheduler", ["static", "continuous", "chunked", "prefill-first"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_blocks_balance_under_sharing_preemption_and_eviction(system, scheduler, seed):
     # Random prefixes over a cache too small for the load: every request finishes, and when all are done no

@@ -38,9 +38,9 @@ def workloads(draw: st.DrawFn) -> Workload:
 
 @st.composite
 def configs(draw: st.DrawFn) -> SchedulerConfig:
-    scheduler = draw(st.sampled_from(["static", "continuous", "chunked"]))
+    scheduler = draw(st.sampled_from(["static", "continuous", "chunked", "prefill-first"]))
     seqs = draw(st.integers(1, 16))
-    budget = draw(st.integers(seqs, 512)) if scheduler == "chunked" else None
+    budget = draw(st.integers(seqs, 512)) if scheduler in ("chunked", "prefill-first") else None
     return SchedulerConfig(scheduler=scheduler, max_num_seqs=seqs, max_batched_tokens=budget, block_size=BLOCK)
 
 

@@ -28,13 +28,13 @@ def _with_prefixes(workload: Workload, seed: int) -> Workload:
     return replace(workload, prefix_id=prefix_id, prefix_tokens=np.minimum(workload.prompt_tokens, 64))
 
 
-@pytest.mark.parametrize("scheduler", ["static", "continuous", "chunked"])
+@pytest.mark.parametrize("scheduler", ["static", "continuous", "chunked", "prefill-first"])
 @pytest.mark.parametrize("window", [1, 7, 64])
 def test_a_streamed_run_equals_the_run_held_in_memory(system, tmp_path, scheduler, window):
     # 150 requests, some longer than the whole cache (90 blocks of 16 = 1440 tokens: rejected), a cache tight enough
     # to preempt, shared prefixes: windows of 1, 7 and 64 requests are written and dropped as the run goes.
     w = open_loop(150, 40.0, LengthSpec("uniform", 10, 1400), LengthSpec("uniform", 1, 300), seed=window)
-    config = SchedulerConfig(scheduler, max_num_seqs=12, max_batched_tokens=256 if scheduler == "chunked" else None,
+    config = SchedulerConfig(scheduler, max_num_seqs=12, max_batched_tokens=256 if scheduler in ("chunked", "prefill-first") else None,
                              prefix_caching=scheduler != "static")
     if scheduler != "static":
         w = _with_prefixes(w, window)

@@ -56,6 +56,7 @@ from simulator.engine.scheduler import (
     SchedulerConfig,
     plan_chunked,
     plan_continuous,
+    plan_prefill_first,
     plan_static,
 )
 from simulator.engine.workload import Workload
@@ -1049,8 +1050,9 @@ class Engine:
                 if chunks is not None:
                     yield from self._stretch(env, cut_at_arrival=False, across_completions=True)
                     continue
-            elif scheduler == "continuous":
-                chunks = plan_continuous(self)
+            elif scheduler in ("continuous", "prefill-first"):
+                # Both run prefills alone and decode only when no prefill can run.
+                chunks = plan_continuous(self) if scheduler == "continuous" else plan_prefill_first(self)
                 if chunks:
                     yield from self._iteration(env, chunks, decode=False)
                     continue

@@ -13,8 +13,14 @@
   ``max_batched_tokens`` tokens; all running decodes take one token each, then the rest of
   the budget goes to prefill chunks (unfinished prefills first, then new admissions).
   Prefill and decode tokens share the iteration.
+- ``prefill-first`` (SGLang's default; its ``--enable-mixed-chunk`` is ``chunked``): an iteration that
+  can continue or start a prefill runs prefill chunks alone, filling ``max_batched_tokens``
+  (unfinished prefills first, then new admissions, the last cut to fit; SGLang's
+  ``chunked_prefill_size``), and the running sequences wait; only an iteration with no prefill to
+  run decodes them (``get_next_batch_to_run`` in sglang/srt/managers/scheduler.py: "Run prefill first
+  if possible"). Unlike ``continuous``, a prompt longer than the budget is cut into chunks.
 
-KV admission (``kv_admission``), for ``continuous`` and ``chunked``:
+KV admission (``kv_admission``), for ``continuous``, ``chunked`` and ``prefill-first``:
 
 - ``incremental`` (vLLM, SGLang): a request is admitted when its prompt's blocks fit; blocks are
   added as it decodes, and a decode that finds none free preempts the newest request.
@@ -31,13 +37,15 @@ from dataclasses import dataclass
 
 from simulator.errors import InputError
 
-SCHEDULERS = ("static", "continuous", "chunked")
+SCHEDULERS = ("static", "continuous", "chunked", "prefill-first")
 KV_ADMISSIONS = ("incremental", "reserve")
 
 # vLLM's default cap on running sequences, and its token budget per iteration when
 # chunked prefill is on (vLLM V0 default max_num_batched_tokens with chunked prefill).
 DEFAULT_MAX_NUM_SEQS = 256
 DEFAULT_CHUNKED_BUDGET = 2048
+# SGLang's chunked_prefill_size on GPUs of 25 GB or more (sglang/srt/server_args.py, 0.4).
+DEFAULT_PREFILL_FIRST_BUDGET = 8192
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,8 @@ class SchedulerConfig:
             raise InputError(f"--block-size: must be >= 1 token (got {self.block_size})")
         if self.scheduler == "chunked" and self.max_batched_tokens is None:
             object.__setattr__(self, "max_batched_tokens", DEFAULT_CHUNKED_BUDGET)
+        if self.scheduler == "prefill-first" and self.max_batched_tokens is None:
+            object.__setattr__(self, "max_batched_tokens", DEFAULT_PREFILL_FIRST_BUDGET)
         budget = self.max_batched_tokens
         if budget is not None and budget < 1:
             raise InputError(f"--max-batched-tokens: must be >= 1 (got {budget})")
@@ -79,9 +89,10 @@ class SchedulerConfig:
 
     @property
     def prefills_in_pieces(self) -> bool:
-        """True when a prompt may take several iterations (chunked prefill; a static batch under a per-pass budget),
-        so unfinished prefills are tracked."""
-        return self.scheduler == "chunked" or (self.scheduler == "static" and self.max_batched_tokens is not None)
+        """True when a prompt may take several iterations (chunked prefill, mixed or not; a static batch under a
+        per-pass budget), so unfinished prefills are tracked."""
+        return self.scheduler in ("chunked", "prefill-first") or (
+            self.scheduler == "static" and self.max_batched_tokens is not None)
 
     @property
     def incremental_blocks(self) -> bool:
@@ -155,6 +166,19 @@ def plan_continuous(state) -> list[Chunk] | None:
     return [] if state.decoding else None
 
 
+def _admit_chunks(state, chunks: list[Chunk], room: int) -> int:
+    """Admit waiting requests (first come, first served) into ``chunks`` while ``room`` tokens are left, the last
+    one cut to fit; returns the room left."""
+    while room > 0 and state.waiting and state.running < state.config.max_num_seqs and state.admissible(state.waiting[0]):
+        rid = state.admit(state.waiting[0])
+        cached = int(state.prefilled[rid])
+        left = int(state.target[rid]) - cached
+        take = min(left, room)
+        chunks.append(Chunk(rid, take, cached, take == left))
+        room -= take
+    return room
+
+
 def plan_chunked(state, admit: bool = True) -> list[Chunk] | None:
     """Decodes plus prefill chunks filling the token budget; [] for decode only; None when idle.
 
@@ -162,16 +186,20 @@ def plan_chunked(state, admit: bool = True) -> list[Chunk] | None:
     in which case ``admit`` is False: no new request starts in that iteration).
     """
     chunks, room = _continue_prefills(state, state.config.max_batched_tokens - state.decoding)
-    while admit and room > 0 and state.waiting and state.running < state.config.max_num_seqs and state.admissible(state.waiting[0]):
-        rid = state.admit(state.waiting[0])
-        cached = int(state.prefilled[rid])
-        left = int(state.target[rid]) - cached
-        take = min(left, room)
-        chunks.append(Chunk(rid, take, cached, take == left))
-        room -= take
+    if admit:
+        _admit_chunks(state, chunks, room)
     if chunks or state.decoding:
         return chunks
     return None
 
 
-POLICIES = {"static": plan_static, "continuous": plan_continuous, "chunked": plan_chunked}
+def plan_prefill_first(state) -> list[Chunk] | None:
+    """Prefill chunks alone, filling the token budget (unfinished prefills first); else [] to decode; None when idle."""
+    chunks, room = _continue_prefills(state, state.config.max_batched_tokens)
+    _admit_chunks(state, chunks, room)
+    if chunks:
+        return chunks
+    return [] if state.decoding else None
+
+
+POLICIES = {"static": plan_static, "continuous": plan_continuous, "chunked": plan_chunked, "prefill-first": plan_prefill_first}

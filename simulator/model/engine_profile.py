@@ -115,7 +115,7 @@ class SchedulerDefaults(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    kind: Literal["static", "continuous", "chunked"] = "continuous"
+    kind: Literal["static", "continuous", "chunked", "prefill-first"] = "continuous"
     max_num_seqs: int = Field(default=256, ge=1, le=1 << 20)
     max_batched_tokens: int | None = Field(default=None, ge=1, le=1 << 24)
     block_size: int = Field(default=16, ge=1, le=1 << 16)

@@ -116,8 +116,8 @@ def scheduler_config(settings: RunSettings, profile: EngineProfile) -> Scheduler
 
     The profile's token budget applies only to the profile's own scheduler kind, so
     ``--scheduler continuous`` under the vLLM profile runs without a budget (vLLM V0 style). A
-    profile's ``pass_tokens`` (the most one forward pass carries) caps the budget of static and
-    chunked runs, so a static batch prefills in passes of that many tokens.
+    profile's ``pass_tokens`` (the most one forward pass carries) caps the budget of static, chunked
+    and prefill-first runs, so a static batch prefills in passes of that many tokens.
     """
     defaults = profile.scheduler
     kind = settings.scheduler or defaults.kind
@@ -125,7 +125,7 @@ def scheduler_config(settings: RunSettings, profile: EngineProfile) -> Scheduler
     if budget is None and kind == defaults.kind:
         budget = defaults.max_batched_tokens
     passes = defaults.pass_tokens
-    if passes is not None and kind in ("static", "chunked"):
+    if passes is not None and kind in ("static", "chunked", "prefill-first"):
         # One forward pass carries at most this many tokens (llama.cpp's n_ubatch): a larger batch is several passes.
         budget = passes if budget is None else min(budget, passes)
         seqs = settings.max_num_seqs or defaults.max_num_seqs

@@ -281,17 +281,20 @@ class ServingSettings(BaseModel):
         default=None, description="Output lengths: N, uniform:LO:HI or normal:MEAN:STD. [default: gen, or the trace's]",
         json_schema_extra={"flags": ["--output-tokens", "--output-len"], "metavar": "SPEC"},
     )
-    scheduler: Literal["static", "continuous", "chunked"] | None = Field(
-        default=None, description="static batches, continuous (Orca/vLLM V0: prefill first, no token budget) or chunked "
-        "prefill under a token budget mixed with decodes (Sarathi, vLLM V1). [default: the engine profile's; vllm: chunked]",
+    scheduler: Literal["static", "continuous", "chunked", "prefill-first"] | None = Field(
+        default=None, description="static batches, continuous (Orca/vLLM V0: prefill first, no token budget), chunked "
+        "prefill under a token budget mixed with decodes (Sarathi, vLLM V1, SGLang --enable-mixed-chunk) or "
+        "prefill-first (SGLang's default: prompts in budget-sized chunks run alone, decodes wait). "
+        "[default: the engine profile's; vllm: chunked]",
     )
     max_num_seqs: Annotated[Int | None, Field(ge=1, le=MAX_BATCH)] = Field(
         default=None, description="Most sequences running at once. [default: the engine profile's; vllm: 256]",
     )
     max_batched_tokens: Annotated[Int | None, Field(ge=1, le=MAX_CONTEXT_TOKENS)] = Field(
         default=None, description="Token budget per iteration (static: prompts prefill in passes of at most this "
-        "many). [default: the engine profile's for its own scheduler (vllm: 2048); 2048 for chunked otherwise; none "
-        "for continuous and static, but a profile's pass size (llamacpp: 512) caps static and chunked]",
+        "many). [default: the engine profile's for its own scheduler (vllm: 2048); 2048 for chunked otherwise, 8192 for "
+        "prefill-first; none for continuous and static, but a profile's pass size (llamacpp: 512) caps static, chunked "
+        "and prefill-first]",
         json_schema_extra={"flags": ["--max-batched-tokens", "--max-num-batched-tokens"]},
     )
     block_size: Annotated[Int | None, Field(ge=1, le=4096)] = Field(
