@@ -77,6 +77,13 @@ def test_launch_commands_carry_the_simulated_settings():
         assert part in command
     sglang = launch_command(run, "sglang")
     assert "--tp 4" in sglang and "--chunked-prefill-size 4096" in sglang and "--max-running-requests 128" in sglang
+    # Decodes mixed into the prefill chunks' iterations are SGLang's --enable-mixed-chunk; its default
+    # (prefill batches alone) is the simulator's prefill-first.
+    assert "--enable-mixed-chunk" in sglang
+    alone = simulate_settings({"model": "llama2-70b", "gpu": "a100", "batch": 64, "ctx": 4096, "gen": 8,
+                               "scheduler": "prefill-first", "max_batched_tokens": 4096, "max_num_seqs": 128})
+    default = launch_command(alone, "sglang")
+    assert "--chunked-prefill-size 4096" in default and "--enable-mixed-chunk" not in default
 
 
 def test_cli_save_result_writes_json_and_checks_the_path_first(tmp_path):

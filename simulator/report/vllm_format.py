@@ -204,6 +204,9 @@ def launch_command(run: "EngineRun", engine: str) -> str:
             parts.append(f"--enable-dp-attention --dp {system.tp}")
         if config.max_batched_tokens is not None:
             parts.append(f"--chunked-prefill-size {config.max_batched_tokens}")
+        if config.scheduler == "chunked":
+            # SGLang runs prefill batches alone unless told to mix decodes into them (the simulator's prefill-first).
+            parts.append("--enable-mixed-chunk")
         if s.kv == "fp8":
             parts.append("--kv-cache-dtype fp8_e5m2")
         if s.weights == "fp8":
