@@ -114,7 +114,7 @@ def _scenario(out: str, variant: int = 0) -> dict[str, Any]:
     }
     if variant == 1:
         scenario["base"].update({"requests": 20, "qps": 5.0})
-        scenario["sweep"] = {"grid": {"scheduler": ["continuous", "chunked"]}}
+        scenario["sweep"] = {"grid": {"scheduler": ["continuous", "chunked", "prefill-first"]}}
         scenario["slo"] = {"ttft_p99_seconds": 1.0, "tpot_p99_seconds": 0.1}
     elif variant == 2:
         del scenario["base"]["ctx"], scenario["base"]["gpu"]
