@@ -41,7 +41,9 @@ def configs(draw: st.DrawFn) -> SchedulerConfig:
     scheduler = draw(st.sampled_from(["static", "continuous", "chunked", "prefill-first"]))
     seqs = draw(st.integers(1, 16))
     budget = draw(st.integers(seqs, 512)) if scheduler in ("chunked", "prefill-first") else None
-    return SchedulerConfig(scheduler=scheduler, max_num_seqs=seqs, max_batched_tokens=budget, block_size=BLOCK)
+    admission = draw(st.sampled_from(["incremental", "fit"])) if scheduler != "static" else "incremental"
+    return SchedulerConfig(scheduler=scheduler, max_num_seqs=seqs, max_batched_tokens=budget, block_size=BLOCK,
+                           kv_admission=admission)
 
 
 def run(model, gpu, precision, workload, config, spare_blocks):

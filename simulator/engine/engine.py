@@ -253,6 +253,8 @@ def reject_reasons(prompt: np.ndarray, output: np.ndarray, config: SchedulerConf
         reasons[prompt > budget] = 4
     largest = np.maximum(prompt + output - 1, prompt)
     reasons[-(-largest // config.block_size) > kv_blocks] = 2
+    if config.kv_admission == "fit" and config.scheduler != "static":
+        reasons[prompt + output > kv_blocks * config.block_size] = 2  # fit admits only what fits to its last token
     reasons[prompt + output > max_context] = 1
     reasons[(prompt < 1) | (output < 1)] = 3
     return reasons
@@ -302,6 +304,7 @@ class Engine:
         self.total = n  # requests in the workload
         self.bs = config.block_size
         self.incremental = config.incremental_blocks
+        self.fit_admission = config.kv_admission == "fit" and config.scheduler != "static"
         self.chunked = config.prefills_in_pieces
         self.alloc = BlockAllocator(kv_blocks)
         self.progress = progress
@@ -484,11 +487,47 @@ class Engine:
         return blocks
 
     def admissible(self, rid: int) -> bool:
-        """Would ``rid``'s blocks fit now? (A refusal is counted: see ``waited_for_kv``.)"""
-        if self.admission_blocks(rid) <= self.alloc.free:
+        """Would ``rid``'s blocks fit now (and, under ``fit`` admission, every output still to come)? (A refusal is
+        counted: see ``waited_for_kv``.)"""
+        if self.admission_blocks(rid) <= self.alloc.free and (not self.fit_admission or self._fits_through_completion(rid)):
             return True
         self.kv_refusals += 1
         return False
+
+    def _fits_through_completion(self, rid: int) -> bool:
+        """SGLang's test for ``fit`` admission (simulator.engine.scheduler), in tokens as SGLang counts them: a
+        request holds its prompt and what it has emitted, and has ``output - emitted`` tokens left.
+
+        SGLang refuses at zero headroom; here zero headroom admits, so a request that fills the cache alone
+        (which ``reject_reasons`` lets through) still runs.
+        """
+        clock, status, serials = self.clock, self.status, self.admit_serial
+        left: list[int] = []
+        held: list[int] = []
+        used = 0
+        for serial, r in self.admission_order:
+            if serials[r] != serial:
+                continue  # stale: finished or preempted since
+            if status[r] == DECODING:
+                cached = self.base_cached[r] + clock - self.base_clock[r]
+                left.append(self.finish_clock[r] - clock)
+                held.append(cached + 1)
+                used += cached
+            elif status[r] == PREFILLING:
+                left.append(self.output[r] - self.emitted[r])
+                held.append(self.prompt[r] + self.emitted[r])
+                used += self.target[r]
+        left.append(self.output[rid] - self.emitted[rid])
+        held.append(self.target[rid])
+        free = self.alloc.total * self.bs - used - self.target[rid]
+        pairs = sorted((n, h) for n, h in zip(left, held) if n > 0)
+        freed = 0
+        for i, (n, h) in enumerate(pairs):
+            steps = pairs[i + 1][0] if i + 1 < len(pairs) else n
+            if free + freed - steps * (len(pairs) - i) < 0:
+                return False
+            freed += h
+        return True
 
     def _head_admissible(self) -> bool:
         return bool(self.waiting) and self.running < self.config.max_num_seqs and self.admissible(self.waiting[0])
@@ -1058,10 +1097,18 @@ class Engine:
                     continue
                 if chunks is not None:
                     idle_queue = not self.waiting
+                    if self.fit_admission and not idle_queue:
+                        # fit's test moves with every tick (the others' tokens left fall, the newcomer's do not):
+                        # one tick at a time while a request waits, as the engine re-checks every iteration.
+                        self._make_room_for_decode()
+                        if self.decoding:
+                            yield from self._iteration(env, [], decode=True)
+                        continue
                     yield from self._stretch(env, cut_at_arrival=idle_queue, across_completions=idle_queue)
                     continue
             else:
-                if self.decoding and not self.partials and not self._head_admissible():
+                if self.decoding and not self.partials and not (self.fit_admission and self.waiting) \
+                        and not self._head_admissible():
                     idle_queue = not self.waiting
                     yield from self._stretch(env, cut_at_arrival=idle_queue, across_completions=idle_queue)
                     continue

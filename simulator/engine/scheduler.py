@@ -27,6 +27,14 @@ KV admission (``kv_admission``), for ``continuous``, ``chunked`` and ``prefill-f
 - ``reserve`` (TensorRT-LLM's default capacity policy, ``GUARANTEED_NO_EVICT``): a request is
   admitted only when the blocks of its whole prompt plus its maximum output fit, and they are
   reserved at once, so nothing is ever preempted (fewer sequences run, none is recomputed).
+- ``fit`` (SGLang for requests that ignore EOS, without a prefix cache: ``add_one_req_ignore_eos`` in
+  sglang/srt/managers/schedule_policy.py): blocks grow as with ``incremental``, but a request is
+  admitted only if, with it, the outputs still to come fit as requests finish and free their
+  tokens: the running requests and the newcomer sorted by tokens left, for each ``i`` the free
+  tokens (after the newcomer's prompt) plus those held by the ``i`` requests with fewer left must
+  reach the next one's tokens left times the ``n - i`` still running. The waiting request's own
+  tokens left do not fall as the others decode, so the test can turn true at any tick: while a
+  request waits, the engine decodes one tick at a time and tests it before each.
 
 Policies decide; :mod:`simulator.engine.engine` keeps the state and charges the cost model.
 """
@@ -38,7 +46,7 @@ from dataclasses import dataclass
 from simulator.errors import InputError
 
 SCHEDULERS = ("static", "continuous", "chunked", "prefill-first")
-KV_ADMISSIONS = ("incremental", "reserve")
+KV_ADMISSIONS = ("incremental", "reserve", "fit")
 
 # vLLM's default cap on running sequences, and its token budget per iteration when
 # chunked prefill is on (vLLM V0 default max_num_batched_tokens with chunked prefill).
@@ -61,7 +69,8 @@ class SchedulerConfig:
     prefix_cache_warm: bool = False
     """with ``prefix_caching``: every prefix of the workload starts resident (its prompts were served before)"""
     kv_admission: str = "incremental"
-    """``incremental`` (blocks as sequences grow, preemption) or ``reserve`` (whole request at admission)"""
+    """``incremental`` (blocks as sequences grow, preemption), ``reserve`` (whole request at admission) or ``fit``
+    (blocks as sequences grow, admitted only when every output still to come fits: SGLang's check)"""
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
@@ -97,7 +106,7 @@ class SchedulerConfig:
     @property
     def incremental_blocks(self) -> bool:
         """True when blocks are allocated as sequences grow (static and ``reserve`` take the whole request up front)."""
-        return self.scheduler != "static" and self.kv_admission == "incremental"
+        return self.scheduler != "static" and self.kv_admission in ("incremental", "fit")
 
 
 @dataclass

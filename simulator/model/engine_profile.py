@@ -119,7 +119,7 @@ class SchedulerDefaults(BaseModel):
     max_num_seqs: int = Field(default=256, ge=1, le=1 << 20)
     max_batched_tokens: int | None = Field(default=None, ge=1, le=1 << 24)
     block_size: int = Field(default=16, ge=1, le=1 << 16)
-    kv_admission: Literal["incremental", "reserve"] = "incremental"
+    kv_admission: Literal["incremental", "reserve", "fit"] = "incremental"
     """KV blocks as sequences grow, with preemption (vLLM, SGLang), or the whole request reserved at admission
     (TensorRT-LLM's GUARANTEED_NO_EVICT); see simulator.engine.scheduler"""
     large_gpu: LargeGpuDefaults | None = None

@@ -300,10 +300,12 @@ class ServingSettings(BaseModel):
     block_size: Annotated[Int | None, Field(ge=1, le=4096)] = Field(
         default=None, description="Tokens per KV-cache block. [default: the engine profile's; vllm: 16]",
     )
-    kv_admission: Literal["incremental", "reserve"] | None = Field(
+    kv_admission: Literal["incremental", "reserve", "fit"] | None = Field(
         default=None, description="When a request may start: incremental (its prompt's KV blocks fit; blocks grow as it "
         "decodes and the newest request is preempted when they run out: vLLM, SGLang) or reserve (its prompt plus its "
-        "maximum output fit and are reserved at once, never preempted: TensorRT-LLM's GUARANTEED_NO_EVICT). "
+        "maximum output fit and are reserved at once, never preempted: TensorRT-LLM's GUARANTEED_NO_EVICT) or fit (blocks "
+        "grow as with incremental, but a request starts only when every output still to come fits as requests finish: "
+        "SGLang's check for requests that ignore EOS without a prefix cache). "
         "[default: the engine profile's; vllm: incremental, trtllm: reserve]",
     )
     gpu_memory_utilization: Annotated[Float, Field(gt=0.0, le=1.0)] = Field(

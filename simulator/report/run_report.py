@@ -190,7 +190,8 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         f"  scheduler    {config.scheduler}, at most {_count(config.max_num_seqs, 'sequence')}, {budget}"
         + ("" if config.scheduler == "static" else
            ", KV reserved for the whole request at admission (no preemption)" if config.kv_admission == "reserve"
-           else ", KV blocks as sequences grow (preemption when full)"),
+           else ", KV blocks as sequences grow, a request admitted when every output still to come fits"
+           if config.kv_admission == "fit" else ", KV blocks as sequences grow (preemption when full)"),
         *(f"  warning      {note}" for note in [*model.warnings, *run.notes]),
         "",
         "Memory per GPU" + f"  (planned for {_count(memory.sequences, 'sequence')} x {_count(memory.context_tokens, 'token')}"
