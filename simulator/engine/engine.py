@@ -253,7 +253,7 @@ def reject_reasons(prompt: np.ndarray, output: np.ndarray, config: SchedulerConf
         reasons[prompt > budget] = 4
     largest = np.maximum(prompt + output - 1, prompt)
     reasons[-(-largest // config.block_size) > kv_blocks] = 2
-    if config.kv_admission == "fit" and config.scheduler != "static":
+    if config.fit_admission:
         reasons[prompt + output > kv_blocks * config.block_size] = 2  # fit admits only what fits to its last token
     reasons[prompt + output > max_context] = 1
     reasons[(prompt < 1) | (output < 1)] = 3
@@ -304,7 +304,7 @@ class Engine:
         self.total = n  # requests in the workload
         self.bs = config.block_size
         self.incremental = config.incremental_blocks
-        self.fit_admission = config.kv_admission == "fit" and config.scheduler != "static"
+        self.fit_admission = config.fit_admission
         self.chunked = config.prefills_in_pieces
         self.alloc = BlockAllocator(kv_blocks)
         self.progress = progress
@@ -509,7 +509,7 @@ class Engine:
             if serials[r] != serial:
                 continue  # stale: finished or preempted since
             if status[r] == DECODING:
-                cached = self.base_cached[r] + clock - self.base_clock[r]
+                cached = self._cached(r)
                 left.append(self.finish_clock[r] - clock)
                 held.append(cached + 1)
                 used += cached
@@ -902,6 +902,10 @@ class Engine:
             # Costing ticks past the next arrival is wasted work: plan a little beyond where it lands.
             gap = next_arrival - env.now
             limit = max(1, min(STRETCH_MAX, int(1.25 * gap / self.last_decode_seconds) + 4))
+        if self.fit_admission and self.waiting:
+            # fit's test moves with every tick (the others' tokens left fall, the waiting one's do not): one tick,
+            # then the engine tests the queue's head again, as SGLang does every iteration.
+            limit = 1
         self._clean_heap()
         reach = limit if across_completions else min(self.finish_heap[0][0] - self.clock, limit)
         if reach <= SCALAR_TICKS:
@@ -1097,18 +1101,10 @@ class Engine:
                     continue
                 if chunks is not None:
                     idle_queue = not self.waiting
-                    if self.fit_admission and not idle_queue:
-                        # fit's test moves with every tick (the others' tokens left fall, the newcomer's do not):
-                        # one tick at a time while a request waits, as the engine re-checks every iteration.
-                        self._make_room_for_decode()
-                        if self.decoding:
-                            yield from self._iteration(env, [], decode=True)
-                        continue
                     yield from self._stretch(env, cut_at_arrival=idle_queue, across_completions=idle_queue)
                     continue
             else:
-                if self.decoding and not self.partials and not (self.fit_admission and self.waiting) \
-                        and not self._head_admissible():
+                if self.decoding and not self.partials and not self._head_admissible():
                     idle_queue = not self.waiting
                     yield from self._stretch(env, cut_at_arrival=idle_queue, across_completions=idle_queue)
                     continue

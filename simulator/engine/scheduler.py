@@ -104,6 +104,11 @@ class SchedulerConfig:
             self.scheduler == "static" and self.max_batched_tokens is not None)
 
     @property
+    def fit_admission(self) -> bool:
+        """True when ``fit`` decides admission (static batches reserve whole requests whatever the setting)."""
+        return self.scheduler != "static" and self.kv_admission == "fit"
+
+    @property
     def incremental_blocks(self) -> bool:
         """True when blocks are allocated as sequences grow (static and ``reserve`` take the whole request up front)."""
         return self.scheduler != "static" and self.kv_admission in ("incremental", "fit")
