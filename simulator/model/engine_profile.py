@@ -120,8 +120,9 @@ class SchedulerDefaults(BaseModel):
     max_batched_tokens: int | None = Field(default=None, ge=1, le=1 << 24)
     block_size: int = Field(default=16, ge=1, le=1 << 16)
     kv_admission: Literal["incremental", "reserve", "fit"] = "incremental"
-    """KV blocks as sequences grow, with preemption (vLLM, SGLang), or the whole request reserved at admission
-    (TensorRT-LLM's GUARANTEED_NO_EVICT); see simulator.engine.scheduler"""
+    """KV blocks as sequences grow, with preemption (vLLM, SGLang), the whole request reserved at admission
+    (TensorRT-LLM's GUARANTEED_NO_EVICT), or blocks as they grow with SGLang's test that every output still to
+    come fits (``fit``); see simulator.engine.scheduler"""
     large_gpu: LargeGpuDefaults | None = None
     """other max_num_seqs / max_batched_tokens on GPUs with a lot of memory (:meth:`EngineProfile.for_gpu`)"""
     pass_tokens: int | None = Field(default=None, ge=1, le=1 << 24)
