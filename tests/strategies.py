@@ -7,11 +7,12 @@ FFN and vocabulary are multiples of 64, so every tensor-parallel degree 1..8 is 
 
 from __future__ import annotations
 
+from exact import EXACT as EXACT_FIELDS
 from hypothesis import strategies as st
 
 from simulator.model import Efficiency, GPUSpec, ModelSpec, Precision
 
-EXACT = Efficiency(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
+EXACT = Efficiency(**EXACT_FIELDS)
 """Pure roofline: every efficiency 1, no kernel-launch or all-reduce overhead."""
 
 TP_DEGREES = (1, 2, 4, 8)

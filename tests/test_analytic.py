@@ -1,6 +1,7 @@
 """The closed-batch run: TTFT, TPOT and e2e from prefill and decode steps."""
 
 import pytest
+from exact import exact_gpu
 
 from simulator.cost.analytic import run_batch
 from simulator.model import load_gpu, load_model
@@ -8,11 +9,9 @@ from simulator.model.precision import Precision
 from simulator.model.step import Step
 from simulator.plan.deployment import plan_deployment
 
-EXACT = dict(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
-
 
 def test_latency_is_prefill_plus_decode_steps_at_growing_context():
-    gpu = load_gpu("a100").with_efficiency(**EXACT)
+    gpu = exact_gpu()
     deployment = plan_deployment(load_model("llama2-7b"), gpu, Precision(), batch=1, context_tokens=1024, tp=1)
     run = run_batch(deployment, batch=1, context_tokens=1024, gen_tokens=128)
     system = deployment.system
@@ -30,7 +29,7 @@ def test_latency_is_prefill_plus_decode_steps_at_growing_context():
 
 
 def test_batch_1_decode_is_bounded_by_reading_the_weights():
-    gpu = load_gpu("a100").with_efficiency(**EXACT)
+    gpu = exact_gpu()
     deployment = plan_deployment(load_model("llama2-7b"), gpu, Precision(), batch=1, context_tokens=256)
     run = run_batch(deployment, batch=1, context_tokens=256, gen_tokens=8)
     weights = 6_738_415_616 * 2

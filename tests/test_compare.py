@@ -4,12 +4,13 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from exact import exact_gpu
 
 from simulator.cli import main
 from simulator.cost.memory import plan_memory
 from simulator.cost.system import System
 from simulator.errors import InputError
-from simulator.model import load_gpu, load_model
+from simulator.model import load_model
 from simulator.model.precision import Precision
 from simulator.model.step import Step
 from simulator.report.compare import (
@@ -18,11 +19,9 @@ from simulator.report.compare import (
     parse_contexts,
 )
 
-EXACT = dict(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
-
 
 def pinned_a100():
-    return load_gpu("a100").with_efficiency(**EXACT).model_copy(update={"efficiency_by_op": []})
+    return exact_gpu()
 
 
 @pytest.fixture(scope="module")

@@ -1,18 +1,12 @@
 """The roofline cost model against numbers worked out by hand (DESIGN.md 'Exact counts')."""
 
 import pytest
+from exact import exact_gpu
 
 from simulator.cost.system import System
 from simulator.model import load_gpu, load_model, with_attention
 from simulator.model.precision import Precision
 from simulator.model.step import Step
-
-EXACT = dict(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
-
-
-def exact_gpu(name: str = "a100"):
-    """A shipped GPU with every efficiency at 1 and no overheads: pure roofline."""
-    return load_gpu(name).with_efficiency(**EXACT)
 
 
 def op(system: System, step: Step, name: str):
@@ -30,7 +24,7 @@ def test_essay_mha_kv_cache_read_10_7_gb_at_4096_takes_5_4_ms_at_2_tb_s():
     kv_bytes = 4 * L * T * H  # keys and values, fp16, MHA (the essay's form)
     assert kv_bytes == 10_737_418_240
     mha = with_attention(load_model("llama2-70b"), "mha")
-    gpu = load_gpu("a100").with_efficiency(**EXACT).model_copy(update={"hbm_bandwidth_bytes_per_second": 2e12})
+    gpu = exact_gpu().model_copy(update={"hbm_bandwidth_bytes_per_second": 2e12})
     attention = op(System(mha, gpu, Precision()), Step.decode(1, T), "attention")
     assert attention.kv_read_bytes == kv_bytes
     assert attention.kv_read_bytes / 2e12 == pytest.approx(5.37e-3, rel=1e-3)

@@ -6,24 +6,18 @@ Every expected number is worked out by hand below (docs/readme-effects.md has th
 import math
 
 import pytest
+from exact import exact_gpu
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.cost.system import System
 from simulator.errors import InputError
-from simulator.model import load_gpu, load_model
+from simulator.model import load_model
 from simulator.model.layers import build_operators, flash_query_tile_rows
 from simulator.model.precision import Precision
 from simulator.model.step import Step
 
-EXACT = dict(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
 NOT_IN_LAYER = {"embedding", "final_norm", "lm_head"}
-
-
-def pinned_gpu(name="a100", **efficiency):
-    """A shipped GPU with the efficiencies of the test (no measured per-op overlay)."""
-    gpu = load_gpu(name).with_efficiency(**{**EXACT, **efficiency})
-    return gpu.model_copy(update={"efficiency_by_op": []})
 
 
 def attention_op(gpu, kernel, fusion="elementwise"):
@@ -47,7 +41,7 @@ assert PAIRS == 8_390_656
 
 
 def test_naive_prefill_attention_bytes_by_hand():
-    work = attention_op(pinned_gpu(), "naive").work(Step.prefill(1, T))
+    work = attention_op(exact_gpu(), "naive").work(Step.prefill(1, T))
     # S written, S read (softmax), P written, P read (PV): 4 passes over n x T x T fp16 elements.
     scores = 4 * N_HEADS * T * T * FP16
     assert scores == 4_294_967_296
@@ -59,7 +53,7 @@ def test_naive_prefill_attention_bytes_by_hand():
 
 
 def test_flash_prefill_attention_bytes_by_hand_on_a100():
-    gpu = pinned_gpu()
+    gpu = exact_gpu()
     # A100: 164 KiB shared memory per SM = 83,968 fp16 elements; B_c = ceil(M / 4d) = 164, B_r = min(164, d) = 128.
     assert gpu.sram_bytes_per_sm == 164 * 1024
     assert math.ceil(164 * 1024 / 2 / (4 * 128)) == 164
@@ -78,7 +72,7 @@ def test_flash_prefill_attention_bytes_by_hand_on_a100():
 
 def test_flash_bytes_fall_as_sram_grows_until_the_tile_reaches_the_head_dim():
     def kv_read(sram_kib):
-        gpu = pinned_gpu().model_copy(update={"sram_bytes_per_sm": sram_kib * 1024})
+        gpu = exact_gpu().model_copy(update={"sram_bytes_per_sm": sram_kib * 1024})
         return attention_op(gpu, "flash").work(Step.prefill(1, T)).kv_read_bytes
 
     # B_r = ceil(sram / 2 / 512): 32 KiB -> 32 rows, 64 KiB -> 64, 96 KiB -> 96, >= 128 KiB -> capped at d = 128.
@@ -90,7 +84,7 @@ def test_flash_bytes_fall_as_sram_grows_until_the_tile_reaches_the_head_dim():
 
 
 def test_tiles_shrink_when_the_head_dim_grows():
-    gpu = pinned_gpu()  # 83,968 fp16 elements of SRAM
+    gpu = exact_gpu()  # 83,968 fp16 elements of SRAM
     assert flash_query_tile_rows(gpu, 64, FP16) == 64  # min(ceil(83968 / 256) = 328, 64)
     assert flash_query_tile_rows(gpu, 256, FP16) == 82  # min(ceil(83968 / 1024) = 82, 256)
 
@@ -98,13 +92,13 @@ def test_tiles_shrink_when_the_head_dim_grows():
 def test_decode_reads_the_kv_cache_once_with_either_kernel():
     step = Step.decode(4, 1000)
     for kernel in ("flash", "naive"):
-        work = attention_op(pinned_gpu(), kernel).work(step)
+        work = attention_op(exact_gpu(), kernel).work(step)
         assert work.kv_read_bytes == 4 * 1000 * KV_TOKEN == 65_536_000
 
 
 # --- Operator fusion -------------------------------------------------------------------------
 def layer_activation_bytes(fusion, step, kernel="flash"):
-    ops = build_operators(load_model("llama2-7b"), Precision(), pinned_gpu(), 1, kernel, fusion)
+    ops = build_operators(load_model("llama2-7b"), Precision(), exact_gpu(), 1, kernel, fusion)
     works = [op.work(step) for op in ops if op.name not in NOT_IN_LAYER]
     return sum(w.activation_bytes for w in works), sum(w.launches for w in works)
 
@@ -159,11 +153,11 @@ def test_full_fusion_keeps_q_and_the_attention_output_on_chip():
 
 def test_naive_attention_cannot_be_fully_fused():
     with pytest.raises(InputError, match="--fusion full"):
-        build_operators(load_model("llama2-7b"), Precision(), pinned_gpu(), 1, "naive", "full")
+        build_operators(load_model("llama2-7b"), Precision(), exact_gpu(), 1, "naive", "full")
 
 
 def test_fusion_none_pays_a_launch_per_kernel():
-    gpu = pinned_gpu(kernel_launch_seconds=5e-6)
+    gpu = exact_gpu(kernel_launch_seconds=5e-6)
     step = Step.decode(1, 128)
     none = System(load_model("llama2-7b"), gpu, Precision(), fusion="none").step_cost(step)
     fused = System(load_model("llama2-7b"), gpu, Precision(), fusion="elementwise").step_cost(step)
@@ -183,7 +177,7 @@ def layer_gemm_seconds(cost):
 
 
 def test_int4_at_batch_1_is_between_a_quarter_and_six_tenths_of_fp16_on_a100():
-    gpu = pinned_gpu(compute=0.7, memory=0.8, kernel_launch_seconds=2e-6)
+    gpu = exact_gpu(compute=0.7, memory=0.8, kernel_launch_seconds=2e-6)
     model = load_model("llama2-7b")
     step = Step.decode(1, 1024)
     fp16 = System(model, gpu, Precision()).step_cost(step)
@@ -202,7 +196,7 @@ def test_int4_at_batch_1_is_between_a_quarter_and_six_tenths_of_fp16_on_a100():
 
 
 def test_int4_is_slower_than_fp16_at_a_compute_bound_batch():
-    gpu = pinned_gpu()
+    gpu = exact_gpu()
     model = load_model("llama2-7b")
     B = 256
     step = Step.decode(B, 128)
@@ -229,7 +223,7 @@ def test_int4_is_slower_than_fp16_at_a_compute_bound_batch():
 
 
 def test_dequantisation_is_not_counted_as_model_flops():
-    gpu = pinned_gpu()
+    gpu = exact_gpu()
     step = Step.decode(32, 128)
     fp16 = System(load_model("llama2-7b"), gpu, Precision()).step_cost(step)
     int4 = System(load_model("llama2-7b"), gpu, Precision(weights="int4")).step_cost(step)
@@ -252,7 +246,7 @@ def test_dequantisation_is_not_counted_as_model_flops():
 def test_flash_moves_no_more_attention_bytes_than_naive(prompt, cached, batch, gpu_name, model_name):
     # Flash streams K/V once per B_r-row tile: 2 g d b_kv / B_r per (query, key) pair; naive moves
     # 4 n b_a per pair (S and P, written and read). Flash wins while B_r >= g d / (2 n) (<= 64 here).
-    gpu = pinned_gpu(gpu_name)
+    gpu = exact_gpu(gpu_name)
     step = Step.prefill(batch, prompt, cached)
     ops = {k: next(op for op in build_operators(load_model(model_name), Precision(), gpu, 1, k) if op.kind == "attention")
            for k in ("flash", "naive")}

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from exact import exact_gpu
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,13 +21,12 @@ from simulator.model.precision import Precision
 from simulator.model.step import Step
 from simulator.plan.deployment import plan_deployment
 
-EXACT = dict(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
 BLOCKS = 5000  # plenty: memory plays no part unless a test says so
 
 
 @pytest.fixture(scope="module")
 def deployment():
-    gpu = load_gpu("a100").with_efficiency(**EXACT)
+    gpu = exact_gpu()
     return plan_deployment(load_model("llama2-7b"), gpu, Precision(), batch=1, context_tokens=1024, tp=1)
 
 
@@ -299,7 +299,6 @@ def test_the_short_stretch_path_and_traced_costs_change_nothing(system, monkeypa
     assert scheduler == "static" or default.total_preemptions > 0 or blocks > 100
 
 
-
 @settings(max_examples=15)
 @given(
     scheduler=st.sampled_from(["static", "continuous", "chunked", "prefill-first"]),
@@ -351,7 +350,7 @@ def test_a_recomputed_request_is_not_finished_by_its_stale_schedule(system, monk
 
 
 def test_step_totals_agree_with_step_cost_properties():
-    gpu = load_gpu("a100").with_efficiency(**EXACT)
+    gpu = exact_gpu()
     system = plan_deployment(load_model("llama2-13b"), gpu, Precision(), batch=1, context_tokens=1024, tp=2).system
     for step in (Step.prefill(3, 500) + Step.decode(7, 900), Step.decode(64.0, np.array([100.0, 5000.0]))):
         cost = system.step_cost(step)

@@ -4,19 +4,18 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from exact import exact_gpu
 
 from simulator.cli import main
 from simulator.cost.system import System
-from simulator.model import load_gpu, load_model
+from simulator.model import load_model
 from simulator.model.precision import Precision
 from simulator.plan.deployment import plan_deployment
 from simulator.report.explain import explain_run, kernel_choices, ridge_batch
 
-EXACT = dict(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
-
 
 def pinned_a100():
-    return load_gpu("a100").with_efficiency(**EXACT).model_copy(update={"efficiency_by_op": []})
+    return exact_gpu()
 
 
 @pytest.fixture(scope="module")

@@ -65,13 +65,13 @@ def test_an_engine_sizing_its_cache_from_free_memory_gets_a_tenth_of_what_it_hol
 # --- fit: SGLang's admission for requests that ignore EOS, without a prefix cache -------------------------------
 
 def _exact_system():
-    from simulator.model import load_gpu, load_model
+    from exact import exact_gpu
+
+    from simulator.model import load_model
     from simulator.model.precision import Precision
     from simulator.plan.deployment import plan_deployment
 
-    gpu = load_gpu("a100").with_efficiency(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0,
-                                           allreduce_latency_seconds=0.0)
-    return plan_deployment(load_model("llama2-7b"), gpu, Precision(), batch=1, context_tokens=1024, tp=1).system
+    return plan_deployment(load_model("llama2-7b"), exact_gpu(), Precision(), batch=1, context_tokens=1024, tp=1).system
 
 
 def _two(system, tokens, admission):

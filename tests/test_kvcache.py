@@ -1,6 +1,7 @@
 """The paged KV cache: capacity in blocks, block counts, the allocator, and admission limits in the engine."""
 
 import pytest
+from exact import exact_gpu
 
 from simulator.engine.engine import simulate
 from simulator.engine.kvcache import BlockAllocator, blocks_for, kv_capacity
@@ -8,17 +9,16 @@ from simulator.engine.metrics import DONE, REJECTED
 from simulator.engine.scheduler import SchedulerConfig
 from simulator.engine.workload import LengthSpec, closed_batch
 from simulator.errors import InputError
-from simulator.model import load_gpu, load_model
+from simulator.model import load_model
 from simulator.model.precision import Precision
 from simulator.plan.deployment import plan_deployment
 
-EXACT = dict(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
 GIB = 2**30
 
 
 @pytest.fixture(scope="module")
 def deployment():
-    gpu = load_gpu("a100").with_efficiency(**EXACT)
+    gpu = exact_gpu()
     return plan_deployment(load_model("llama2-7b"), gpu, Precision(), batch=1, context_tokens=1024, tp=1)
 
 
@@ -43,7 +43,7 @@ def test_capacity_is_what_is_left_after_weights_workspace_and_runtime(deployment
 
 
 def test_capacity_scales_with_utilisation_and_tp():
-    gpu = load_gpu("a100").with_efficiency(**EXACT)
+    gpu = exact_gpu()
     model = load_model("llama2-13b")
     one = kv_capacity(plan_deployment(model, gpu, Precision(), 1, 1024, tp=1))
     two = kv_capacity(plan_deployment(model, gpu, Precision(), 1, 1024, tp=2))

@@ -4,6 +4,7 @@ import sys
 
 import pytest
 from click.testing import CliRunner
+from exact import exact_gpu
 
 from simulator.cli import main
 from simulator.cost.system import System
@@ -17,14 +18,13 @@ from simulator.report.plots import (
     sweep_plot_data,
 )
 
-EXACT = dict(compute=1.0, memory=1.0, link=1.0, kernel_launch_seconds=0.0, allreduce_latency_seconds=0.0)
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 KERNELS = {"qkv_proj", "attention", "o_proj", "gate_up_proj", "down_proj", "lm_head"}
 ELEMENTWISE = {"attn_norm", "rotary", "attn_residual", "mlp_norm", "activation", "mlp_residual", "final_norm"}
 
 
 def system(fusion="elementwise"):
-    gpu = load_gpu("a100").with_efficiency(**EXACT).model_copy(update={"efficiency_by_op": []})
+    gpu = exact_gpu()
     return System(load_model("llama2-7b"), gpu, Precision(), fusion=fusion)
 
 
