@@ -182,4 +182,6 @@ def test_length_distributions_are_well_formed_and_shipped():
             elif kind == "random_ratio":
                 assert 0.0 <= float(rest) <= 1.0, (r["id"], r[col])
             elif kind == "dataset":
-                assert (LENGTHS / f"{rest}.csv").is_file(), (r["id"], r[col])
+                name, _, cap = rest.partition(":")
+                assert (LENGTHS / f"{name}.csv").is_file(), (r["id"], r[col])
+                assert cap == "" or int(cap) >= 1, (r["id"], r[col])

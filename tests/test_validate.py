@@ -287,6 +287,29 @@ def test_a_sample_file_is_scaled_to_the_sources_stated_means(tmp_path):
     assert any("scaled by 2.00" in n for n in notes) and any("scaled by 0.50" in n for n in notes)
 
 
+def _tiny_capped_outputs(tmp_path, dist: str):
+    (tmp_path / "lengths").mkdir()
+    (tmp_path / "lengths" / "tiny.csv").write_bytes((DATA / "lengths" / "tiny.csv").read_bytes())
+    rows = table(tmp_path, row(mode="serving", regime="serving", batch="", request_rate=1, num_prompts=10,
+                               input_tokens=300, output_tokens=300, input_dist="dataset:tiny", output_dist=dist,
+                               metric="ttft_mean_seconds"))
+    return sample_lengths(rows[0], 200, np.random.default_rng(0), 4096)
+
+
+def test_a_sample_files_lengths_are_capped_at_the_sources_maximum(tmp_path):
+    # Outputs (50, 150, 250) scaled x 2 to the stated mean of 300 are (100, 300, 500); the source allowed 400
+    # output tokens at most, so the 500s become 400 (a benchmark's max_new_tokens); the prompts are not capped.
+    prompts, outputs, notes = _tiny_capped_outputs(tmp_path, "dataset:tiny:400")
+    assert set(outputs.tolist()) == {100, 300, 400} and set(prompts.tolist()) == {100, 300, 500}
+    assert any("capped at the source's 400" in n for n in notes)
+
+
+@pytest.mark.parametrize("dist", ["dataset:tiny:x", "dataset:tiny:0", "dataset::400", "dataset:tiny:1.5"])
+def test_a_dataset_cap_must_be_a_whole_number_of_tokens(tmp_path, dist):
+    with pytest.raises(InputError, match="dataset:NAME:MAX"):
+        _tiny_capped_outputs(tmp_path, dist)
+
+
 def test_random_ratio_is_uniform_around_the_length_and_long_prompts_are_shortened(tmp_path):
     rows = table(tmp_path, row(mode="serving", regime="serving", batch="", request_rate=1, input_tokens=1000,
                                output_tokens=100, input_dist="random_ratio:0.5", metric="ttft_mean_seconds"))

@@ -18,7 +18,8 @@ the same figure off the run's aggregates:
 - anything else (serving at a rate, or an offline run of ``num_prompts`` requests at once):
   the requests are written to a small trace file (arrival times Poisson at ``request_rate``,
   all at t = 0 for ``inf`` or static mode; lengths drawn from ``input_dist``/``output_dist``
-  with a fixed seed, a ``dataset:`` file's scaled to the row's stated means) and replayed
+  with a fixed seed, a ``dataset:`` file's scaled to the row's stated means and capped at the
+  ``dataset:NAME:MAX`` a source states) and replayed
   with the row's engine settings (where the source states none, the engine profile's
   scheduler defaults: :func:`scheduler_settings`). At a rate, the source's whole run is
   simulated (up to :data:`MAX_RATE_PROMPTS` requests per replica); all at once, at most
@@ -405,7 +406,7 @@ def _row(raw: dict[str, str | None], where: str, lengths_dirs: tuple[Path, ...])
 
 def _check_dist(text: str, where: str) -> None:
     kind, _, rest = text.lower().partition(":")
-    allowed = "fixed, uniform:LO:HI, normal:MEAN:STD, random_ratio:R or dataset:NAME"
+    allowed = "fixed, uniform:LO:HI, normal:MEAN:STD, random_ratio:R, dataset:NAME or dataset:NAME:MAX"
     try:
         if kind == "fixed" and not rest:
             return
@@ -421,14 +422,24 @@ def _check_dist(text: str, where: str) -> None:
             ratio = float(rest)
             if 0 <= ratio <= 1:
                 return
-        if kind == "dataset" and rest and "/" not in rest and "\\" not in rest and rest not in (".", ".."):
-            return
+        if kind == "dataset":
+            name, cap = dataset_spec(text.lower())
+            if name and "/" not in name and "\\" not in name and name not in (".", "..") and (cap is None or cap >= 1):
+                return
     except ValueError:
         pass
     raise InputError(f"{where}: cannot read {text!r}; allowed: {allowed}")
 
 
 # --- lengths -------------------------------------------------------------------------------------
+
+def dataset_spec(dist: str) -> tuple[str, int | None]:
+    """(NAME, MAX) of a ``dataset:NAME`` or ``dataset:NAME:MAX`` distribution (MAX: the source's cap on that
+    side's tokens, e.g. a benchmark's max_new_tokens; None: none). Raises ValueError for a MAX that is not an
+    integer."""
+    name, _, cap = dist.partition(":")[2].partition(":")
+    return name, int(cap) if cap else None
+
 
 @dataclass(frozen=True)
 class LengthData:
@@ -548,7 +559,7 @@ def sample_lengths(row: Row, n: int, rng: np.random.Generator, max_context: int)
 
     A ``dataset:`` side is scaled to the row's length, the source's own mean, where the file's mean differs.
     """
-    datasets = {d.partition(":")[2] for d in (row.input_dist, row.output_dist) if d.startswith("dataset:")}
+    datasets = {dataset_spec(d)[0] for d in (row.input_dist, row.output_dist) if d.startswith("dataset:")}
     paired: dict[str, np.ndarray | None] = {}
     notes: list[str] = []
     for name in datasets:
@@ -570,15 +581,20 @@ def sample_lengths(row: Row, n: int, rng: np.random.Generator, max_context: int)
             ratio = float(rest)
             values = rng.integers(max(1, int(mean * (1 - ratio))), max(1, int(mean * (1 + ratio))), size=n, endpoint=True)
         else:
-            data = find_lengths(rest, row.lengths_dirs)
-            values = data.sample(side, n, rng, paired.get(rest))
+            name, cap = dataset_spec(dist)
+            data = find_lengths(name, row.lengths_dirs)
+            values = data.sample(side, n, rng, paired.get(name))
             own = data.mean(side)
             # The row's length is the source's own mean; the file gives the shape. A source that drew its own
             # prompts from the dataset (another sample, another tokenizer) states another mean than the file's.
             if own and mean > 0 and abs(mean / own - 1) > SCALE_TOLERANCE:
                 values = np.rint(values * (mean / own))
-                notes.append(f"dataset:{rest} {side.replace('_', ' ')} scaled by {mean / own:.2f} to the source's "
+                notes.append(f"dataset:{name} {side.replace('_', ' ')} scaled by {mean / own:.2f} to the source's "
                              f"mean of {mean}")
+            if cap is not None and (values > cap).any():
+                notes.append(f"{int((values > cap).sum())} of {n} {side.replace('_', ' ')} capped at the source's "
+                             f"{cap} (mean {values.mean():.1f} -> {np.minimum(values, cap).mean():.1f})")
+                values = np.minimum(values, cap)
         sides.append(np.maximum(values.astype(np.int64), 1))
     prompts, outputs = sides
     outputs = np.minimum(outputs, max_context - 1)
