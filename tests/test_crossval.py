@@ -461,6 +461,19 @@ def test_older_releases_replay_with_the_v0_style_profile():
     assert engine_profile("trtllm", "TensorRT-LLM (MLPerf v4.0 NVIDIA harness)")[0] == "trtllm-v0"
 
 
+def test_tensorrt_llm_before_0_8_decodes_with_the_per_head_kernel():
+    # XQA, which groups the query heads of a K/V head, came with 0.8; earlier releases decode with masked MHA.
+    rows = {r.id: r for r in load_table(default_table())}
+    old, new = rows["290"], rows["46"]  # Llama-2-70B throughputs: TensorRT-LLM 0.6.1 and 0.9.0
+    assert (old.engine_version, new.engine_version) == ("0.6.1", "0.9.0")
+    kernel, note = old.attention_kernel
+    assert kernel == "per-head" and "before 0.8" in note
+    assert new.attention_kernel == (None, "")
+    assert old.run_key() != dataclasses.replace(old, engine_version="0.9.0").run_key()
+    # a harness names no release: the profile's kernel
+    assert dataclasses.replace(old, engine_version="TensorRT-LLM (MLPerf v4.0 NVIDIA harness)").attention_kernel[0] is None
+
+
 def test_the_expert_fraction_is_fitted_on_moe_rows_of_other_sources(tmp_path):
     """Figures simulated at compute 0.6, memory 0.7 and experts at 0.5 of them: rule 7 finds 0.5 from the MoE
     decodes, and the fold that predicts one MoE source fits it on the other source's rows only."""

@@ -4,6 +4,7 @@ Every expected number is worked out by hand below (docs/readme-effects.md has th
 """
 
 import math
+from dataclasses import replace
 
 import pytest
 from exact import exact_gpu
@@ -94,6 +95,35 @@ def test_decode_reads_the_kv_cache_once_with_either_kernel():
     for kernel in ("flash", "naive"):
         work = attention_op(exact_gpu(), kernel).work(step)
         assert work.kv_read_bytes == 4 * 1000 * KV_TOKEN == 65_536_000
+
+
+# --- Per-head decode (TensorRT-LLM's masked MHA before XQA) ------------------------------------
+# llama2-70b at TP1: n = 64 query heads in groups of 8 on g = 8 K/V heads, d = 128, fp16 KV, one layer.
+GQA_KV_TOKEN = 2 * 8 * 128 * FP16  # K and V of one token
+assert GQA_KV_TOKEN == 4096
+DECODE = Step.decode(4, 1000)  # 4 sequences, 1,000 keys each: 4,000 decode keys
+
+
+def gqa_attention(kernel, l2_bytes=0.0):
+    ops = build_operators(load_model("llama2-70b"), Precision(), exact_gpu(), 1, kernel, "elementwise")
+    return replace(next(op for op in ops if op.kind == "attention"), l2_bytes=l2_bytes)
+
+
+def test_per_head_decode_repeats_the_groups_kv_work_once_per_query_head():
+    flash, per_head = (gqa_attention(k).work(DECODE) for k in ("flash", "per-head"))
+    assert flash.kv_read_bytes == 4000 * GQA_KV_TOKEN == 16_384_000
+    # each of the 8 query heads of a group works through the group's K/V itself, whatever the L2 holds
+    assert per_head.kv_read_bytes == 8 * 4000 * GQA_KV_TOKEN == 131_072_000
+    assert gqa_attention("per-head", l2_bytes=50 * 2**20).work(DECODE).kv_read_bytes == 131_072_000
+    assert (per_head.flops, per_head.kv_write_bytes, per_head.activation_bytes, per_head.launches) == (
+        flash.flops, flash.kv_write_bytes, flash.activation_bytes, flash.launches)
+
+
+def test_per_head_prefills_as_flash_and_equals_flash_for_mha():
+    prefill = Step.prefill(2, 512, 256)
+    assert gqa_attention("per-head").work(prefill) == gqa_attention("flash").work(prefill)
+    # llama2-7b is MHA (one query head per K/V head): nothing to read again
+    assert attention_op(exact_gpu(), "per-head").work(DECODE).kv_read_bytes == 4000 * KV_TOKEN == 65_536_000
 
 
 # --- Operator fusion -------------------------------------------------------------------------

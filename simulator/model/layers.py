@@ -56,7 +56,19 @@ Attention kernels (``attention_kernel``):
   for FlashAttention-2/3. The operators are built without it (the paper's upper bound);
   the shape-aware time model gives them the GPU's L2 size and SM count
   (simulator/cost/system.py).
-- Decode (one query row per sequence) reads the KV cache once with either kernel.
+- ``per-head``: ``flash`` for prefill; decode by a masked multi-head attention kernel with one
+  thread block per (query head, sequence) that does not group the query heads sharing a K/V head
+  (TensorRT-LLM's masked MHA, ``mmha_launch_kernel_ex``: grid (num_heads, batch_size); the docs'
+  "vanilla implementation that uses a single CUDA thread-block per head", gpt-attention.md).
+  Each of the n/g query heads of a GQA group loads the group's K/V, converts it (FP8 or INT8 to
+  FP16/FP32) and runs its dot products on the CUDA cores by itself, so the K/V work of a decode
+  step is n/g times a grouped kernel's. Charged as n/g passes over the step's K/V at the memory
+  rate: a roofline stand-in for work the sources time but do not break down (the repeated loads
+  mostly hit L2, next to each other in the grid; the conversions and CUDA-core math do not). XQA,
+  the grouped kernel of TensorRT-LLM 0.8, "reducing data loading and conversion", gives "2.4x more
+  Llama-70B throughput" on one H200 at 128/2048 (TensorRT-LLM blog, January 2024).
+- Decode (one query row per sequence) reads the KV cache once with ``flash`` and ``naive``: the
+  heads of a GQA group share one K/V stream.
 
 Weight-only quantisation (int8/int4 weights, fp16 compute): every weight is dequantised
 once per ``dequant_tile_tokens`` row tile, ``dequant_ops_per_weight`` integer/vector
@@ -87,9 +99,9 @@ from simulator.model.routing import (
 )
 from simulator.model.step import Number, Step, ceil_div
 
-AttentionKernel = Literal["flash", "naive"]
+AttentionKernel = Literal["flash", "naive", "per-head"]
 Fusion = Literal["none", "kernels", "elementwise", "full"]
-ATTENTION_KERNELS: tuple[str, ...] = ("flash", "naive")
+ATTENTION_KERNELS: tuple[str, ...] = ("flash", "naive", "per-head")
 FUSIONS: tuple[str, ...] = ("none", "kernels", "elementwise", "full")
 
 # Approximate vector FLOPs per element of the elementwise operators (they are always
@@ -343,6 +355,11 @@ class Attention:
         working_set = heads_at_once * keys * 2.0 * self.head_dim * self.kv_bytes_per_element
         return _min(1.0, self.l2_bytes / _max(working_set, 1.0))
 
+    def group_rereads(self, step: Step) -> Number:
+        """Keys the ``per-head`` decode kernel works through again (module docstring): every query head of a GQA
+        group after the first repeats the group's K/V work for each decode key."""
+        return (self.q_heads / self.kv_heads - 1.0) * (step.attention_pairs - step.prefill_attention_pairs)
+
     def work(self, step: Step) -> Work:
         if self.window is not None:
             step = windowed_step(step, self.window)
@@ -350,12 +367,14 @@ class Attention:
         b_a, b_kv = self.activation_bytes_per_element, self.kv_bytes_per_element
         kv_token_bytes = 2.0 * g * d * b_kv
         io = 0.0 if self.io_fused else 2.0 * step.tokens * n * d * b_a
-        if self.kernel == "flash":
+        if self.kernel != "naive":
             scores = step.attention_pairs
             rereads = step.prefill_attention_pairs / self.query_tile_rows
             if isinstance(rereads, np.ndarray) or rereads:
                 rereads = rereads * (1.0 - self.l2_reuse(step))
             kv_reads = step.context_tokens + rereads
+            if self.kernel == "per-head":
+                kv_reads = kv_reads + self.group_rereads(step)
             score_traffic: Number = 0.0  # bytes
             # Under full fusion the kernel is part of the fused attention block launched by qkv_proj.
             launches = 0.0 * step.tokens if self.io_fused else _active(step.tokens)

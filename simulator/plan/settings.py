@@ -33,7 +33,7 @@ from simulator.cost.speculative import MAX_SPECULATIVE_TOKENS, parse_acceptance,
 from simulator.engine.scheduler import SCHEDULERS
 from simulator.engine.workload import MAX_REQUESTS, parse_length_spec
 from simulator.errors import InputError
-from simulator.model.layers import ATTENTION_KERNELS, FUSIONS, Fusion
+from simulator.model.layers import ATTENTION_KERNELS, FUSIONS, AttentionKernel, Fusion
 from simulator.model.precision import KV_DTYPES, parse_precision
 
 # Bounds that keep every run finite and within a machine's memory; each is far beyond any
@@ -141,8 +141,10 @@ class DeploymentSettings(BaseModel):
         default=None, description="Tensor-parallel degree. Default: smallest power of two that fits.",
         json_schema_extra={"flags": ["--tp", "-tp", "--tensor-parallel-size"]},
     )
-    attention_kernel: Literal["flash", "naive"] | None = Field(
-        default=None, description="flash keeps scores in SRAM; naive writes the score matrix to HBM. Default: the "
+    attention_kernel: AttentionKernel | None = Field(
+        default=None, description="flash keeps scores in SRAM; naive writes the score matrix to HBM; per-head is "
+        "flash for prefill and, for decode, one thread block per query head, so each head of a GQA group repeats the "
+        "group's K/V work (TensorRT-LLM's masked MHA, before XQA in 0.8). Default: the "
         "engine profile's (flash; naive for llama.cpp, whose 2024 builds run without -fa by default).",
     )
     fusion: Fusion | None = Field(

@@ -158,6 +158,15 @@ OLDER_SCHEDULER_BEFORE: dict[str, tuple[tuple[tuple[int, ...], str, str], ...]] 
     "trtllm": (((1, 0), "trtllm-v0", "the C++ executor"),),
 }
 
+# Releases whose decode attention kernel is not the profile's: TensorRT-LLM before 0.8 decodes GQA models with
+# its masked MHA kernel, one thread block per query head (XQA, which groups the query heads of a K/V head,
+# "will be included in the v0.8 releases": TensorRT-LLM blog "New XQA-kernel provides 2.4x more Llama-70B
+# throughput within the same latency budget", January 2024; simulator.model.layers, ``per-head``).
+# engine -> ((first version NOT replayed with this kernel, kernel, what it is), ...), oldest first.
+ATTENTION_KERNEL_BEFORE: dict[str, tuple[tuple[tuple[int, ...], str, str], ...]] = {
+    "trtllm": (((0, 8), "per-head", "masked MHA decode, one thread block per query head, no XQA"),),
+}
+
 MULTI_STEP_PROFILE = "vllm-v0.6"
 """The profile of a vLLM row of 0.8 or later that states --num-scheduler-steps (V1 has no multi-step scheduling)."""
 
@@ -290,6 +299,19 @@ class Row:
         return profile, note
 
     @property
+    def attention_kernel(self) -> tuple[str | None, str]:
+        """(attention kernel, note) of the row's release where it is not its profile's (None: the profile's);
+        :data:`ATTENTION_KERNEL_BEFORE`."""
+        stated = release(self.engine_version)
+        if stated is None or deployment_profile(self.engine, self.engine_version) is not None:
+            return None, ""  # a deployment (a harness, NIM) names no release of the engine
+        for first_new, kernel, what in ATTENTION_KERNEL_BEFORE.get(self.engine, ()):
+            if stated < first_new:
+                return kernel, (f"attention kernel {kernel} (engine {self.engine} before "
+                                f"{'.'.join(map(str, first_new))}: {what})")
+        return None, ""
+
+    @property
     def is_static_batch(self) -> bool:
         """One batch of fixed lengths at t = 0, run by the static scheduler (see the module docstring)."""
         return (
@@ -305,6 +327,7 @@ class Row:
             self.batch, self.input_tokens, self.output_tokens, self.input_dist, self.output_dist, self.request_rate,
             self.num_prompts, self.max_num_seqs, self.max_batched_tokens, self.chunked_prefill, self.lengths_dirs,
             self.profile[0], self.prompts_cached, self.dp_attention, self.num_scheduler_steps, self.ep, self.sampling,
+            self.attention_kernel[0],
         )
 
 
@@ -676,6 +699,15 @@ def release(version: str) -> tuple[int, ...] | None:
     return tuple(int(part) for part in match.group(1).split(".")) if match else None
 
 
+def deployment_profile(engine: str, version: str) -> tuple[str, str] | None:
+    """(profile, note) where the version cell names a deployment or backend (:data:`PROFILE_BY_VERSION_WORDS`);
+    None where it does not."""
+    for words, named, what in PROFILE_BY_VERSION_WORDS.get(engine, ()):
+        if any(word in version for word in words):
+            return named, f"engine {engine} ({version}) simulated with the {named} profile ({what})"
+    return None
+
+
 def engine_profile(engine: str, version: str = "") -> tuple[str, str]:
     """(profile name, note) for a row's engine and version: its own profile, or the closest one with a note.
 
@@ -683,9 +715,9 @@ def engine_profile(engine: str, version: str = "") -> tuple[str, str]:
     unstated version keeps the engine's current one.
     """
     profile = ENGINE_PROFILE_FOR.get(engine, DEFAULT_PROFILE)
-    for words, named, what in PROFILE_BY_VERSION_WORDS.get(engine, ()):
-        if any(word in version for word in words):
-            return named, f"engine {engine} ({version}) simulated with the {named} profile ({what})"
+    named = deployment_profile(engine, version)
+    if named is not None:
+        return named
     stated = release(version)
     for first_new, older, what in OLDER_SCHEDULER_BEFORE.get(engine, ()):
         if stated is not None and stated < first_new:
@@ -880,6 +912,10 @@ class Replayer:
         }
         if row.dp_attention:
             options["dp_attention"] = True
+        kernel, kernel_note = row.attention_kernel
+        if kernel is not None:
+            options["attention_kernel"] = kernel
+            notes.append(kernel_note)
         if row.num_scheduler_steps > 1:
             options["num_scheduler_steps"] = row.num_scheduler_steps
         if row.ep is not None:
