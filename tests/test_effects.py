@@ -122,6 +122,12 @@ def test_per_head_decode_repeats_the_groups_kv_work_once_per_query_head():
 def test_per_head_prefills_as_flash_and_equals_flash_for_mha():
     prefill = Step.prefill(2, 512, 256)
     assert gqa_attention("per-head").work(prefill) == gqa_attention("flash").work(prefill)
+    # the same kernel, the same ceiling: FlashAttention's (efficiency.attention_compute under the shape model)
+    systems = [System(load_model("llama2-70b"), exact_gpu("h100", attention_compute=0.5), Precision(), tp=4,
+                      attention_kernel=k, kernel_efficiency="shape") for k in ("flash", "per-head")]
+    flash, per_head = (s.step_seconds(prefill) for s in systems)
+    assert per_head == flash
+    assert systems[1].step_seconds(DECODE) > systems[0].step_seconds(DECODE)
     # llama2-7b is MHA (one query head per K/V head): nothing to read again
     assert attention_op(exact_gpu(), "per-head").work(DECODE).kv_read_bytes == 4000 * KV_TOKEN == 65_536_000
 

@@ -279,7 +279,8 @@ def operator_rates(op: Operator, gpu: GPUSpec, tokens: Number = 0.0, model: Time
     if isinstance(op, ExpertGemm) and not measured:
         compute_eff, memory_eff = compute_eff * eff.expert, memory_eff * eff.expert
     shape = model.shape and not measured
-    if shape and op.kind == "attention" and getattr(op, "kernel", "flash") == "flash":
+    # FlashAttention's ceiling: per-head attention prefills with the same kernel (its decode is memory-bound).
+    if shape and op.kind == "attention" and getattr(op, "kernel", "flash") != "naive":
         compute_eff = eff.attention_compute
     # The data-sheet peaks assume the boost clock; some GPUs hold a lower one under GEMM load.
     clock = eff.sustained_clock
