@@ -190,6 +190,15 @@ def test_full_fusion_keeps_q_and_the_attention_output_on_chip():
 def test_naive_attention_cannot_be_fully_fused():
     with pytest.raises(InputError, match="--fusion full"):
         build_operators(load_model("llama2-7b"), Precision(), exact_gpu(), 1, "naive", "full")
+    with pytest.raises(InputError, match="got per-head.*use --fusion elementwise with per-head attention"):
+        build_operators(load_model("llama2-7b"), Precision(), exact_gpu(), 1, "per-head", "full")
+
+
+@pytest.mark.parametrize("kernel", ["naive", "per-head"])
+def test_latent_attention_refuses_a_kernel_it_would_not_run(kernel):
+    # MLA's operators are its own; a kernel choice would be reported but never simulated
+    with pytest.raises(InputError, match=f"--attention-kernel {kernel}: deepseek-v3 uses multi-head latent attention"):
+        build_operators(load_model("deepseek-v3"), Precision(), exact_gpu("h200"), 8, kernel, "elementwise")
 
 
 def test_fusion_none_pays_a_launch_per_kernel():

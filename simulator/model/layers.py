@@ -724,7 +724,15 @@ def build_operators(
     if fusion == "full" and attention_kernel != "flash":
         raise InputError(
             "--fusion full: fuses the attention block into one kernel, which needs --attention-kernel flash "
-            "(a naive kernel writes the score matrix to HBM); use --fusion elementwise with naive attention"
+            f"(got {attention_kernel}: naive writes the score matrix to HBM, per-head decodes with a kernel of its "
+            f"own); use --fusion elementwise with {attention_kernel} attention"
+        )
+    if model.is_mla and attention_kernel != "flash":
+        # MLA's attention is built from its own operators (the absorbed decode over the latent), which no
+        # kernel choice changes: accepting one would report a kernel the simulation never ran.
+        raise InputError(
+            f"--attention-kernel {attention_kernel}: {model.name} uses multi-head latent attention, which runs its "
+            "own kernels (decode over the shared latent, as FlashMLA); only flash applies"
         )
     if not (math.isfinite(routing_skew) and routing_skew >= 0.0):
         raise InputError(f"--routing-skew: must be a finite exponent >= 0 (got {routing_skew})")
