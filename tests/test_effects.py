@@ -201,6 +201,15 @@ def test_latent_attention_refuses_a_kernel_it_would_not_run(kernel):
         build_operators(load_model("deepseek-v3"), Precision(), exact_gpu("h200"), 8, kernel, "elementwise")
 
 
+def test_an_engine_whose_default_kernel_is_naive_still_runs_mla():
+    # llama.cpp's profile attends with the naive kernel; its default is for head attention, not MLA's operators
+    from simulator.plan.run import simulate_settings
+
+    result = simulate_settings({"model": "deepseek-v3", "gpu": "h200", "tp": 8, "engine": "llamacpp", "batch": 1,
+                                "ctx": 1024})
+    assert result.deployment.system.attention_kernel == "flash"
+
+
 def test_fusion_none_pays_a_launch_per_kernel():
     gpu = exact_gpu(kernel_launch_seconds=5e-6)
     step = Step.decode(1, 128)
