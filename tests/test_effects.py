@@ -151,9 +151,10 @@ def test_fusion_none_vs_elementwise_activation_bytes_per_layer_by_hand():
     removed = 2 * 2 * H + 2 * (n + g) * d + 2 * 3 * H + 3 * F + F - 2 * H
     assert removed == 8 * H + 2 * (n + g) * d + 4 * F == 93_184
     assert none - fused == tokens * removed * 2 == 186_368_000
-    # Kernels per layer: none = 2 norms, qkv, rotary, attention, o_proj, 2 adds, gate_up, activation, down.
-    assert none_kernels == 11
-    assert fused_kernels == 5  # qkv, attention, o_proj, gate_up, down
+    # Kernels per layer: none = 2 norms, qkv, rotary, the K/V cache write, attention, o_proj, 2 adds, gate_up,
+    # activation, down.
+    assert none_kernels == 12
+    assert fused_kernels == 5  # qkv (rotary and the cache write in its epilogue), attention, o_proj, gate_up, down
 
 
 def test_engine_kernels_fusion_by_hand():
@@ -167,8 +168,8 @@ def test_engine_kernels_fusion_by_hand():
     # Against none, per token (elements): each of the two adds is no longer 2H in + H out but 2H inside
     # the norm kernel: 2 x (3H - 2H) = 2H less; everything else is the same.
     assert none - engine == tokens * 2 * H * 2 == 16_384_000
-    # Kernels per layer: 2 norms, qkv, rotary, attention, o_proj, gate_up, activation, down.
-    assert none_kernels - engine_kernels == 2 and engine_kernels == 9
+    # Kernels per layer: 2 norms, qkv, rotary, the K/V cache write, attention, o_proj, gate_up, activation, down.
+    assert none_kernels - engine_kernels == 2 and engine_kernels == 10
     fused, _ = layer_activation_bytes("elementwise", step)
     # Against elementwise: the norms' 2 x 2H, rotary's 2 (n + g) d, the activation's 2F + F, gate_up's other F,
     # and 2 x H more per add (the residual write): 4H + 2(n + g)d + 4F + 2H.
@@ -210,14 +211,28 @@ def test_an_engine_whose_default_kernel_is_naive_still_runs_mla():
     assert result.deployment.system.attention_kernel == "flash"
 
 
+@pytest.mark.parametrize("model_name,gpu_name,tp", [("llama2-7b", "a100", 1), ("deepseek-v3", "h200", 8)])
+def test_the_cache_write_is_a_kernel_of_its_own_unless_fused_into_the_qkv_epilogue(model_name, gpu_name, tp):
+    # vLLM's reshape_and_cache / concat_and_cache_mla, TGI's reshape_and_cache, SGLang's set_kv_buffer: one launch
+    # per attention layer before attention reads the cache; TensorRT-LLM does it in its QKV preprocessing
+    step = Step.decode(4, 1000)
+    launches = {}
+    for fusion in ("kernels", "elementwise"):
+        ops = build_operators(load_model(model_name), Precision(), exact_gpu(gpu_name), tp, "flash", fusion)
+        launches[fusion] = next(op for op in ops if op.kind == "attention").work(step).launches
+    assert launches["kernels"] - launches["elementwise"] == 1
+    assert launches["elementwise"] == (1 if model_name == "llama2-7b" else 3)  # MLA: W_UK bmm, attention, W_UV bmm
+
+
 def test_fusion_none_pays_a_launch_per_kernel():
     gpu = exact_gpu(kernel_launch_seconds=5e-6)
     step = Step.decode(1, 128)
     none = System(load_model("llama2-7b"), gpu, Precision(), fusion="none").step_cost(step)
     fused = System(load_model("llama2-7b"), gpu, Precision(), fusion="elementwise").step_cost(step)
-    # 6 more kernels per layer x 32 layers, plus the final norm.
-    assert none.launches - fused.launches == 6 * 32 + 1
-    assert none.seconds > fused.seconds + (6 * 32 + 1) * 5e-6
+    # 7 more kernels per layer (2 norms, rotary, the cache write, 2 adds, the activation) x 32 layers, plus the
+    # final norm.
+    assert none.launches - fused.launches == 7 * 32 + 1
+    assert none.seconds > fused.seconds + (7 * 32 + 1) * 5e-6
 
 
 # --- Weight-only quantisation ----------------------------------------------------------------

@@ -15,16 +15,20 @@ costs its producer a write and its consumer a read; a tensor kept on chip costs 
 Fusion levels (``fusion``; kernels and activation elements per token per layer for a
 LLaMA layer at tp = 1 are worked out in docs/readme-effects.md):
 - ``none``: every norm, rotary embedding, activation and residual add is its own kernel that
-  reads and writes activations in HBM and pays a kernel launch (11 kernels per LLaMA layer
-  with flash attention, 13 with naive attention).
+  reads and writes activations in HBM and pays a kernel launch, and so is the write of the new
+  tokens' K/V into the cache (12 kernels per LLaMA layer with flash attention, 14 with naive).
 - ``kernels``: the PyTorch engines' own elementwise kernels (vLLM, SGLang, TGI: their
   ``fused_add_rms_norm``, ``rotary_embedding`` and ``silu_and_mul`` CUDA ops, or the Triton
   kernels torch.compile makes of the same code in vLLM V1): each norm, rotary embedding and
   activation is a kernel of its own, and each residual add runs inside the next norm's kernel
   (which reads the residual and writes the updated one: 2H more elements per add) or rides on
-  the all-reduce. cuBLAS GEMMs take no epilogue of theirs, so gate/up writes 2F wide
-  (9 kernels per LLaMA layer with flash attention).
-- ``elementwise``: those chains run in the neighbouring GEMM's prologue/epilogue (5 kernels):
+  the all-reduce. cuBLAS GEMMs take no epilogue of theirs, so gate/up writes 2F wide. The new
+  tokens' K and V go into the paged cache by a kernel of their own before attention reads it
+  (vLLM's ``reshape_and_cache(_flash)``, TGI's ``reshape_and_cache``, SGLang's
+  ``set_kv_buffer``; its bytes are the attention operator's ``kv_write_bytes``, only the
+  launch is the kernel's own): 10 kernels per LLaMA layer with flash attention.
+- ``elementwise``: those chains run in the neighbouring GEMM's prologue/epilogue (5 kernels; the
+  cache write rides with rotary in the QKV epilogue, as TensorRT-LLM's attention preprocessing does):
   a norm folds into the next GEMM (its per-row 1/rms scales the GEMM's output rows), rotary
   into the QKV epilogue, SiLU(gate) * up into the gate/up epilogue (which then writes F
   wide instead of 2F), and a residual add into the epilogue of the GEMM before it (which
@@ -324,6 +328,8 @@ class Attention:
     """SMs, one query row tile resident on each"""
     score_bytes_per_element: float = 0.0
     """the naive kernel's bytes per materialised score (EngineProfile.naive_score_bytes); 0: the activation dtype's"""
+    cache_write_kernel: bool = False
+    """the new tokens' K/V go into the cache by a kernel of their own (fusion none and kernels; module docstring)"""
     kind: str = "attention"
     works_from_tokens: ClassVar[bool] = False
     """False: ``work(step)`` reads other fields of the step than ``tokens(step)`` (the context, attention pairs)"""
@@ -383,6 +389,8 @@ class Attention:
             kv_reads = step.context_tokens
             score_traffic = 4.0 * n * scores * (self.score_bytes_per_element or b_a)
             launches = 3.0 * _active(step.tokens)
+        if self.cache_write_kernel:
+            launches = launches + _active(step.tokens)
         share = 1.0 / self.data_parallel  # attention data parallelism: this GPU's share of the sequences
         return Work(
             flops=(4.0 * n * d * scores + SOFTMAX_FLOPS_PER_SCORE * n * scores) * share,
@@ -455,6 +463,9 @@ class LatentAttention:
     resident_bytes: float
     data_parallel: int = 1
     """attention data parallelism: this GPU holds and attends 1/data_parallel of the step's sequences, all heads"""
+    cache_write_kernel: bool = False
+    """the new tokens' latent goes into the cache by a kernel of their own (vLLM's ``concat_and_cache_mla``, SGLang's
+    ``set_kv_buffer``; fusion none and kernels)"""
     kind: str = "attention"
     works_from_tokens: ClassVar[bool] = False
     """False: ``work(step)`` reads the context and attention pairs of the step"""
@@ -488,7 +499,8 @@ class LatentAttention:
             kv_write_bytes=latent_bytes * step.tokens * share,
             activation_bytes=(io + expanded_traffic) * share,
             # decode: the W_UK bmm, the latent attention kernel, the W_UV bmm; prefill: kv_b GEMM, attention
-            launches=3.0 * _active(decode_tokens) + 2.0 * _active(step.prefill_tokens),
+            launches=3.0 * _active(decode_tokens) + 2.0 * _active(step.prefill_tokens)
+            + (_active(step.tokens) if self.cache_write_kernel else 0.0 * step.tokens),
         )
 
 
@@ -815,6 +827,11 @@ class _Builder:
             data_parallel=data_parallel,
         )
 
+    @property
+    def separate_cache_write(self) -> bool:
+        """Is writing the new tokens' K/V (or MLA latent) into the cache a kernel of its own (module docstring)?"""
+        return self.fusion in ("none", "kernels")
+
     def fuses(self, residual: bool = False) -> bool:
         """Does this fusion level fold an elementwise op into a neighbour (``residual``: a residual add)?"""
         if self.fusion == "kernels":
@@ -955,6 +972,7 @@ class _Builder:
             kernel=self.attention_kernel,
             query_tile_rows=flash_query_tile_rows(self.gpu, d, self.b_a),
             io_fused=self.fusion == "full",
+            cache_write_kernel=self.separate_cache_write,
             params=sinks,
             resident_bytes=sinks // tp * self.b_a,
             window=window,
@@ -1004,6 +1022,7 @@ class _Builder:
                 params=r * n * (d_n + d_v),
                 resident_bytes=r * n_gpu * (d_n + d_v) * (p.weight_bytes_per_element + p.scale_bytes_per_weight),
                 data_parallel=dp,
+                cache_write_kernel=self.separate_cache_write,
             )
         )
         ops.append(self.gemm("o_proj", n_gpu * d_v, H, n * d_v * H, H, H, read=0 if self.fused_block else None,
