@@ -192,18 +192,18 @@ def test_step_totals_equal_step_cost_under_the_full_time_model(options):
 
 
 def test_tgi_1_decodes_at_the_pace_of_its_python_shard_where_the_kernels_are_shorter():
-    # TGI 1.x launches every kernel from Python at 56.4 us (TGI issue #1315; derivations/tgi_host_launch.py).
+    # TGI 1.x launches every kernel from Python at 51.7 us (TGI issue #1315; derivations/tgi_host_launch.py).
     tgi = load_engine_profile("tgi-v1")
-    assert tgi.graphs.eager_launch_seconds == pytest.approx(56.4e-6, rel=1e-12)
+    assert tgi.graphs.eager_launch_seconds == pytest.approx(51.7e-6, rel=1e-12)
     model, step = load_model("codellama-34b"), Step.decode(1, 200)
     # Two H100s read 31.4 GiB of weights per GPU in about 10 ms at full bandwidth; the host needs longer.
     sharded = System(model, load_gpu("h100"), Precision(), tp=2, engine=tgi).step_cost(step)
-    host = 56.4e-6 * float(sharded.launches)
+    host = 51.7e-6 * float(sharded.launches)
     assert sharded.host_seconds == pytest.approx(host, rel=1e-12)
     assert sharded.launch_wait_seconds == pytest.approx(host - float(sharded.gpu_seconds), rel=1e-12)
     # The iteration: the shard's launches, then (not overlapped) 1.615 ms + 171 us for the one sequence,
-    # plus the one kernel that writes its new token into its history: 56.4 us.
-    assert sharded.seconds == pytest.approx(host + 1.615e-3 + 171e-6 + 56.4e-6, rel=1e-12)
+    # plus the one kernel that writes its new token into its history: 51.7 us.
+    assert sharded.seconds == pytest.approx(host + 1.615e-3 + 171e-6 + 51.7e-6, rel=1e-12)
     # One A100 reads 62.9 GiB at 2.0 TB/s x 0.74: about 45 ms, longer than the launches; it waits for nothing.
     single = System(model, load_gpu("a100-80gb"), Precision(), engine=tgi).step_cost(step)
     assert single.launch_wait_seconds == 0.0 and single.gpu_seconds > single.host_seconds
@@ -211,11 +211,11 @@ def test_tgi_1_decodes_at_the_pace_of_its_python_shard_where_the_kernels_are_sho
 
 def test_tgi_samples_each_sampling_request_on_its_own_at_five_launches_a_sequence():
     tgi = load_engine_profile("tgi-v1")
-    # Greedy: 1.615 ms + 32 x (171 us + 1 launch x 56.4 us) = 1.615 + 7.2768 ms = 8.8918 ms.
-    assert iteration_cpu_seconds(tgi, 32, 32) == pytest.approx(8.8918e-3, rel=1e-12)
-    # Sampling: softmax, exponential_, div_, argmax and the copy, per sequence: 1.615 + 32 x (171 + 6 x 56.4) us.
+    # Greedy: 1.615 ms + 32 x (171 us + 1 launch x 51.7 us) = 1.615 + 7.1264 ms = 8.7414 ms.
+    assert iteration_cpu_seconds(tgi, 32, 32) == pytest.approx(8.7414e-3, rel=1e-12)
+    # Sampling: softmax, exponential_, div_, argmax and the copy, per sequence: 1.615 + 32 x (171 + 6 x 51.7) us.
     sampled = tgi.with_sampling(True)
-    assert iteration_cpu_seconds(sampled, 32, 32) == pytest.approx(1.615e-3 + 32 * 509.4e-6, rel=1e-12)
+    assert iteration_cpu_seconds(sampled, 32, 32) == pytest.approx(1.615e-3 + 32 * 481.2e-6, rel=1e-12)
     # Engines that sample the whole batch at once have nothing per sampled sequence.
     vllm = load_engine_profile("vllm")
     assert iteration_cpu_seconds(vllm.with_sampling(True), 32, 32) == iteration_cpu_seconds(vllm, 32, 32)
