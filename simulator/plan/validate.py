@@ -302,14 +302,13 @@ class Row:
     def attention_kernel(self) -> tuple[str | None, str]:
         """(attention kernel, note) of the row's release where it is not its profile's (None: the profile's);
         :data:`ATTENTION_KERNEL_BEFORE`."""
-        stated = release(self.engine_version)
-        if stated is None or deployment_profile(self.engine, self.engine_version) is not None:
+        if deployment_profile(self.engine, self.engine_version) is not None:
             return None, ""  # a deployment (a harness, NIM) names no release of the engine
-        for first_new, kernel, what in ATTENTION_KERNEL_BEFORE.get(self.engine, ()):
-            if stated < first_new:
-                return kernel, (f"attention kernel {kernel} (engine {self.engine} before "
-                                f"{'.'.join(map(str, first_new))}: {what})")
-        return None, ""
+        older = older_release(ATTENTION_KERNEL_BEFORE, self.engine, release(self.engine_version))
+        if older is None:
+            return None, ""
+        first_new, kernel, what = older
+        return kernel, f"attention kernel {kernel} (engine {self.engine} before {'.'.join(map(str, first_new))}: {what})"
 
     @property
     def is_static_batch(self) -> bool:
@@ -699,6 +698,16 @@ def release(version: str) -> tuple[int, ...] | None:
     return tuple(int(part) for part in match.group(1).split(".")) if match else None
 
 
+def older_release(table: dict[str, tuple[tuple[tuple[int, ...], str, str], ...]], engine: str,
+                  stated: tuple[int, ...] | None) -> tuple[tuple[int, ...], str, str] | None:
+    """The first entry of ``table`` (:data:`OLDER_SCHEDULER_BEFORE`, :data:`ATTENTION_KERNEL_BEFORE`) whose release
+    comes after ``engine``'s ``stated`` one: (first version not concerned, what applies, why); None if none or
+    the release is not stated."""
+    if stated is None:
+        return None
+    return next((entry for entry in table.get(engine, ()) if stated < entry[0]), None)
+
+
 def deployment_profile(engine: str, version: str) -> tuple[str, str] | None:
     """(profile, note) where the version cell names a deployment or backend (:data:`PROFILE_BY_VERSION_WORDS`);
     None where it does not."""
@@ -719,10 +728,11 @@ def engine_profile(engine: str, version: str = "") -> tuple[str, str]:
     if named is not None:
         return named
     stated = release(version)
-    for first_new, older, what in OLDER_SCHEDULER_BEFORE.get(engine, ()):
-        if stated is not None and stated < first_new:
-            return older, f"engine {engine} {'.'.join(map(str, stated))} simulated with the {older} profile " \
-                          f"(before {'.'.join(map(str, first_new))}: {what})"
+    entry = older_release(OLDER_SCHEDULER_BEFORE, engine, stated)
+    if entry is not None and stated is not None:
+        first_new, older, what = entry
+        return older, f"engine {engine} {'.'.join(map(str, stated))} simulated with the {older} profile " \
+                      f"(before {'.'.join(map(str, first_new))}: {what})"
     if profile == engine:
         return profile, ""
     return profile, f"engine {engine} simulated with the {profile} profile"
