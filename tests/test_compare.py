@@ -20,13 +20,9 @@ from simulator.report.compare import (
 )
 
 
-def pinned_a100():
-    return exact_gpu()
-
-
 @pytest.fixture(scope="module")
 def comparison():
-    return compare_attention(load_model("llama2-70b"), pinned_a100(), Precision(), ["mha", "gqa:8", "mqa"],
+    return compare_attention(load_model("llama2-70b"), exact_gpu(), Precision(), ["mha", "gqa:8", "mqa"],
                              [512, 4096, 32768])
 
 
@@ -68,7 +64,7 @@ def test_decode_step_at_batch_1_differs_by_the_kv_heads_traffic(comparison):
 
 
 def test_max_batch_is_the_largest_that_fits_and_grows_as_kv_heads_shrink(comparison):
-    model, gpu, precision = load_model("llama2-70b"), pinned_a100(), Precision()
+    model, gpu, precision = load_model("llama2-70b"), exact_gpu(), Precision()
     system = System(model, gpu, precision, 4)
     largest = max_batch_that_fits(model, precision, gpu, 4, 4096, system)
     assert plan_memory(model, precision, gpu, 4, largest, 4096, system.operators).fits
@@ -90,7 +86,7 @@ def test_bad_lists_are_input_errors():
     with pytest.raises(InputError, match="--ctx"):
         parse_contexts("512,lots")
     with pytest.raises(InputError, match="--attention"):
-        compare_attention(load_model("llama2-70b"), pinned_a100(), Precision(), ["gqa:7"], [512])
+        compare_attention(load_model("llama2-70b"), exact_gpu(), Precision(), ["gqa:7"], [512])
 
 
 def test_cli_table_json_and_warning():

@@ -14,13 +14,9 @@ from simulator.plan.deployment import plan_deployment
 from simulator.report.explain import explain_run, kernel_choices, ridge_batch
 
 
-def pinned_a100():
-    return exact_gpu()
-
-
 @pytest.fixture(scope="module")
 def batch_1():
-    deployment = plan_deployment(load_model("llama2-7b"), pinned_a100(), Precision(), batch=1, context_tokens=2048)
+    deployment = plan_deployment(load_model("llama2-7b"), exact_gpu(), Precision(), batch=1, context_tokens=2048)
     return explain_run(deployment, batch=1, ctx=2048, gen=128)
 
 
@@ -37,11 +33,11 @@ def test_batch_1_decode_is_memory_bound_at_about_1_flop_per_byte(batch_1):
 def test_ridge_batch_is_near_the_ridge_point_times_bw_over_2():
     # DESIGN.md: decode GEMM intensity ~ 2B / b_w, so fp16 GEMMs reach the 153 FLOP/byte ridge near B = 153
     # (a little later: the activation rows add bytes).
-    system = System(load_model("llama2-7b"), pinned_a100(), Precision())
+    system = System(load_model("llama2-7b"), exact_gpu(), Precision())
     reach = ridge_batch(system, 2048)
     assert 153 <= reach <= 1.1 * 153
     # int8 weights (1 byte): twice the intensity per token, so about half the batch (~77).
-    int8 = ridge_batch(System(load_model("llama2-7b"), pinned_a100(), Precision(weights="int8")), 2048)
+    int8 = ridge_batch(System(load_model("llama2-7b"), exact_gpu(), Precision(weights="int8")), 2048)
     assert 0.45 * reach < int8 < 0.55 * reach
 
 
@@ -64,7 +60,7 @@ def test_biggest_throughput_lever_at_batch_1_is_a_bigger_batch(batch_1):
 
 
 def test_kernel_choices_per_layer():
-    system = System(load_model("llama2-7b"), pinned_a100(), Precision())
+    system = System(load_model("llama2-7b"), exact_gpu(), Precision())
     choices = kernel_choices(system, batch=1, ctx=4096, gen=1)
     fusion = choices["fusion"]
     # none: 2 norms, qkv, rotary, the cache write, attention, o_proj, 2 adds, gate_up, activation, down
