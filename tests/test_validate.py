@@ -444,3 +444,13 @@ def test_a_row_with_multi_step_scheduling_replays_on_the_v0_engine_with_it(tmp_p
         eff = Efficiencies(0.6, 0.7)
         slow, fast = replayer.predict(one_step, eff), replayer.predict(multi, eff)
     assert one_step.profile[0] == "vllm-v0.6" and fast.value > slow.value
+
+
+def test_a_version_cell_that_names_the_v0_engine_replays_on_it(tmp_path):
+    """vLLM 0.8.x still ships the V0 engine (VLLM_USE_V1=0); a row whose version cell says its source ran it replays
+    with the V0 profile of 0.6-0.8, one whose cell does not with V1, and older releases keep their own profile."""
+    def profile(version: str) -> str:
+        return table(tmp_path, row(engine_version=version))[0].profile[0]
+    assert profile("0.8.5 (ROCm 6.3.1, V0 engine inferred)") == "vllm-v0.6"
+    assert profile("0.8.5 (ROCm 6.3.1)") == "vllm"
+    assert profile("0.5.4 (V0 engine)") == "vllm-v0"

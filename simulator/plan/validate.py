@@ -168,7 +168,12 @@ ATTENTION_KERNEL_BEFORE: dict[str, tuple[tuple[tuple[int, ...], str, str], ...]]
 }
 
 MULTI_STEP_PROFILE = "vllm-v0.6"
-"""The profile of a vLLM row of 0.8 or later that states --num-scheduler-steps (V1 has no multi-step scheduling)."""
+"""The profile of a vLLM row of 0.8 or later that runs the V0 engine: it states --num-scheduler-steps (V1 has no
+multi-step scheduling), or its version cell names the V0 engine (:data:`V0_ENGINE_WORDS`)."""
+
+V0_ENGINE_WORDS = "V0 engine"
+"""Words of a vLLM version cell of 0.8 or later whose source ran (or is read as having run) the V0 engine, which
+0.8.x still ships behind ``VLLM_USE_V1=0``; the row's notes say why."""
 
 # GPU families: the calibrated parameters are per family (GPUSpec.name).
 GPU_FAMILIES: dict[str, tuple[str, ...]] = {
@@ -296,6 +301,9 @@ class Row:
             # for --num-scheduler-steps (vllm/engine/arg_utils.py, _is_v1_supported_oracle).
             return MULTI_STEP_PROFILE, (f"engine {self.engine} {self.engine_version} simulated with the "
                                         f"{MULTI_STEP_PROFILE} profile (multi-step scheduling runs on the V0 engine only)")
+        if V0_ENGINE_WORDS in self.engine_version and profile == "vllm":
+            return MULTI_STEP_PROFILE, (f"engine {self.engine} {self.engine_version} simulated with the "
+                                        f"{MULTI_STEP_PROFILE} profile (the V0 engine, as the version cell says)")
         return profile, note
 
     @property
