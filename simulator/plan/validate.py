@@ -167,7 +167,7 @@ ATTENTION_KERNEL_BEFORE: dict[str, tuple[tuple[tuple[int, ...], str, str], ...]]
     "trtllm": (((0, 8), "per-head", "masked MHA decode, one thread block per query head, no XQA"),),
 }
 
-MULTI_STEP_PROFILE = "vllm-v0.6"
+V0_ENGINE_PROFILE = "vllm-v0.6"
 """The profile of a vLLM row of 0.8 or later that runs the V0 engine: it states --num-scheduler-steps (V1 has no
 multi-step scheduling), or its version cell names the V0 engine (:data:`V0_ENGINE_WORDS`)."""
 
@@ -296,14 +296,13 @@ class Row:
     def profile(self) -> tuple[str, str]:
         """(engine profile, note) the row replays with: its engine at its stated version (:func:`engine_profile`)."""
         profile, note = engine_profile(self.engine, self.engine_version)
-        if self.num_scheduler_steps > 1 and profile == "vllm":
-            # Multi-step scheduling exists only in the V0 engine: vLLM 0.8's engine arguments fall back to V0
-            # for --num-scheduler-steps (vllm/engine/arg_utils.py, _is_v1_supported_oracle).
-            return MULTI_STEP_PROFILE, (f"engine {self.engine} {self.engine_version} simulated with the "
-                                        f"{MULTI_STEP_PROFILE} profile (multi-step scheduling runs on the V0 engine only)")
-        if V0_ENGINE_WORDS in self.engine_version and profile == "vllm":
-            return MULTI_STEP_PROFILE, (f"engine {self.engine} {self.engine_version} simulated with the "
-                                        f"{MULTI_STEP_PROFILE} profile (the V0 engine, as the version cell says)")
+        # Multi-step scheduling exists only in the V0 engine: vLLM 0.8's engine arguments fall back to V0
+        # for --num-scheduler-steps (vllm/engine/arg_utils.py, _is_v1_supported_oracle).
+        why_v0 = ("multi-step scheduling runs on the V0 engine only" if self.num_scheduler_steps > 1
+                  else "the V0 engine, as the version cell says" if V0_ENGINE_WORDS in self.engine_version else "")
+        if why_v0 and profile == "vllm":
+            return V0_ENGINE_PROFILE, (f"engine {self.engine} {self.engine_version} simulated with the "
+                                       f"{V0_ENGINE_PROFILE} profile ({why_v0})")
         return profile, note
 
     @property
