@@ -454,3 +454,21 @@ def test_a_version_cell_that_names_the_v0_engine_replays_on_it(tmp_path):
     assert profile("0.8.5 (ROCm 6.3.1, V0 engine inferred)") == "vllm-v0.6"
     assert profile("0.8.5 (ROCm 6.3.1)") == "vllm"
     assert profile("0.5.4 (V0 engine)") == "vllm-v0"
+
+
+# --- rows far off and their explanations -----------------------------------------------------------
+
+def test_rows_beyond_40_percent_are_counted_and_the_unexplained_named(tmp_path):
+    from simulator.cli.validate import _far_off_text, far_off
+    from simulator.plan.crossval import Scored
+    from simulator.plan.validate import Prediction
+
+    rows = table(tmp_path, row(id=1, explanation="the source's own anomaly"), row(id=2), row(id=3), row(id=4),
+                 row(id=5, explanation="  "))
+    # measured 0.01 s each: +45%, +39%, -50%, skipped, -41% (a blank explanation is none)
+    predicted = {"1": 0.0145, "2": 0.0139, "3": 0.005, "4": None, "5": 0.0059}
+    scored = tuple(Scored(r, Prediction(predicted[r.id]), Prediction(predicted[r.id])) for r in rows)
+    assert far_off(scored) == (["1", "3", "5"], ["3", "5"])
+    assert _far_off_text(scored) == ("Rows beyond 40% out of sample: 3 of 4; 2 without an explanation in the table (3, 5)")
+    explained = tuple(s for s in scored if s.row.id in ("1", "2"))
+    assert _far_off_text(explained) == "Rows beyond 40% out of sample: 1 of 2, each with an explanation in the table"

@@ -204,6 +204,27 @@ def _worst_text(scored: tuple[Scored, ...], count: int = 5) -> str:
     return "\n".join(lines)
 
 
+FAR_OFF = 0.40
+"""|error| out of sample beyond which a row's ``explanation`` should say why (the issue's p90 bound)."""
+
+
+def far_off(scored: tuple[Scored, ...]) -> tuple[list[str], list[str]]:
+    """(ids of the rows beyond :data:`FAR_OFF` out of sample, those of them without an explanation)."""
+    far = [s.row for s in scored if s.error_out is not None and abs(s.error_out) > FAR_OFF]
+    return [r.id for r in far], [r.id for r in far if not r.explanation.strip()]
+
+
+def _far_off_text(scored: tuple[Scored, ...]) -> str:
+    compared = sum(1 for s in scored if s.error_out is not None)
+    far, bare = far_off(scored)
+    line = f"Rows beyond {FAR_OFF:.0%} out of sample: {len(far)} of {compared}"
+    if not far:
+        return line
+    if bare:
+        return line + f"; {len(bare)} without an explanation in the table ({_ids(bare)})"
+    return line + ", each with an explanation in the table"
+
+
 def _skipped_text(scored: tuple[Scored, ...]) -> str:
     reasons: dict[str, list[str]] = {}
     for s in scored:
@@ -254,6 +275,7 @@ def validation_dict(v: Validation, table: Path) -> dict[str, Any]:
         "sources": sorted({s.row.source_id for s in v.scored}),
         "in_sample": report_block(v.scored, "in"),
         "out_of_sample": report_block(v.scored, "out"),
+        "beyond_40_percent": dict(zip(("rows", "without_explanation"), far_off(v.scored))),
         "fit": {
             "in_sample": {family: _fit_dict(f) for family, f in v.in_sample_fit.items()},
             "folds": {source: {family: _fit_dict(f) for family, f in fits.items()} for source, fits in v.fold_fits.items()},
@@ -310,7 +332,7 @@ def _text(v: Validation, table: Path, seconds: float, no_rows: bool) -> str:
     ]
     if not no_rows:
         parts.append(_rows_text(v.scored))
-    parts.append(_worst_text(v.scored))
+    parts.append(_worst_text(v.scored) + "\n" + _far_off_text(v.scored))
     skipped = _skipped_text(v.scored)
     if skipped:
         parts.append(skipped)
