@@ -223,3 +223,22 @@ def test_tgi_samples_each_sampling_request_on_its_own_at_five_launches_a_sequenc
     options = {"model": "llama2-7b", "gpu": "a10g", "engine": "tgi-v1"}
     assert deployment_from_options({**options, "sampling": True}, 1, 128).system.engine.sampling
     assert not deployment_from_options(options, 1, 128).system.engine.sampling
+
+
+def test_sglang_launches_its_prefill_from_python_at_27_us_a_kernel_and_replays_its_decode():
+    # SGLang captures decode batches of up to 160 sequences; a prefill runs eagerly, each kernel launched from
+    # Python at 27.1 us (SGLang PR #1401's decode steps with and without --disable-cuda-graph;
+    # validation/derivations/sglang_host_launch.py).
+    sglang = load_engine_profile("sglang")
+    assert sglang.graphs.eager_launch_seconds == pytest.approx(27.1e-6, rel=1e-12)
+    for gpu in ("h100", "b200"):
+        system = System(load_model("llama3-8b"), load_gpu(gpu), Precision(), engine=sglang)
+        prefill = system.step_cost(Step.prefill(1, 16))
+        host = 27.1e-6 * float(prefill.launches)
+        assert prefill.host_seconds == pytest.approx(host, rel=1e-12)
+        # The GPU waits max(0, host - kernels): 16 GB of weights take longer to read on an H100 (3.35 TB/s)
+        # than the launches, and less long on a B200 (8 TB/s), where the step is the launches.
+        assert prefill.launch_wait_seconds == pytest.approx(max(0.0, host - float(prefill.gpu_seconds)), abs=1e-15)
+        assert (prefill.launch_wait_seconds > 0) == (gpu == "b200")
+        decode = system.step_cost(Step.decode(1, 200))
+        assert decode.host_seconds == 0.0 and decode.launch_wait_seconds == 0.0
