@@ -77,7 +77,8 @@ def time_model_lines(system: Any) -> list[str]:
         capture = f"no CUDA graphs ({fmt_seconds(graphs.eager_launch_seconds)} host launch/kernel)"
     else:
         kind = "all steps" if graphs.mixed else "decode steps"
-        capture = f"CUDA graphs for {kind} up to {graphs.max_batch:,} tokens"
+        capture = (f"CUDA graphs for {kind} up to {graphs.max_batch:,} tokens, other steps launched from the host "
+                   f"at {fmt_seconds(graphs.eager_launch_seconds)}/kernel")
     version = f" ({engine.version})" if engine.version else ""
     return [
         f"  efficiency   compute {eff.compute:.2f}"
