@@ -38,11 +38,10 @@ import statistics
 import tempfile
 from pathlib import Path
 
-import yaml
+from launch_solver import profile_with_launch, solve_launch
 
 from simulator import simulate
 
-ROOT = Path(__file__).resolve().parents[2]
 MODEL, GPU = "llama3-8b", "h100"
 PROMPT_TOKENS, OUTPUT_TOKENS = 128, 8
 EAGER_SECONDS_PER_STEP = {"triton": 9.28e-3, "flashinfer": 8.23e-3}
@@ -51,26 +50,9 @@ GRAPH_SECONDS_PER_STEP = {"triton": 7.06e-3, "flashinfer": 7.35e-3}
 
 def decode_step_seconds(folder: Path, launch_seconds: float, eager: bool) -> float:
     """The replayed request's mean time per output token after the first (bench_latency's decode step)."""
-    profile = yaml.safe_load(open(ROOT / "configs" / "engines" / "sglang.yaml"))
-    profile["graphs"]["eager_launch_seconds"] = launch_seconds
-    profile.update(name="sglang-derivation", aliases=[])
-    path = folder / f"sglang-{launch_seconds:.9f}.yaml"
-    yaml.safe_dump(profile, open(path, "w"))
-    result = simulate(model=MODEL, gpu=GPU, engine=str(path), batch=1, input_len=PROMPT_TOKENS,
-                      output_len=OUTPUT_TOKENS, enforce_eager=eager).to_dict()
+    result = simulate(model=MODEL, gpu=GPU, engine=profile_with_launch(folder, "sglang", launch_seconds), batch=1,
+                      input_len=PROMPT_TOKENS, output_len=OUTPUT_TOKENS, enforce_eager=eager).to_dict()
     return result["latency"]["tpot_seconds"]["mean"]
-
-
-def solve(folder: Path, measured: float) -> float:
-    """Host seconds per launch at which the eager replay takes ``measured`` seconds per decode step (bisection)."""
-    low, high = 0.0, 200e-6
-    for _ in range(20):
-        middle = (low + high) / 2
-        if decode_step_seconds(folder, middle, eager=True) < measured:
-            low = middle
-        else:
-            high = middle
-    return (low + high) / 2
 
 
 def main() -> None:
@@ -81,7 +63,7 @@ def main() -> None:
               f"replayed decode step, kernels alone {kernels_only * 1e3:.2f} ms")
         solved = []
         for backend, measured in EAGER_SECONDS_PER_STEP.items():
-            launch = solve(folder, measured)
+            launch = solve_launch(lambda x: decode_step_seconds(folder, x, eager=True), measured)
             solved.append(launch)
             print(f"  {backend:10s} without CUDA graphs: measured {measured * 1e3:.2f} ms per step; "
                   f"{launch * 1e6:.1f} us per launch reproduces it")

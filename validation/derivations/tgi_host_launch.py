@@ -41,11 +41,10 @@ import statistics
 import tempfile
 from pathlib import Path
 
-import yaml
+from launch_solver import profile_with_launch, solve_launch
 
 from simulator import simulate
 
-ROOT = Path(__file__).resolve().parents[2]
 PROMPT_TOKENS = 100
 OUTPUT_TOKENS = 100
 MEASURED_SECONDS_PER_TOKEN = {
@@ -62,26 +61,9 @@ HOST_BOUND = 0.70
 def seconds_per_token(folder: Path, gpu: str, tp: int, launch_seconds: float, model: str = "codellama-34b",
                       prompt: int = PROMPT_TOKENS, output: int = OUTPUT_TOKENS) -> float:
     """The replayed request's time over its generated tokens, with ``launch_seconds`` of host time per kernel."""
-    profile = yaml.safe_load(open(ROOT / "configs" / "engines" / "tgi-v1.yaml"))
-    profile["graphs"]["eager_launch_seconds"] = launch_seconds
-    profile.update(name="tgi-v1-derivation", aliases=[])
-    path = folder / f"tgi-{launch_seconds:.9f}.yaml"
-    yaml.safe_dump(profile, open(path, "w"))
-    result = simulate(model=model, gpu=gpu, tp=tp, engine=str(path), batch=1, input_len=prompt,
-                      output_len=output).to_dict()
+    result = simulate(model=model, gpu=gpu, tp=tp, engine=profile_with_launch(folder, "tgi-v1", launch_seconds),
+                      batch=1, input_len=prompt, output_len=output).to_dict()
     return result["latency"]["e2e_seconds"]["mean"] / output
-
-
-def solve(folder: Path, gpu: str, tp: int, measured: float) -> float:
-    """Host seconds per launch at which the replay takes ``measured`` seconds per token (bisection)."""
-    low, high = 0.0, 200e-6
-    for _ in range(20):
-        middle = (low + high) / 2
-        if seconds_per_token(folder, gpu, tp, middle) < measured:
-            low = middle
-        else:
-            high = middle
-    return (low + high) / 2
 
 
 def main() -> None:
@@ -92,7 +74,7 @@ def main() -> None:
             kernels_only = seconds_per_token(folder, gpu, tp, 0.0)
             line = f"{gpu:10s} tp {tp}: measured {measured * 1e3:6.2f} ms/token, kernels alone {kernels_only * 1e3:6.2f} ms"
             if kernels_only < HOST_BOUND * measured:
-                launch = solve(folder, gpu, tp, measured)
+                launch = solve_launch(lambda x: seconds_per_token(folder, gpu, tp, x), measured)
                 solved.append(launch)
                 line += f"; host-bound: {launch * 1e6:.1f} us per launch reproduces it"
             print(line)
