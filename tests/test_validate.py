@@ -11,10 +11,13 @@ import yaml
 from click.testing import CliRunner
 
 from simulator.cli import main
+from simulator.cli.validate import _far_off_text, far_off
 from simulator.errors import InputError
+from simulator.plan.crossval import Scored
 from simulator.plan.validate import (
     COLUMNS,
     Efficiencies,
+    Prediction,
     Replayer,
     family_of,
     load_lengths,
@@ -459,10 +462,6 @@ def test_a_version_cell_that_names_the_v0_engine_replays_on_it(tmp_path):
 # --- rows far off and their explanations -----------------------------------------------------------
 
 def test_rows_beyond_40_percent_are_counted_and_the_unexplained_named(tmp_path):
-    from simulator.cli.validate import _far_off_text, far_off
-    from simulator.plan.crossval import Scored
-    from simulator.plan.validate import Prediction
-
     rows = table(tmp_path, row(id=1, explanation="the source's own anomaly"), row(id=2), row(id=3), row(id=4),
                  row(id=5, explanation="  "))
     # measured 0.01 s each: +45%, +39%, -50%, skipped, -41% (a blank explanation is none)

@@ -214,10 +214,14 @@ def far_off(scored: tuple[Scored, ...]) -> tuple[list[str], list[str]]:
     return [r.id for r in far], [r.id for r in far if not r.explanation.strip()]
 
 
+def _compared(scored: tuple[Scored, ...]) -> int:
+    """Rows replayed and scored out of sample (the others were skipped, each with its reason)."""
+    return sum(1 for s in scored if s.error_out is not None)
+
+
 def _far_off_text(scored: tuple[Scored, ...]) -> str:
-    compared = sum(1 for s in scored if s.error_out is not None)
     far, bare = far_off(scored)
-    line = f"Rows beyond {FAR_OFF:.0%} out of sample: {len(far)} of {compared}"
+    line = f"Rows beyond {FAR_OFF:.0%} out of sample: {len(far)} of {_compared(scored)}"
     if not far:
         return line
     if bare:
@@ -271,7 +275,7 @@ def validation_dict(v: Validation, table: Path) -> dict[str, Any]:
     return {
         "table": str(table),
         "rows_total": len(v.scored),
-        "rows_compared": sum(1 for s in v.scored if s.error_out is not None),
+        "rows_compared": _compared(v.scored),
         "sources": sorted({s.row.source_id for s in v.scored}),
         "in_sample": report_block(v.scored, "in"),
         "out_of_sample": report_block(v.scored, "out"),
@@ -322,7 +326,7 @@ def _cpus() -> int:
 
 
 def _text(v: Validation, table: Path, seconds: float, no_rows: bool) -> str:
-    compared = sum(1 for s in v.scored if s.error_out is not None)
+    compared = _compared(v.scored)
     sources = len({s.row.source_id for s in v.scored})
     parts = [
         (f"{table}: {len(v.scored)} rows from {sources} sources; {compared} replayed through the engine, "
@@ -361,7 +365,7 @@ def validate_command(table: Path | None, as_json: bool, no_rows: bool, plot_path
     if write_bands:
         target = bands_out or bands_file()
         document = bands_document(residuals(v.scored), {
-            "table": table.name, "rows": len(v.scored), "rows_compared": sum(1 for s in v.scored if s.error_out is not None),
+            "table": table.name, "rows": len(v.scored), "rows_compared": _compared(v.scored),
             "sources": len({s.row.source_id for s in v.scored}), "command": "simulate validate --write-bands",
         })
         save_bands(target, document)
