@@ -18,8 +18,8 @@ from pathlib import Path
 import yaml
 
 from benchmarks.common import machine, report, write_results
-from simulator.plan.scenario import load_scenario
-from simulator.plan.sweep import InlineExecutor, run_sweep
+from simulator.sweep.scenario import load_scenario
+from simulator.sweep.sweep import InlineExecutor, run_sweep
 
 
 def grid_scenario(folder: Path, points: int) -> Path:

@@ -29,7 +29,6 @@ from pydantic import BaseModel
 from simulator.errors import InputError
 from simulator.plan.result import SimulationResult
 from simulator.plan.run import simulate_settings
-from simulator.plan.scenario import Scenario, load_scenario
 from simulator.plan.settings import (
     DeploymentSettings,
     RunSettings,
@@ -39,7 +38,8 @@ from simulator.plan.settings import (
     resolve_aliases,
     validation_error,
 )
-from simulator.plan.sweep import InlineExecutor, SweepOutcome, run_sweep
+from simulator.sweep.scenario import Scenario, load_scenario
+from simulator.sweep.sweep import InlineExecutor, SweepOutcome, run_sweep
 
 
 class _Group(BaseModel):

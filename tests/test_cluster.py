@@ -121,7 +121,7 @@ def test_four_replicas_at_four_times_the_rate_give_four_times_the_throughput():
 
 
 def test_min_replicas_search_steps_down_or_doubles_then_bisects():
-    from simulator.plan.sweep import bisect_min_int
+    from simulator.sweep.sweep import bisect_min_int
 
     tried = []
 

@@ -11,18 +11,9 @@ from click.testing import CliRunner
 
 from simulator.cli import main
 from simulator.errors import InputError
-from simulator.plan.bands import (
-    MIN_ROWS,
-    Residual,
-    band_of,
-    bands_document,
-    compute_bands,
-    error_band,
-    lookup_band,
-    regime_of_run,
-    write_bands,
-)
-from simulator.plan.crossval import (
+from simulator.plan.error_bands import MIN_ROWS, error_band, lookup_band, regime_of_run
+from simulator.validation.bands import Residual, band_of, bands_document, compute_bands, write_bands
+from simulator.validation.crossval import (
     MIN_CLASS_ROWS,
     Solver,
     cross_validate,
@@ -31,8 +22,8 @@ from simulator.plan.crossval import (
     solve_increasing,
     summarise,
 )
-from simulator.plan.user_benchmark import BenchmarkSetup, rows_from_serving
-from simulator.plan.validate import (
+from simulator.validation.user_benchmark import BenchmarkSetup, rows_from_serving
+from simulator.validation.validate import (
     COLUMNS,
     DEFAULT_EFFICIENCIES,
     Efficiencies,
@@ -335,7 +326,7 @@ def test_defaults_are_the_gpu_module_defaults():
 
 
 def test_runs_spread_over_processes_give_the_same_predictions(small, monkeypatch):
-    from simulator.plan import validate
+    from simulator.validation import validate
 
     rows, v = small
     monkeypatch.setattr(validate, "PARALLEL_MIN_RUNS", 1)
@@ -363,7 +354,7 @@ def test_the_plot_splits_times_from_rates_one_series_per_engine(small, tmp_path)
 
 
 def test_a_runs_headline_figures_get_the_band_of_their_class(tmp_path):
-    from simulator.plan.bands import error_bands_for_run
+    from simulator.plan.error_bands import error_bands_for_run
     from simulator.plan.run import simulate_settings
 
     path = tmp_path / "bands.json"
@@ -382,7 +373,7 @@ def test_each_campaign_has_one_vote_in_a_median():
     Pooled, the median of the seven values would be 0.2; one vote per campaign: median(0.2, 0.8, 0.7) = 0.7."""
     from types import SimpleNamespace
 
-    from simulator.plan.crossval import _median
+    from simulator.validation.crossval import _median
 
     values = {"a1": 0.2, "a2": 0.2, "a3": 0.2, "a4": 0.2, "a5": 0.2, "b1": 0.8, "c1": 0.7}
     rows = [SimpleNamespace(id=i, source_id=i[0]) for i in values]
@@ -392,7 +383,7 @@ def test_each_campaign_has_one_vote_in_a_median():
 
 
 def test_a_ceiling_comes_from_the_class_the_family_the_predecessor_the_engine_elsewhere_or_all_families():
-    from simulator.plan.crossval import FamilyFit, Fit, ceiling_for
+    from simulator.validation.crossval import FamilyFit, Fit, ceiling_for
 
     fits = Fit(
         {"ampere": FamilyFit("ampere", 0.6, 0.8, ("r",), ("r",)), "hopper": FamilyFit("hopper", 0.4, 0.8, ("r",), ("r",)),
@@ -424,7 +415,7 @@ def test_a_ceiling_comes_from_the_class_the_family_the_predecessor_the_engine_el
 def test_fixed_costs_count_in_a_steps_time_and_moe_rows_do_not_calibrate():
     from types import SimpleNamespace
 
-    from simulator.plan.crossval import _shares, calibration_role
+    from simulator.validation.crossval import _shares, calibration_role
 
     # 0.4 s of memory-bound operators in a 1.0 s step (the rest launches and host time): share 0.4, below half
     step = SimpleNamespace(compute_bound_seconds=0.1, memory_bound_seconds=0.4, seconds=1.0, communication_seconds=0.0)
@@ -437,7 +428,7 @@ def test_fixed_costs_count_in_a_steps_time_and_moe_rows_do_not_calibrate():
 
 
 def test_older_releases_replay_with_the_v0_style_profile():
-    from simulator.plan.validate import engine_profile, release
+    from simulator.validation.validate import engine_profile, release
 
     assert release("0.7.3 (ROCm 6.3.1)") == (0, 7, 3) and release("not stated") is None
     assert engine_profile("vllm", "0.2.2")[0] == "vllm-v0.2"  # before 0.2.6: no CUDA graphs

@@ -17,7 +17,7 @@ from simulator.cost.kv_transfer import (
 )
 from simulator.errors import InputError
 from simulator.model import load_gpu
-from simulator.plan.disaggregation import disaggregation_summary, prompt_kv_bytes
+from simulator.plan.disaggregated_run import disaggregation_summary, prompt_kv_bytes
 from simulator.plan.placement import build_deployment
 from simulator.plan.result import engine_run_dict
 from simulator.plan.run import simulate_settings
@@ -130,7 +130,7 @@ def test_cli_disaggregated_run():
 
 
 def _scenario(tmp_path, axis: str):
-    from simulator.plan.scenario import load_scenario
+    from simulator.sweep.scenario import load_scenario
 
     path = tmp_path / "ratio.yaml"
     path.write_text(
@@ -141,7 +141,7 @@ def _scenario(tmp_path, axis: str):
 
 
 def test_a_sweep_axis_over_ratios(tmp_path):
-    from simulator.plan.sweep import InlineExecutor, run_sweep
+    from simulator.sweep.sweep import InlineExecutor, run_sweep
 
     outcome = run_sweep(_scenario(tmp_path, '["1:1", "1:2"]'), InlineExecutor())
     rows = sorted(outcome.rows, key=lambda row: row["point"])

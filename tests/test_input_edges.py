@@ -15,7 +15,7 @@ from simulator.calibrate.overlay import load_measurements
 from simulator.cli import main
 from simulator.errors import InputError
 from simulator.model import load_gpu, load_model
-from simulator.plan.results_file import ResultsFile
+from simulator.sweep.results_file import ResultsFile
 from simulator.tabular import to_csv, to_json
 
 A100_LIKE = {

@@ -12,7 +12,8 @@ ROOT = Path(simulator.__file__).parent
 # Rank of each top-level part of the package; a module may import only parts of lower or equal rank.
 RANKS = {
     "errors": 0, "units": 0, "tabular": 0, "files": 0,
-    "model": 1, "cost": 2, "engine": 3, "plan": 4, "calibrate": 4, "report": 5, "api": 6, "__main__": 7, "cli": 7,
+    "model": 1, "cost": 2, "engine": 3, "plan": 4, "calibrate": 4, "sweep": 5, "validation": 5, "report": 6, "api": 7,
+    "__main__": 8, "cli": 8,
 }
 
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from simulator.cli import main
 from simulator.errors import InputError
-from simulator.plan.scenario import (
+from simulator.sweep.scenario import (
     DEFAULT_USD_PER_GPU_HOUR,
     OPTION_NAMES,
     expand_values,

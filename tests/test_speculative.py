@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from simulator.cli import main
 from simulator.cost.memory import kv_bytes_per_token_per_gpu
-from simulator.cost.speculative import (
+from simulator.cost.speculation import (
     SpeculativeSystem,
     crossover_batch,
     draft_decode_steps,
@@ -29,7 +29,7 @@ from simulator.model.precision import Precision
 from simulator.model.step import Step
 from simulator.plan.run import simulate_settings
 from simulator.plan.settings import RunSettings, SpeculativeSettings, parse_settings
-from simulator.plan.speculative import draft_system, speculative_capacity
+from simulator.plan.speculative_run import draft_system, speculative_capacity
 
 EAGLE_K4 = SpeculativeSettings(speculative="eagle", num_speculative_tokens=4, acceptance="0.7")
 
@@ -116,7 +116,7 @@ def test_the_draft_shares_the_kv_budget():
     capacity = KVCapacity(blocks=625, block_size=16, bytes_per_block_per_gpu=1000.0, budget_bytes_per_gpu=1_000_000.0,
                           hbm_bytes_per_gpu=2e6, gpu_memory_utilization=0.9, weights_bytes_per_gpu=5e5,
                           workspace_bytes_per_gpu=0.0, reserved_bytes_per_gpu=0.0)
-    from simulator.cost.speculative import DraftMemory
+    from simulator.cost.speculation import DraftMemory
 
     # (1,000,000 - 200,000) / (1000 + 16 x 25) = 800,000 / 1,400 = 571.4 -> 571 blocks.
     shared = speculative_capacity(capacity, DraftMemory(200_000.0, 25.0), 16, "test")
@@ -212,7 +212,7 @@ def test_report_and_explain_name_speculation():
 def test_without_speculation_keeps_the_rest():
     settings = parse_settings(RunSettings, {"model": "llama3-8b", "gpu": "h100", "qps": 2.0, "speculative": "mtp",
                                             "acceptance": "0.9", "num_speculative_tokens": 1})
-    from simulator.plan.speculative import without_speculation
+    from simulator.plan.speculative_run import without_speculation
 
     plain = without_speculation(settings)
     assert plain.speculative is None and plain.qps == 2.0

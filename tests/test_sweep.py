@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from simulator.cli import main
-from simulator.plan.scenario import load_scenario
-from simulator.plan.sweep import (
+from simulator.sweep.scenario import load_scenario
+from simulator.sweep.sweep import (
     COST_KEY,
     InlineExecutor,
     PointTask,

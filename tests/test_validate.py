@@ -13,13 +13,13 @@ from click.testing import CliRunner
 from simulator.cli import main
 from simulator.cli.validate import _far_off_text, far_off
 from simulator.errors import InputError
-from simulator.plan.crossval import Scored
-from simulator.plan.validate import (
+from simulator.model.gpu_family import family_of
+from simulator.validation.crossval import Scored
+from simulator.validation.validate import (
     COLUMNS,
     Efficiencies,
     Prediction,
     Replayer,
-    family_of,
     load_lengths,
     load_table,
     metric_kind,

@@ -140,7 +140,7 @@ def calibrate_command(
 
     if benchmarks:
         from simulator.cli.calibrate_benchmark import calibrate_from_benchmark
-        from simulator.plan.user_benchmark import BenchmarkSetup
+        from simulator.validation.user_benchmark import BenchmarkSetup
 
         setup = BenchmarkSetup(bench_model, base, bench_tp, bench_weights, bench_kv, bench_engine, bench_input, bench_output)
         calibrate_from_benchmark(benchmarks, setup, out, as_json)

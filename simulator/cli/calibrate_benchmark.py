@@ -10,16 +10,16 @@ import click
 
 from simulator.errors import InputError
 from simulator.files import atomic_write, check_output_path
-from simulator.plan.crossval import ErrorSummary
-from simulator.plan.user_benchmark import (
+from simulator.tabular import to_json
+from simulator.validation.crossval import ErrorSummary
+from simulator.validation.user_benchmark import (
     BenchmarkSetup,
     UserCalibration,
     calibrate_rows,
     overlay_text,
     rows_from_benchmark,
 )
-from simulator.plan.validate import Replayer, Row
-from simulator.tabular import to_json
+from simulator.validation.validate import Replayer, Row
 
 
 def _pct(value: float | None) -> str:

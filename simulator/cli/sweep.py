@@ -15,8 +15,10 @@ from simulator.cli.options import reports_input_errors
 from simulator.errors import InputError
 from simulator.files import check_output_path
 from simulator.plan.run import simulate_settings
-from simulator.plan.scenario import Scenario, load_scenario
-from simulator.plan.sweep import (
+from simulator.report.plots import check_plot_path
+from simulator.report.vllm_format import launch_command as engine_launch_command
+from simulator.sweep.scenario import Scenario, load_scenario
+from simulator.sweep.sweep import (
     COST_KEY,
     THROUGHPUT_KEY,
     InlineExecutor,
@@ -25,8 +27,6 @@ from simulator.plan.sweep import (
     pareto_front,
     run_sweep,
 )
-from simulator.report.plots import check_plot_path
-from simulator.report.vllm_format import launch_command as engine_launch_command
 from simulator.units import fmt_seconds
 
 PLOT_LATENCY_KEY = "p99.e2e_seconds"

@@ -13,9 +13,12 @@ import click
 from simulator.cli.options import reports_input_errors
 from simulator.errors import InputError
 from simulator.files import check_output_path
-from simulator.plan.bands import bands_document, bands_file
-from simulator.plan.bands import write_bands as save_bands
-from simulator.plan.crossval import (
+from simulator.model.gpu_family import GPU_FAMILIES
+from simulator.plan.error_bands import bands_file
+from simulator.tabular import to_json
+from simulator.validation.bands import bands_document
+from simulator.validation.bands import write_bands as save_bands
+from simulator.validation.crossval import (
     MIN_CLASS_ROWS,
     ErrorSummary,
     FamilyFit,
@@ -28,8 +31,7 @@ from simulator.plan.crossval import (
     residuals,
     summarise,
 )
-from simulator.plan.validate import GPU_FAMILIES, Replayer, default_table, load_table
-from simulator.tabular import to_json
+from simulator.validation.validate import Replayer, default_table, load_table
 
 EPILOG = """\b
 Examples:

@@ -28,7 +28,7 @@ a lower bound; each efficiency factor is the fraction of a peak that real kernel
   per expert behind a gather of the routed tokens, and how close they come to a dense kernel depends
   on the kernel: one B200 deployment of Llama 4 Scout decodes at 7.60 or 12.84 ms per token with
   two MoE kernels (flashinfer-ai/flashinfer issue 1734). ``simulate validate`` fits it on the MoE
-  rows of the table, leave one source out (simulator/plan/crossval.py).
+  rows of the table, leave one source out (simulator/validation/crossval.py).
 - ``overlap``: fraction of the shorter of a kernel's real MMA time (no tile padding) and its memory
   time that hides under the longer, under the shape-aware model (default 0: the kernel takes the
   roofline's max plus that shorter time; the flat model keeps the plain roofline, max). A tiled GEMM overlaps its loads with its MMAs only while

@@ -88,3 +88,8 @@ def _yaml_files(folder: Path) -> list[Path]:
     if listed is None or listed[0] != stamp:
         listed = _LISTINGS[folder] = (stamp, sorted(folder.glob("*.yaml")))
     return list(listed[1])
+
+
+def validation_file(*parts: str) -> Path:
+    """A shipped validation file, e.g. ``validation_file("published.csv")``: the one place that knows where."""
+    return data_path("validation", *parts)

@@ -11,7 +11,7 @@ from simulator.cost.step_cost import StepCost
 from simulator.engine.metrics import REJECTED
 from simulator.errors import InputError
 from simulator.model.layers import moe_facts, parameter_counts
-from simulator.plan.bands import error_bands_for_run
+from simulator.plan.error_bands import error_bands_for_run
 from simulator.plan.placement import queued_counts
 
 if TYPE_CHECKING:
@@ -246,7 +246,7 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
 
 def gpus_of(run: "EngineRun") -> int:
     """GPUs of the whole run: tp x pp x replicas, or both pools' GPUs when prefill and decode are disaggregated."""
-    from simulator.plan.disaggregation import disaggregation_summary
+    from simulator.plan.disaggregated_run import disaggregation_summary
 
     split = disaggregation_summary(run)
     return split.gpus if split is not None else run.deployment.gpus * run.settings.replicas
@@ -257,7 +257,7 @@ def _summary(summary: Any) -> dict[str, float]:
 
 
 def speculative_dict(run: "EngineRun") -> dict[str, Any] | None:
-    """Speculative decoding (simulator.cost.speculative): the draft, tokens per iteration, memory, and what it
+    """Speculative decoding (simulator.cost.speculation): the draft, tokens per iteration, memory, and what it
     bought against the same run without it; the crossover batch where it turns into a slow-down (None: none
     up to ``crossover_limit_batch``, the sequences of ctx tokens the cache holds)."""
     stats = run.result.extra.get("speculative")
@@ -293,7 +293,7 @@ def speculative_dict(run: "EngineRun") -> dict[str, Any] | None:
 
 def disaggregation_dict(run: "EngineRun") -> dict[str, Any] | None:
     """Disaggregated prefill/decode (simulator.engine.disaggregated): each pool, the KV link, the transfers."""
-    from simulator.plan.disaggregation import disaggregation_summary
+    from simulator.plan.disaggregated_run import disaggregation_summary
 
     split = disaggregation_summary(run)
     if split is None:

@@ -208,12 +208,12 @@ def simulate_settings(
         raise InputError("--records: streams a plain engine run; not with --disaggregate or --speculative")
     # Disaggregated prefill/decode and speculative decoding run in their own modules (h10).
     if settings.disaggregate is not None:
-        from simulator.plan.disaggregation import simulate_disaggregated
+        from simulator.plan.disaggregated_run import simulate_disaggregated
 
         return simulate_disaggregated(settings, progress)
     prep = prepare(settings)
     if settings.speculative is not None:
-        from simulator.plan.speculative import simulate_speculative
+        from simulator.plan.speculative_run import simulate_speculative
 
         return simulate_speculative(prep, progress)
     system = prep.deployment.system

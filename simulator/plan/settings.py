@@ -29,7 +29,7 @@ from typing import Annotated, Any, Callable, Literal, TypeVar
 import pydantic
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from simulator.cost.speculative import MAX_SPECULATIVE_TOKENS, parse_acceptance, parse_method
+from simulator.cost.speculation import MAX_SPECULATIVE_TOKENS, parse_acceptance, parse_method
 from simulator.engine.scheduler import SCHEDULERS
 from simulator.engine.workload import MAX_REQUESTS, parse_length_spec
 from simulator.errors import InputError
@@ -383,7 +383,7 @@ def _ratio(value: Any) -> Any:
 
 
 class SpeculativeSettings(BaseModel):
-    """Speculative decoding (simulator.cost.speculative): the draft, the tokens it drafts, how often they are accepted."""
+    """Speculative decoding (simulator.cost.speculation): the draft, the tokens it drafts, how often they are accepted."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -25,7 +25,7 @@ from typing import Any
 from simulator.cost.deployment import Deployment
 from simulator.cost.kv_transfer import kv_link, kv_transfer_seconds
 from simulator.cost.memory import kv_bytes_per_sequence
-from simulator.cost.speculative import SpeculativeSystem
+from simulator.cost.speculation import SpeculativeSystem
 from simulator.cost.step_cost import StepCost
 from simulator.cost.system import System
 from simulator.errors import InputError
@@ -33,7 +33,7 @@ from simulator.model.architecture import ModelSpec, with_attention
 from simulator.model.layers import ATTENTION_KERNELS, FUSIONS, check_tensor_parallel
 from simulator.model.step import Step
 from simulator.plan.settings import SpeculativeSettings
-from simulator.plan.speculative import draft_system
+from simulator.plan.speculative_run import draft_system
 from simulator.report.compare import max_batch_that_fits
 from simulator.units import fmt_bytes, fmt_seconds
 
@@ -224,7 +224,7 @@ technical report, section 5.4.3)."""
 
 def speculative_lever(system: System, batch: int, ctx: int, base_step: float, base_rate: float,
                       settings: SpeculativeSettings | None) -> Lever | None:
-    """Speculative decoding (simulator.cost.speculative): an iteration's time per expected token as the step."""
+    """Speculative decoding (simulator.cost.speculation): an iteration's time per expected token as the step."""
     given = settings is not None and settings.speculative is not None
     chosen = settings if given and settings is not None else DEFAULT_SPECULATION
     try:

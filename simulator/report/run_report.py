@@ -12,7 +12,7 @@ from simulator.cost.engine_overhead import per_sequence_launches, per_sequence_s
 from simulator.cost.step_cost import OperatorCost
 from simulator.engine.metrics import REJECT_KEYS, REJECT_REASONS, REJECTED, STATE_NAMES
 from simulator.files import atomic_write
-from simulator.plan.bands import band_text, error_bands_for_run
+from simulator.plan.error_bands import band_text, error_bands_for_run
 from simulator.plan.placement import queued_counts
 from simulator.plan.result import architecture_dict, per_request_arrays
 from simulator.report import serving_modes

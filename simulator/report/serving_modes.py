@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simulator.plan.disaggregation import (
+from simulator.plan.disaggregated_run import (
     DisaggregationSummary,
     PoolSummary,
     disaggregation_summary,

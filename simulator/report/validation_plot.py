@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import InputError
-from simulator.plan.crossval import Scored
-from simulator.plan.validate import is_time_metric
 from simulator.report.plots import _matplotlib, check_plot_path, save_figure
+from simulator.validation.crossval import Scored
+from simulator.validation.validate import is_time_metric
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 BAND = 0.25

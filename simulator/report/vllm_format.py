@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from simulator.cost.speculative import parse_method
+from simulator.cost.speculation import parse_method
 from simulator.engine.metrics import DONE, completed_latencies, weighted_percentile
 from simulator.errors import InputError
 

@@ -18,28 +18,35 @@ says so (the lookup's ``reason``) instead of inventing a band.
 The bands are precomputed from the validation table into ``validation/error_bands.json``
 (``simulate validate --write-bands``), so a normal run only reads that small file.
 Percentiles are numpy's default (linear interpolation between order statistics).
+
+This module reads the shipped bands for a run; :mod:`simulator.validation.bands` computes and writes them.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import math
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from simulator.errors import InputError
-from simulator.files import atomic_write, read_text
-from simulator.plan.validate import family_of, validation_file
+from simulator.files import read_text
+from simulator.model.gpu_family import family_of
+from simulator.model.registry import validation_file
 
 MIN_ROWS = 5
+
+
 QUANTILES = (10.0, 90.0)
+
+
 LEVELS = ("full", "family_regime", "regime")
+
+
 SCHEMA = "memwall-error-bands/1"
+
+
 LONG_CONTEXT_TOKENS = 32_768
 """The table's ``long_context`` regime starts here (context >= 32k tokens)."""
 
@@ -47,17 +54,6 @@ LONG_CONTEXT_TOKENS = 32_768
 def bands_file() -> Path:
     """Where the shipped bands live (beside the validation table)."""
     return validation_file("error_bands.json")
-
-
-@dataclass(frozen=True)
-class Residual:
-    """One out-of-sample signed relative error and the class it belongs to."""
-
-    family: str
-    engine: str
-    regime: str
-    metric_kind: str
-    error: float
 
 
 @dataclass(frozen=True)
@@ -97,52 +93,6 @@ def class_key(level: str, family: str | None, engine: str | None, regime: str, k
     if level == "family_regime":
         return (level, family, None, regime, kind)
     return (level, None, None, regime, kind)
-
-
-def band_of(errors: Iterable[float]) -> tuple[float, float]:
-    """(10th, 90th) percentile of signed errors (numpy's linear interpolation)."""
-    values = np.asarray(list(errors), dtype=float)
-    low, high = np.percentile(values, QUANTILES)
-    return float(low), float(high)
-
-
-def compute_bands(residuals: Iterable[Residual]) -> list[dict[str, Any]]:
-    """Every class at every level with its row count; low/high only where rows >= MIN_ROWS."""
-    groups: dict[tuple, list[float]] = {}
-    for r in residuals:
-        if not math.isfinite(r.error):
-            continue
-        for level in LEVELS:
-            groups.setdefault(class_key(level, r.family, r.engine, r.regime, r.metric_kind), []).append(r.error)
-    out = []
-    for key in sorted(groups, key=lambda k: tuple("" if v is None else str(v) for v in k)):
-        level, family, engine, regime, kind = key
-        errors = groups[key]
-        entry: dict[str, Any] = {"level": level, "family": family, "engine": engine, "regime": regime,
-                                 "metric_kind": kind, "rows": len(errors), "low": None, "high": None}
-        if len(errors) >= MIN_ROWS:
-            entry["low"], entry["high"] = band_of(errors)
-        out.append(entry)
-    return out
-
-
-def bands_document(residuals: list[Residual], provenance: dict[str, Any]) -> dict[str, Any]:
-    """The JSON document written by ``simulate validate --write-bands``."""
-    return {
-        "schema": SCHEMA,
-        "about": "signed out-of-sample relative errors (predicted - measured) / measured of the validation rows, "
-                 "leave-one-source-out; low/high = 10th/90th percentiles; classes with fewer than "
-                 f"{MIN_ROWS} rows have no band",
-        "provenance": provenance,
-        "min_rows": MIN_ROWS,
-        "quantiles": [q / 100 for q in QUANTILES],
-        "classes": compute_bands(residuals),
-    }
-
-
-def write_bands(path: Path, document: dict[str, Any]) -> None:
-    """Write the bands file whole or not at all."""
-    atomic_write(path, json.dumps(document, indent=1, allow_nan=False) + "\n", "--write-bands")
 
 
 @functools.lru_cache(maxsize=4)

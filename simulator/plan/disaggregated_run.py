@@ -6,7 +6,7 @@
 default ``gpu``) at its own tensor-parallel degree (``prefill_tp`` / ``decode_tp``, default ``tp``,
 else the smallest that serves), with its own paged KV cache. The run's scheduler settings apply to
 both pools; ``router`` spreads arrivals over the prefill replicas. With ``speculative`` the decode
-pool decodes speculatively (:mod:`simulator.plan.speculative`).
+pool decodes speculatively (:mod:`simulator.plan.speculative_run`).
 
 What the run reports for the whole stream (TTFT from the prefill pool, TPOT to the decode pool's
 finish) is in :class:`~simulator.plan.run.EngineRun` as usual; the deployment and KV cache it names
@@ -111,14 +111,14 @@ def simulate_disaggregated(settings: RunSettings, progress: Callable[[int, int],
     decode_outputs = None
     spec_setup = None
     if settings.speculative is not None:
-        from simulator.plan.speculative import (
+        from simulator.plan.speculative_run import (
             engine_blocks,
             speculative_engine_workload,
             speculative_setup,
         )
 
         spec_setup = speculative_setup(settings, decode.deployment, decode.capacity, settings.ctx)
-        decode_system = spec_setup.system  # duck-typed as a System (see simulator.plan.speculative)
+        decode_system = spec_setup.system  # duck-typed as a System (see simulator.plan.speculative_run)
         decode = replace(decode, capacity=spec_setup.capacity, deployment=replace(decode.deployment, system=decode_system))
         # The decode pool emits token 2 on its first iteration; the rest, output - 2 tokens, by speculation.
         after = replace(workload, output_tokens=np.maximum(workload.output_tokens - 1, 1))
@@ -134,7 +134,7 @@ def simulate_disaggregated(settings: RunSettings, progress: Callable[[int, int],
     result.extra["pools"] = (prefill, decode)
     if spec_setup is not None:
         from simulator.plan.run import simulate_settings
-        from simulator.plan.speculative import speculative_stats, without_speculation
+        from simulator.plan.speculative_run import speculative_stats, without_speculation
 
         baseline = simulate_settings(without_speculation(settings)).metrics
         result.extra["speculative"] = speculative_stats(spec_setup, after, iterations, result, settings.ctx, metrics, baseline)

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from simulator.errors import InputError
-from simulator.plan.results_file import ResultsFile
-from simulator.plan.scenario import Scenario
+from simulator.sweep.results_file import ResultsFile
+from simulator.sweep.scenario import Scenario
 from simulator.tabular import flatten
 
 LATENCY_METRICS = ("ttft", "tpot", "e2e")

@@ -63,19 +63,10 @@ import yaml
 from simulator.engine.metrics import Aggregates
 from simulator.errors import InputError
 from simulator.files import read_text
-from simulator.model import Efficiency, GPUSpec, ModelSpec, load_gpu, load_model
+from simulator.model import Efficiency, ModelSpec, load_model
 from simulator.model.engine_profile import load_engine_profile
-
-try:  # the package-data registry (one place that knows where shipped data lives)
-    from simulator.model.registry import data_path as _data_path
-except ImportError:  # pragma: no cover - older layout: data beside the package
-    def _data_path(*parts: str) -> Path:
-        return Path(__file__).resolve().parents[2].joinpath(*parts)
-
-
-def validation_file(*parts: str) -> Path:
-    """A shipped validation file, e.g. ``validation_file("published.csv")``: the one place that knows where."""
-    return _data_path("validation", *parts)
+from simulator.model.gpu_family import _gpu, family_of
+from simulator.model.registry import validation_file
 
 
 def default_table() -> Path:
@@ -175,39 +166,9 @@ V0_ENGINE_WORDS = "V0 engine"
 """Words of a vLLM version cell of 0.8 or later whose source ran (or is read as having run) the V0 engine, which
 0.8.x still ships behind ``VLLM_USE_V1=0``; the row's notes say why."""
 
-# GPU families: the calibrated parameters are per family (GPUSpec.name).
-GPU_FAMILIES: dict[str, tuple[str, ...]] = {
-    "ampere": ("A100-SXM4-80GB", "A100-SXM4-40GB", "A10G", "RTX-3090"),
-    "hopper": ("H100-SXM5-80GB", "H100-PCIe-80GB", "H200-SXM-141GB"),
-    "ada": ("L40S", "L4", "RTX-4090"),
-    "cdna3": ("MI300X",),
-    "blackwell": ("B200",),
-    "volta": ("V100-SXM2-32GB",),
-}
-
-FAMILY_PREDECESSOR: dict[str, str] = {"blackwell": "hopper", "hopper": "ampere", "ada": "ampere", "ampere": "volta"}
-"""Each family's previous data-centre generation from the same vendor (CDNA3 has none in the table).
-
-A family with no calibrating row of a kind borrows that ceiling from its predecessor first
-(crossval rule 6): a new generation runs the next release of the same kernel libraries (cuBLAS,
-CUTLASS, TensorRT-LLM's own), so the fraction of peak they reach moves from one generation to the
-next, while a median over every family mixes in GPUs two generations back (Ampere's cp.async GEMMs
-beside Blackwell's tcgen05 ones)."""
 
 
-def family_of(gpu_name: str) -> str | None:
-    """The family of a GPU (its config name, or any name/alias/path load_gpu accepts); None if unknown."""
-    for family, names in GPU_FAMILIES.items():
-        if gpu_name in names:
-            return family
-    try:
-        name = _gpu(gpu_name).name
-    except InputError:
-        return None
-    for family, names in GPU_FAMILIES.items():
-        if name in names:
-            return family
-    return None
+
 
 
 def metric_kind(metric: str) -> str:
@@ -694,9 +655,6 @@ def _model(name: str) -> ModelSpec:
     return load_model(name)
 
 
-@functools.cache
-def _gpu(name: str) -> GPUSpec:
-    return load_gpu(name)
 
 
 def release(version: str) -> tuple[int, ...] | None:

@@ -15,7 +15,7 @@ Accepted files:
 - a CSV in the published.csv schema (model, GPU, ... in each row).
 
 The deployment (model, GPU, TP, dtypes, engine profile) of a JSON comes from the command line.
-The fit is :func:`simulator.plan.crossval.fit` with serving rows allowed to calibrate, and the
+The fit is :func:`simulator.validation.crossval.fit` with serving rows allowed to calibrate, and the
 base GPU's own efficiencies where no row calibrates a parameter. The error reported beside
 the in-sample one is cross-validated: leave one run (file) out when there are several, else
 leave one row out.
@@ -34,8 +34,9 @@ import yaml
 from simulator.errors import InputError
 from simulator.files import load_json
 from simulator.model import load_gpu
-from simulator.plan.crossval import ErrorSummary, Validation, cross_validate, summarise
-from simulator.plan.validate import Efficiencies, Replayer, Row, family_of, load_table
+from simulator.model.gpu_family import family_of
+from simulator.validation.crossval import ErrorSummary, Validation, cross_validate, summarise
+from simulator.validation.validate import Efficiencies, Replayer, Row, load_table
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,9 @@
 engine run, and the same run without speculation to say what it bought.
 
 The engine is the ordinary one (:mod:`simulator.engine.engine`): every decode tick of a sequence is
-one speculative *iteration*, costed by :class:`~simulator.cost.speculative.SpeculativeSystem`
+one speculative *iteration*, costed by :class:`~simulator.cost.speculation.SpeculativeSystem`
 (k draft steps + the verification of k + 1 tokens). Each request's number of iterations is drawn
-(:func:`~simulator.cost.speculative.sample_iterations`, seeded by ``seed``): a request of ``o``
+(:func:`~simulator.cost.speculation.sample_iterations`, seeded by ``seed``): a request of ``o``
 output tokens is one prefill (token 1) and as many iterations as it takes to emit the other
 ``o - 1``, so equal requests finish after different numbers of iterations and per-request TPOT
 varies. The engine is run with those iteration counts as output lengths; the result then gets the
@@ -36,7 +36,7 @@ import numpy as np
 from simulator.cost.deployment import Deployment
 from simulator.cost.memory import GIB, kv_bytes_per_token_per_gpu
 from simulator.cost.pipeline import PipelineSystem
-from simulator.cost.speculative import (
+from simulator.cost.speculation import (
     DraftMemory,
     SpeculativeSystem,
     crossover_batch,
