@@ -10,8 +10,9 @@ from simulator.errors import InputError
 from simulator.model import load_gpu, load_model
 from simulator.model.precision import Precision
 from simulator.plan.deployment import plan_deployment
+from simulator.plan.engine_run import fit_error, prepare
 from simulator.plan.placement import queued_counts
-from simulator.plan.run import fit_error, prepare, simulate_settings
+from simulator.plan.run import simulate_settings
 
 
 def test_a_closed_batch_larger_than_the_cache_runs_with_queueing_and_a_note():

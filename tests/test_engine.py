@@ -200,7 +200,8 @@ def test_same_seed_same_run_different_seed_different_arrivals():
 
 
 def test_run_from_options_rejects_unknown_keys_and_bad_values():
-    from simulator.plan.run import fit_error, run_from_options
+    from simulator.plan.engine_run import fit_error
+    from simulator.plan.run import run_from_options
 
     with pytest.raises(InputError, match="unknown setting"):
         run_from_options({"model": "llama2-7b", "gpu": "a100", "qsp": 3})

@@ -12,8 +12,9 @@ from simulator.engine.scheduler import SchedulerConfig
 from simulator.errors import InputError
 from simulator.model import load_model
 from simulator.model.step import Step
+from simulator.plan.engine_run import fit_error
 from simulator.plan.placement import build_deployment, plan_serving
-from simulator.plan.run import fit_error, run_from_options
+from simulator.plan.run import run_from_options
 
 EXACT = {"compute_efficiency": 1.0, "memory_efficiency": 1.0, "link_efficiency": 1.0, "launch_overhead": 0.0}
 

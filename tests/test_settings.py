@@ -101,7 +101,7 @@ def test_json_and_csv_together_is_an_error():
 
 
 def test_trace_window_replays_the_arrivals_inside_it():
-    from simulator.plan.run import prepare
+    from simulator.plan.engine_run import prepare
 
     # tests/data/azure_trace_small.csv arrives at 46.68059, 46.981, 47.18059, 48.68059, 49.0, 50.68059 s past
     # 18:15; from the first arrival: 0, 0.30041, 0.5, 2.0, 2.31941, 4.0 s. The window [0.4, 2.4) s holds the

@@ -128,7 +128,7 @@ class SchedulerDefaults(BaseModel):
     pass_tokens: int | None = Field(default=None, ge=1, le=1 << 24)
     """the most tokens one forward pass carries (llama.cpp's n_ubatch); None: no limit. A static batch
     prefills in passes of at most this many tokens and a chunked token budget is cut to it (a larger
-    logical batch runs as several passes, each reading the weights again); see simulator.plan.run.scheduler_config.
+    logical batch runs as several passes, each reading the weights again); see simulator.plan.engine_run.scheduler_config.
     A static batch's decode steps are not split (a simplification for batches of more sequences than this)"""
 
 

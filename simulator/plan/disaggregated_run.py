@@ -9,7 +9,7 @@ both pools; ``router`` spreads arrivals over the prefill replicas. With ``specul
 pool decodes speculatively (:mod:`simulator.plan.speculative_run`).
 
 What the run reports for the whole stream (TTFT from the prefill pool, TPOT to the decode pool's
-finish) is in :class:`~simulator.plan.run.EngineRun` as usual; the deployment and KV cache it names
+finish) is in :class:`~simulator.plan.engine_run.EngineRun` as usual; the deployment and KV cache it names
 are the decode pool's, and ``result.extra["disaggregation"]`` holds both pools' results and the
 transfers (:func:`disaggregation_summary` reads them).
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -32,11 +32,16 @@ from simulator.engine.prefix_cache import with_shared_prefix
 from simulator.engine.workload import Workload
 from simulator.errors import InputError
 from simulator.plan.deployment import engine_from_options
+from simulator.plan.engine_run import EngineRun, build_workload, scheduler_config
 from simulator.plan.placement import plan_serving
 from simulator.plan.settings import RunSettings
-
-if TYPE_CHECKING:
-    from simulator.plan.run import EngineRun
+from simulator.plan.speculative_run import (
+    engine_blocks,
+    speculative_engine_workload,
+    speculative_setup,
+    speculative_stats,
+    without_speculation,
+)
 
 
 @dataclass(frozen=True)
@@ -89,8 +94,6 @@ def _check_fits(workload: Workload, pool: Pool, tokens: np.ndarray) -> None:
 
 def simulate_disaggregated(settings: RunSettings, progress: Callable[[int, int], None] | None = None) -> EngineRun:
     """Plan both pools and serve the workload through them (module docstring)."""
-    from simulator.plan.run import EngineRun, build_workload, scheduler_config
-
     assert settings.pools is not None
     p, d = settings.pools
     config = scheduler_config(settings, engine_from_options(settings.model_dump()))
@@ -111,12 +114,6 @@ def simulate_disaggregated(settings: RunSettings, progress: Callable[[int, int],
     decode_outputs = None
     spec_setup = None
     if settings.speculative is not None:
-        from simulator.plan.speculative_run import (
-            engine_blocks,
-            speculative_engine_workload,
-            speculative_setup,
-        )
-
         spec_setup = speculative_setup(settings, decode.deployment, decode.capacity, settings.ctx)
         decode_system = spec_setup.system  # duck-typed as a System (see simulator.plan.speculative_run)
         decode = replace(decode, capacity=spec_setup.capacity, deployment=replace(decode.deployment, system=decode_system))
@@ -133,10 +130,7 @@ def simulate_disaggregated(settings: RunSettings, progress: Callable[[int, int],
     metrics = aggregate(result, decode.deployment.system.tp, peak, bandwidth, *slo)
     result.extra["pools"] = (prefill, decode)
     if spec_setup is not None:
-        from simulator.plan.run import simulate_settings
-        from simulator.plan.speculative_run import speculative_stats, without_speculation
-
-        baseline = simulate_settings(without_speculation(settings)).metrics
+        baseline = simulate_disaggregated(without_speculation(settings)).metrics
         result.extra["speculative"] = speculative_stats(spec_setup, after, iterations, result, settings.ctx, metrics, baseline)
     return EngineRun(settings, decode.deployment, workload, decode.capacity, config, result, metrics, ())
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -11,11 +11,10 @@ from simulator.cost.step_cost import StepCost
 from simulator.engine.metrics import REJECTED
 from simulator.errors import InputError
 from simulator.model.layers import moe_facts, parameter_counts
+from simulator.plan.disaggregated_run import disaggregation_summary
+from simulator.plan.engine_run import EngineRun
 from simulator.plan.error_bands import error_bands_for_run
 from simulator.plan.placement import queued_counts
-
-if TYPE_CHECKING:
-    from simulator.plan.run import EngineRun
 
 
 def operator_rows(cost: StepCost, tp: int = 1) -> list[dict[str, Any]]:
@@ -246,8 +245,6 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
 
 def gpus_of(run: "EngineRun") -> int:
     """GPUs of the whole run: tp x pp x replicas, or both pools' GPUs when prefill and decode are disaggregated."""
-    from simulator.plan.disaggregated_run import disaggregation_summary
-
     split = disaggregation_summary(run)
     return split.gpus if split is not None else run.deployment.gpus * run.settings.replicas
 
@@ -293,8 +290,6 @@ def speculative_dict(run: "EngineRun") -> dict[str, Any] | None:
 
 def disaggregation_dict(run: "EngineRun") -> dict[str, Any] | None:
     """Disaggregated prefill/decode (simulator.engine.disaggregated): each pool, the KV link, the transfers."""
-    from simulator.plan.disaggregated_run import disaggregation_summary
-
     split = disaggregation_summary(run)
     if split is None:
         return None

@@ -12,185 +12,15 @@ the KV cache then holds what memory allows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
-
-from simulator.cost.deployment import Deployment
-from simulator.engine.cluster import simulate_cluster
-from simulator.engine.engine import EngineResult
-from simulator.engine.kvcache import KVCapacity, kv_capacity
-from simulator.engine.metrics import Aggregates, aggregate
-from simulator.engine.prefix_cache import with_shared_prefix, with_trace_prefixes
-from simulator.engine.scheduler import SchedulerConfig
-from simulator.engine.workload import (
-    LengthSpec,
-    Workload,
-    closed_batch,
-    open_loop,
-    parse_length_spec,
-    read_trace,
-    trace_workload,
-)
 from simulator.errors import InputError
-from simulator.model.engine_profile import EngineProfile
-from simulator.plan.deployment import engine_from_options
-from simulator.plan.placement import admission_notes, plan_serving
-from simulator.plan.settings import RunSettings, parse_settings
-
-OPEN_LOOP_REQUESTS = 1000
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A validated run, ready for the engine: options, deployment, workload, KV cache, scheduler."""
-
-    settings: RunSettings
-    deployment: Deployment
-    workload: Workload
-    capacity: KVCapacity
-    config: SchedulerConfig
-
-
-@dataclass(frozen=True)
-class EngineRun(Prepared):
-    """One finished run: what was simulated and what came out."""
-
-    result: EngineResult
-    metrics: Aggregates
-    replica_metrics: tuple[Aggregates, ...] = ()
-    """each replica's own aggregates (one entry per replica; see simulator.engine.cluster)"""
-
-    @property
-    def notes(self) -> list[str]:
-        """Warnings for the user: the settings', the workload's, then the run's (requests that waited for KV blocks)."""
-        model = self.deployment.system.model
-        unused = ([f"--expert-efficiency has no effect: {model.name} has no routed experts"]
-                  if self.settings.expert_efficiency is not None and not model.is_moe else [])
-        if self.settings.kernel_overlap is not None and not self.deployment.system.time_model.shape:
-            unused.append("--kernel-overlap has no effect under --kernel-efficiency flat (the roofline's max)")
-        return [*unused, *self.workload.notes, *admission_notes(self.result, self.workload, self.capacity.tokens)]
-
-
-def _lengths(settings: RunSettings) -> tuple[LengthSpec | None, LengthSpec | None]:
-    prompt = None if settings.prompt_tokens is None else parse_length_spec(settings.prompt_tokens, "--prompt-tokens")
-    output = None if settings.output_tokens is None else parse_length_spec(settings.output_tokens, "--output-tokens")
-    return prompt, output
-
-
-def build_workload(settings: RunSettings, max_tokens: int) -> Workload:
-    """The workload the settings name (see :class:`RunSettings` for the rules)."""
-    prompt, output = _lengths(settings)
-    seed = settings.seed
-    if settings.trace is not None:
-        trace = with_trace_prefixes(read_trace(settings.trace))
-        if settings.qps is None:
-            return trace_workload(trace, settings.trace_speedup, prompt, output, seed, max_tokens,
-                                  settings.trace_start, settings.trace_duration)
-        n = settings.requests or len(trace.arrival_seconds)
-        workload = open_loop(
-            n, settings.qps, prompt or trace.prompt_tokens, output or trace.output_tokens,
-            settings.arrival, settings.burstiness, seed, max_tokens,
-        )
-        # The trace's own notes (rows skipped as failed requests) still describe the lengths drawn from it.
-        return replace(workload, notes=(*trace.notes, *workload.notes))
-    prompt = prompt or LengthSpec("fixed", settings.ctx - settings.gen)
-    output = output or LengthSpec("fixed", settings.gen)
-    if settings.qps is None:
-        return closed_batch(settings.closed_batch_size, prompt, output, seed, max_tokens)
-    n = settings.requests or OPEN_LOOP_REQUESTS
-    return open_loop(n, settings.qps, prompt, output, settings.arrival, settings.burstiness, seed, max_tokens)
-
-
-def as_settings(settings: RunSettings | dict[str, Any]) -> RunSettings:
-    """``settings`` itself, or the RunSettings a dict of field names (or vLLM aliases) describes."""
-    if isinstance(settings, RunSettings):
-        return settings
-    return parse_settings(RunSettings, dict(settings))
-
-
-def scheduler_config(settings: RunSettings, profile: EngineProfile) -> SchedulerConfig:
-    """The run's scheduler: what the settings give, else the engine profile's defaults.
-
-    The profile's token budget applies only to the profile's own scheduler kind, so
-    ``--scheduler continuous`` under the vLLM profile runs without a budget (vLLM V0 style). A
-    profile's ``pass_tokens`` (the most one forward pass carries) caps the budget of static, chunked
-    and prefill-first runs, so a static batch prefills in passes of that many tokens.
-    """
-    defaults = profile.scheduler
-    kind = settings.scheduler or defaults.kind
-    budget = settings.max_batched_tokens
-    if budget is None and kind == defaults.kind:
-        budget = defaults.max_batched_tokens
-    passes = defaults.pass_tokens
-    if passes is not None and kind in ("static", "chunked", "prefill-first"):
-        # One forward pass carries at most this many tokens (llama.cpp's n_ubatch): a larger batch is several passes.
-        budget = passes if budget is None else min(budget, passes)
-        seqs = settings.max_num_seqs or defaults.max_num_seqs
-        if kind == "chunked" and seqs > passes:
-            raise InputError(
-                f"--max-num-seqs {seqs}: the {profile.name} profile's forward pass carries at most {passes} tokens "
-                f"(scheduler.pass_tokens), and with --scheduler chunked every running decode takes one of them; give "
-                f"--max-num-seqs {passes} or less, or --scheduler static")
-    if (kind == "chunked" and settings.max_num_seqs is None and settings.max_batched_tokens is not None
-            and settings.max_batched_tokens < defaults.max_num_seqs):
-        raise InputError(
-            f"--max-batched-tokens {settings.max_batched_tokens} is below the {profile.name} profile's default "
-            f"--max-num-seqs {defaults.max_num_seqs} on this GPU: every running decode needs a token of the budget; "
-            f"give --max-num-seqs {settings.max_batched_tokens} or less, or a larger budget")
-    return SchedulerConfig(
-        scheduler=kind,
-        max_num_seqs=settings.max_num_seqs or defaults.max_num_seqs,
-        max_batched_tokens=budget,
-        block_size=settings.block_size or defaults.block_size,
-        prefix_caching=settings.prefix_caching,
-        prefix_cache_warm=settings.prefix_cache_warm,
-        kv_admission=settings.kv_admission or defaults.kv_admission,
-    )
-
-
-def prepare(settings: RunSettings | dict[str, Any]) -> Prepared:
-    """Plan the deployment, size the KV cache, build the workload; InputError on any problem."""
-    settings = as_settings(settings)
-    config = scheduler_config(settings, engine_from_options(settings.model_dump()))
-    planned_batch = settings.closed_batch_size if settings.qps is None and settings.trace is None else settings.batch
-    # No more than max_num_seqs sequences ever run at once, so no more are planned to fit at once.
-    planned_batch = min(planned_batch, config.max_num_seqs)
-    # Only the weights and one ctx-token sequence must fit; the paged cache queues the rest (plan/placement.py).
-    deployment = plan_serving(settings.model_dump(), planned_batch, settings.ctx, config, settings.gpu_memory_utilization)
-    capacity = kv_capacity(
-        deployment, config.block_size, settings.gpu_memory_utilization, config.max_batched_tokens,
-        config.max_num_seqs, settings.kv_blocks,
-    )
-    workload = build_workload(settings, deployment.system.model.max_context)
-    if settings.shared_prefix_tokens is not None:
-        workload = with_shared_prefix(workload, settings.shared_prefix_tokens, settings.shared_prefix_ratio, settings.seed)
-    _check_some_request_fits(workload, capacity, deployment)
-    return Prepared(settings, deployment, workload, capacity, config)
-
-
-def _check_some_request_fits(workload: Workload, capacity: KVCapacity, deployment: Deployment) -> None:
-    """A run where no request can ever fit the KV cache does not fit (single oversized requests are only rejected)."""
-    tokens = np.maximum(workload.prompt_tokens + workload.output_tokens - 1, workload.prompt_tokens)
-    smallest = int(tokens.min())
-    if -(-smallest // capacity.block_size) > capacity.blocks:
-        system = deployment.system
-        raise InputError(
-            f"{system.model.name} on {system.tp}x {system.gpu.name} does not fit: every request needs more KV cache "
-            f"than the {capacity.blocks} blocks of {capacity.block_size} tokens available (the smallest needs "
-            f"{smallest} tokens); raise --tp or --gpu-memory-utilization, or shorten the requests"
-        )
-
-
-def fit_error(settings: RunSettings | dict[str, Any]) -> str | None:
-    """Why the settings cannot run (the InputError message: bad input or does not fit), or None; simulates nothing."""
-    try:
-        prepare(settings)
-    except InputError as exc:
-        return str(exc)
-    return None
+from simulator.plan.disaggregated_run import simulate_disaggregated
+from simulator.plan.engine_run import EngineRun, as_settings, prepare, simulate_prepared
+from simulator.plan.result import engine_run_dict
+from simulator.plan.settings import RunSettings
+from simulator.plan.speculative_run import simulate_speculative
 
 
 def simulate_settings(
@@ -208,28 +38,11 @@ def simulate_settings(
         raise InputError("--records: streams a plain engine run; not with --disaggregate or --speculative")
     # Disaggregated prefill/decode and speculative decoding run in their own modules (h10).
     if settings.disaggregate is not None:
-        from simulator.plan.disaggregated_run import simulate_disaggregated
-
         return simulate_disaggregated(settings, progress)
     prep = prepare(settings)
     if settings.speculative is not None:
-        from simulator.plan.speculative_run import simulate_speculative
-
         return simulate_speculative(prep, progress)
-    system = prep.deployment.system
-    replicas = prep.settings.replicas
-    result = simulate_cluster(system, prep.workload, prep.config, prep.capacity.blocks, replicas,
-                              prep.settings.router, progress, records=records)
-    slo = (prep.settings.slo_ttft, prep.settings.slo_tpot, prep.settings.slo_e2e)
-    peak, bandwidth = system.peak_flops, system.gpu.hbm_bandwidth_bytes_per_second
-    # The merged result's FLOPs and bytes are sums over replicas: utilisation is per GPU over all of them.
-    metrics = aggregate(result, system.tp, peak * replicas, bandwidth * replicas, *slo)
-    parts = result.extra["replicas"]
-    # One replica's result is the run's own, aggregated just above with the same arguments.
-    per_replica = (metrics,) if len(parts) == 1 and parts[0] is result else tuple(
-        aggregate(part, system.tp, peak, bandwidth, *slo) for part in parts)
-    return EngineRun(prep.settings, prep.deployment, prep.workload, prep.capacity, prep.config, result, metrics,
-                     per_replica)
+    return simulate_prepared(prep, progress, records)
 
 
 # The dict-keyed entry points of earlier releases; both validate through RunSettings.
@@ -238,6 +51,4 @@ simulate_from_options = simulate_settings
 
 def run_from_options(options: RunSettings | dict[str, Any]) -> dict[str, Any]:
     """Simulate and return the ``--json`` contract; InputError on bad input or no fit."""
-    from simulator.plan.result import engine_run_dict
-
     return engine_run_dict(simulate_settings(options))

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -56,10 +56,8 @@ from simulator.engine.workload import Workload
 from simulator.errors import InputError
 from simulator.model.architecture import load_model
 from simulator.model.layers import check_tensor_parallel
+from simulator.plan.engine_run import EngineRun, Prepared, prepare, simulate_prepared
 from simulator.plan.settings import RunSettings, SpeculativeSettings, parse_settings
-
-if TYPE_CHECKING:
-    from simulator.plan.run import EngineRun, Prepared
 
 SEED_STREAM = 0x5BEC
 """Second word of the acceptance draws' seed, so they are independent of the workload's draws from ``seed``."""
@@ -254,8 +252,6 @@ def speculative_stats(setup: SpeculativeSetup, workload: Workload, iterations: n
 def simulate_speculative(prep: Prepared, progress: Callable[[int, int], None] | None = None,
                          compare: bool = True) -> EngineRun:
     """The run of ``prep`` with speculative decoding; ``compare``: also the same run without it (for the speed-up)."""
-    from simulator.plan.run import EngineRun, simulate_settings
-
     prep, setup = _with_room_for_the_draft(prep)
     settings = prep.settings
     real = prep.workload
@@ -267,7 +263,7 @@ def simulate_speculative(prep: Prepared, progress: Callable[[int, int], None] | 
     result = simulate_cluster(system, engine_workload, prep.config, blocks, replicas, settings.router, progress)
     result = restore_outputs(result, real)
     metrics, per_replica = run_metrics(result, prep.deployment.system, settings, replicas)
-    baseline = simulate_settings(without_speculation(settings)).metrics if compare else None
+    baseline = simulate_prepared(prepare(without_speculation(settings))).metrics if compare else None
     result.extra["speculative"] = speculative_stats(setup, real, iterations, result, settings.ctx, metrics, baseline)
     # Reports cost the run's steps with the deployment's system: here one step is a speculative iteration.
     deployment = replace(prep.deployment, system=system)
@@ -278,8 +274,6 @@ def _with_room_for_the_draft(prep: Prepared) -> tuple[Prepared, SpeculativeSetup
     """``prep`` and its speculative setup; with the tensor-parallel degree chosen automatically, the next
     larger degree (up to a node) while the draft leaves no room for one sequence (the comparison run then
     uses the same degree)."""
-    from simulator.plan.run import prepare
-
     settings = prep.settings
     while True:
         try:

@@ -19,7 +19,7 @@ from simulator.report import serving_modes
 from simulator.units import fmt_bytes, fmt_count, fmt_rate, fmt_seconds
 
 if TYPE_CHECKING:
-    from simulator.plan.run import EngineRun
+    from simulator.plan.engine_run import EngineRun
     from simulator.plan.settings import RunSettings
 
 

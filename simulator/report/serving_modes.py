@@ -13,7 +13,7 @@ from simulator.report.compare import text_table
 from simulator.units import fmt_bytes, fmt_rate, fmt_seconds
 
 if TYPE_CHECKING:
-    from simulator.plan.run import EngineRun
+    from simulator.plan.engine_run import EngineRun
 
 
 def _acceptance(rates: tuple[float, ...]) -> str:

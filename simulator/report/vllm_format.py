@@ -20,7 +20,7 @@ from simulator.engine.metrics import DONE, completed_latencies, weighted_percent
 from simulator.errors import InputError
 
 if TYPE_CHECKING:
-    from simulator.plan.run import EngineRun
+    from simulator.plan.engine_run import EngineRun
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 TITLES = {

@@ -249,7 +249,7 @@ MAX_REPLICAS = 1024
 
 def min_replicas_columns(task: PointTask, target_qps: float, best_qps: float, at_best: dict[str, Any]) -> dict[str, Any]:
     """search.min_gpus_for_qps.*: the fewest replicas whose cluster run at ``target_qps`` meets the SLO."""
-    from simulator.plan.run import OPEN_LOOP_REQUESTS  # here for the reason run_point gives
+    from simulator.plan.engine_run import OPEN_LOOP_REQUESTS
 
     base = int(task.options.get("replicas") or 1)
     per_replica = (task.options.get("requests") or OPEN_LOOP_REQUESTS) / base
