@@ -1,6 +1,6 @@
 """What each term of the time model does to the error on validation/published.csv, by regime.
 
-Replays every row (simulator.validation.validate.Replayer) with the GPU YAMLs' shipped efficiencies (no
+Replays every row (simulator.validation.replay.Replayer) with the GPU YAMLs' shipped efficiencies (no
 fitting), turning the terms of docs/time-model.md on one at a time:
 
   old          the earlier model: no engine overhead, CUDA graphs everywhere, NCCL ring with a flat
@@ -35,7 +35,7 @@ from simulator.cost import step_cost
 from simulator.model.engine_profile import IDEAL, load_engine_profile
 from simulator.model.gpu import load_gpu
 from simulator.plan import deployment, placement
-from simulator.validation import validate
+from simulator.validation import replay as validate
 
 VARIANTS = ("old", "collectives", "kernels", "in series", "launches", "engine", "kernels/eng")
 

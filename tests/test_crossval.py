@@ -22,15 +22,9 @@ from simulator.validation.crossval import (
     solve_increasing,
     summarise,
 )
+from simulator.validation.replay import DEFAULT_EFFICIENCIES, Efficiencies, Replayer
+from simulator.validation.table import COLUMNS, default_table, load_table
 from simulator.validation.user_benchmark import BenchmarkSetup, rows_from_serving
-from simulator.validation.validate import (
-    COLUMNS,
-    DEFAULT_EFFICIENCIES,
-    Efficiencies,
-    Replayer,
-    default_table,
-    load_table,
-)
 
 DATA = Path(__file__).parent / "data"
 SMALL = DATA / "published_small.csv"
@@ -326,7 +320,7 @@ def test_defaults_are_the_gpu_module_defaults():
 
 
 def test_runs_spread_over_processes_give_the_same_predictions(small, monkeypatch):
-    from simulator.validation import validate
+    from simulator.validation import replay as validate
 
     rows, v = small
     monkeypatch.setattr(validate, "PARALLEL_MIN_RUNS", 1)
@@ -428,7 +422,7 @@ def test_fixed_costs_count_in_a_steps_time_and_moe_rows_do_not_calibrate():
 
 
 def test_older_releases_replay_with_the_v0_style_profile():
-    from simulator.validation.validate import engine_profile, release
+    from simulator.validation.profiles import engine_profile, release
 
     assert release("0.7.3 (ROCm 6.3.1)") == (0, 7, 3) and release("not stated") is None
     assert engine_profile("vllm", "0.2.2")[0] == "vllm-v0.2"  # before 0.2.6: no CUDA graphs

@@ -15,17 +15,9 @@ from simulator.cli.validate import _far_off_text, far_off
 from simulator.errors import InputError
 from simulator.model.gpu_family import family_of
 from simulator.validation.crossval import Scored
-from simulator.validation.validate import (
-    COLUMNS,
-    Efficiencies,
-    Prediction,
-    Replayer,
-    load_lengths,
-    load_table,
-    metric_kind,
-    sample_lengths,
-    whole_run_scale,
-)
+from simulator.validation.lengths import load_lengths
+from simulator.validation.replay import Efficiencies, Prediction, Replayer, sample_lengths, whole_run_scale
+from simulator.validation.table import COLUMNS, load_table, metric_kind
 
 DATA = Path(__file__).parent / "data"
 SMALL = DATA / "published_small.csv"

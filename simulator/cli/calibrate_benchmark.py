@@ -12,6 +12,8 @@ from simulator.errors import InputError
 from simulator.files import atomic_write, check_output_path
 from simulator.tabular import to_json
 from simulator.validation.crossval import ErrorSummary
+from simulator.validation.replay import Replayer
+from simulator.validation.table import Row
 from simulator.validation.user_benchmark import (
     BenchmarkSetup,
     UserCalibration,
@@ -19,7 +21,6 @@ from simulator.validation.user_benchmark import (
     overlay_text,
     rows_from_benchmark,
 )
-from simulator.validation.validate import Replayer, Row
 
 
 def _pct(value: float | None) -> str:

@@ -31,7 +31,8 @@ from simulator.validation.crossval import (
     residuals,
     summarise,
 )
-from simulator.validation.validate import Replayer, default_table, load_table
+from simulator.validation.replay import Replayer
+from simulator.validation.table import default_table, load_table
 
 EPILOG = """\b
 Examples:

@@ -18,7 +18,7 @@ from typing import Any
 from simulator.errors import InputError
 from simulator.report.plots import _matplotlib, check_plot_path, save_figure
 from simulator.validation.crossval import Scored
-from simulator.validation.validate import is_time_metric
+from simulator.validation.table import is_time_metric
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 BAND = 0.25

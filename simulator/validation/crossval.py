@@ -1,7 +1,7 @@
 """Fitting the calibrated ceilings per (GPU family, engine) class, and leave-one-source-out cross-validation.
 
 The calibrated parameters are two per (GPU family, engine) class (families:
-:data:`simulator.validation.validate.GPU_FAMILIES`; engine: :attr:`Row.runtime`, the engine that was
+:data:`simulator.validation.replay.GPU_FAMILIES`; engine: :attr:`Row.runtime`, the engine that was
 measured, told apart by the profile its release replays with: ``vllm:vllm-v0`` and ``vllm`` (V1),
 ``tgi:tgi-v1`` and ``tgi:tgi-v2``, ``lmdeploy:trtllm-v0``): the flat compute and memory efficiency
 ceilings of ``GPUSpec.efficiency``.
@@ -35,7 +35,7 @@ prefills on one Ada GPU), so DESIGN.md asks for parameters per family and engine
 6. A row is predicted with, per parameter, the first of (:func:`ceiling_for`): its class's own
    value; its family's; where the family has no calibrating row of that kind (a new GPU
    generation), its predecessor generation's (the same engine's class there, else that family's;
-   :data:`~simulator.validation.validate.FAMILY_PREDECESSOR`); else the median of the engine's own class
+   :data:`~simulator.validation.replay.FAMILY_PREDECESSOR`); else the median of the engine's own class
    values on the other families; else the median of every fitted family; else the defaults,
    fitted on nothing.
 7. The routed experts' grouped GEMMs (``Efficiency.expert``: the fraction of the compute and
@@ -85,15 +85,8 @@ from simulator.model.precision import parse_precision
 from simulator.model.step import Step
 from simulator.plan.deployment import plan_deployment
 from simulator.validation.bands import Residual
-from simulator.validation.validate import (
-    DEFAULT_EFFICIENCIES,
-    Efficiencies,
-    Prediction,
-    Replayer,
-    Row,
-    _model,
-    is_time_metric,
-)
+from simulator.validation.replay import DEFAULT_EFFICIENCIES, Efficiencies, Prediction, Replayer, _model
+from simulator.validation.table import Row, is_time_metric
 
 BOUNDS = (0.05, 1.0)
 """Range searched for a row's efficiency; a row outside it says something else is wrong (left out)."""
@@ -449,7 +442,7 @@ def ceiling_for(fits: Fit, family: str | None, engine: str, parameter: str,
     - ``class``: the class's own value (at least :data:`MIN_CLASS_ROWS` rows);
     - ``family``: the family-wide value, every engine of the family voting;
     - ``predecessor class`` / ``predecessor``: the family has no row of this kind (a new GPU
-      generation), so its predecessor's (:data:`~simulator.validation.validate.FAMILY_PREDECESSOR`, walked
+      generation), so its predecessor's (:data:`~simulator.validation.replay.FAMILY_PREDECESSOR`, walked
       back while a generation has none): the same engine's class there, else that family's value;
     - ``engine elsewhere``: no predecessor has such a row, so the median of the engine's own class
       values on the other families: an engine's kernels reach a similar fraction of a GPU's peak from

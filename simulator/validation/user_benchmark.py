@@ -36,7 +36,8 @@ from simulator.files import load_json
 from simulator.model import load_gpu
 from simulator.model.gpu_family import family_of
 from simulator.validation.crossval import ErrorSummary, Validation, cross_validate, summarise
-from simulator.validation.validate import Efficiencies, Replayer, Row, load_table
+from simulator.validation.replay import Efficiencies, Replayer
+from simulator.validation.table import Row, load_table
 
 
 @dataclass(frozen=True)
