@@ -4,7 +4,8 @@ import pytest
 
 from simulator.errors import InputError
 from simulator.model import load_gpu, load_model, with_attention
-from simulator.model.layers import build_operators, parameter_count
+from simulator.model.layers import build_operators
+from simulator.model.parameters import parameter_count
 from simulator.model.precision import Precision
 
 

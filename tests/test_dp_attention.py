@@ -9,7 +9,8 @@ from simulator.cost.system import System
 from simulator.errors import InputError
 from simulator.model import load_gpu, load_model
 from simulator.model.engine_profile import load_engine_profile
-from simulator.model.layers import LatentAttention, build_operators
+from simulator.model.layers import build_operators
+from simulator.model.operators import LatentAttention
 from simulator.model.precision import parse_precision
 from simulator.model.step import Step
 from simulator.plan.run import simulate_settings

@@ -9,7 +9,7 @@ import pytest
 from simulator.cost.system import System
 from simulator.model import load_gpu, load_model
 from simulator.model.engine_profile import load_engine_profile
-from simulator.model.layers import Attention, Gemm
+from simulator.model.operators import Attention, Gemm
 from simulator.model.precision import parse_precision
 from simulator.model.step import Step
 from simulator.plan.deployment import deployment_from_options

@@ -15,7 +15,7 @@ from simulator.errors import InputError
 from simulator.model import load_model
 from simulator.model.architecture import load_model_file
 from simulator.model.hf_config import from_hf_config
-from simulator.model.layers import model_parameters
+from simulator.model.parameters import model_parameters
 from simulator.model.precision import Precision, parse_precision
 
 FIXTURES = Path(__file__).parent / "data" / "hf-configs"

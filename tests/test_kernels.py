@@ -12,7 +12,8 @@ from simulator.cost.step_cost import OperatorRates, launch_wait, roofline
 from simulator.cost.system import System
 from simulator.model import load_gpu, load_model
 from simulator.model.engine_profile import load_engine_profile
-from simulator.model.layers import Work, flash_query_tile_rows
+from simulator.model.layers import flash_query_tile_rows
+from simulator.model.operators import Work
 from simulator.model.precision import Precision
 from simulator.model.step import Step
 

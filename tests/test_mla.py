@@ -6,7 +6,8 @@ import pytest
 
 from simulator.cost.memory import kv_bytes_per_token, kv_bytes_per_token_per_gpu
 from simulator.model import load_gpu, load_model
-from simulator.model.layers import LatentAttention, build_operators
+from simulator.model.layers import build_operators
+from simulator.model.operators import LatentAttention
 from simulator.model.precision import Precision
 from simulator.model.step import Step
 

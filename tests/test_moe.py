@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from simulator.cost.memory import tensor_parallel_candidates
 from simulator.errors import InputError
 from simulator.model import load_gpu, load_model
-from simulator.model.layers import AllToAll, ExpertGemm, build_operators
+from simulator.model.layers import build_operators
+from simulator.model.operators import AllToAll, ExpertGemm
 from simulator.model.precision import Precision
 from simulator.model.routing import (
     busiest_share,
@@ -189,7 +190,7 @@ def test_qwen_step_and_dense_layer_keys_pick_the_moe_layers():
 
 
 def test_deepseek_v3_on_8_h200_with_ep_8_runs_and_prices_the_all_to_all():
-    from simulator.model.layers import moe_facts
+    from simulator.model.parameters import moe_facts
     from simulator.plan.run import simulate_from_options
 
     run = simulate_from_options({"model": "deepseek-v3", "gpu": "h200", "tp": 8, "ep": 8, "weights": "fp8",

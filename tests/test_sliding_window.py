@@ -7,7 +7,8 @@ import pytest
 from simulator.cost.memory import plan_memory
 from simulator.cost.system import System
 from simulator.model import load_gpu, load_model
-from simulator.model.layers import Attention, build_operators, windowed_step
+from simulator.model.layers import build_operators
+from simulator.model.operators import Attention, windowed_step
 from simulator.model.precision import Precision
 from simulator.model.step import Step
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.model.layers import Attention, Gemm
+from simulator.model.operators import Attention, Gemm
 from simulator.model.precision import DTYPE_BYTES
 from simulator.model.step import Step
 

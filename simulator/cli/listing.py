@@ -8,7 +8,7 @@ from simulator.cli.options import reports_input_errors
 from simulator.cost.engine_overhead import per_sequence_seconds
 from simulator.model import GPUSpec, list_gpus, list_models
 from simulator.model.engine_profile import EngineProfile, list_engine_profiles
-from simulator.model.layers import model_parameters
+from simulator.model.parameters import model_parameters
 from simulator.report.compare import text_table
 from simulator.tabular import to_json
 from simulator.units import fmt_bytes, fmt_count

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from simulator.errors import InputError
 from simulator.model.architecture import ModelSpec
 from simulator.model.gpu import GPUSpec
-from simulator.model.layers import Operator, build_operators, kv_heads_per_gpu
+from simulator.model.layers import build_operators
+from simulator.model.operators import Operator
+from simulator.model.parallelism import kv_heads_per_gpu
 from simulator.model.precision import Precision
 
 GIB = 2**30

@@ -83,7 +83,7 @@ from simulator.errors import InputError
 from simulator.model.engine_profile import IDEAL, EngineProfile
 from simulator.model.gpu import GPUSpec
 from simulator.model.interconnect import load_interconnect
-from simulator.model.layers import ExpertGemm, Gemm, Operator, Work
+from simulator.model.operators import ExpertGemm, Gemm, Operator, Work
 from simulator.model.step import Number, Step, ceil_div
 
 COMMUNICATION_KINDS: tuple[str, ...] = ("allreduce", "alltoall")

@@ -29,15 +29,9 @@ from simulator.errors import InputError
 from simulator.model.architecture import ModelSpec
 from simulator.model.engine_profile import IDEAL, EngineProfile
 from simulator.model.gpu import GPUSpec
-from simulator.model.layers import (
-    Attention,
-    AttentionKernel,
-    Fusion,
-    Gemm,
-    Operator,
-    build_operators,
-    kv_heads_per_gpu,
-)
+from simulator.model.layers import build_operators
+from simulator.model.operators import Attention, AttentionKernel, Fusion, Gemm, Operator
+from simulator.model.parallelism import kv_heads_per_gpu
 from simulator.model.precision import Precision
 from simulator.model.step import Number, Step
 

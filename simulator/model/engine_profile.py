@@ -52,8 +52,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.errors import InputError
-from simulator.model.layers import AttentionKernel, Fusion
 from simulator.model.loader import load_validated, looks_like_path, suggest
+from simulator.model.operators import AttentionKernel, Fusion
 from simulator.model.registry import config_files
 
 ALLREDUCE_KINDS: tuple[str, ...] = ("custom", "nccl")

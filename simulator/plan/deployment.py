@@ -12,7 +12,7 @@ from simulator.errors import InputError
 from simulator.model.architecture import ModelSpec, load_model, with_attention, with_full_attention
 from simulator.model.engine_profile import IDEAL, EngineProfile, load_engine_profile
 from simulator.model.gpu import GPUSpec, load_gpu
-from simulator.model.layers import AttentionKernel, Fusion
+from simulator.model.operators import AttentionKernel, Fusion
 from simulator.model.precision import Precision, parse_precision
 
 SYSTEMS_KEPT = 4

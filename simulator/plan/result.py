@@ -10,7 +10,7 @@ from simulator.cost.engine_overhead import per_sequence_seconds
 from simulator.cost.step_cost import StepCost
 from simulator.engine.metrics import REJECTED
 from simulator.errors import InputError
-from simulator.model.layers import moe_facts, parameter_counts
+from simulator.model.parameters import moe_facts, parameter_counts
 from simulator.plan.disaggregated_run import disaggregation_summary
 from simulator.plan.engine_run import EngineRun
 from simulator.plan.error_bands import error_bands_for_run

@@ -33,7 +33,7 @@ from simulator.cost.speculation import MAX_SPECULATIVE_TOKENS, parse_acceptance,
 from simulator.engine.scheduler import SCHEDULERS
 from simulator.engine.workload import MAX_REQUESTS, parse_length_spec
 from simulator.errors import InputError
-from simulator.model.layers import ATTENTION_KERNELS, FUSIONS, AttentionKernel, Fusion
+from simulator.model.operators import ATTENTION_KERNELS, FUSIONS, AttentionKernel, Fusion
 from simulator.model.precision import KV_DTYPES, parse_precision
 
 # Bounds that keep every run finite and within a machine's memory; each is far beyond any

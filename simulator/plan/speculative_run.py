@@ -55,7 +55,7 @@ from simulator.engine.metrics import Aggregates, aggregate
 from simulator.engine.workload import Workload
 from simulator.errors import InputError
 from simulator.model.architecture import load_model
-from simulator.model.layers import check_tensor_parallel
+from simulator.model.parallelism import check_tensor_parallel
 from simulator.plan.engine_run import EngineRun, Prepared, prepare, simulate_prepared
 from simulator.plan.settings import RunSettings, SpeculativeSettings, parse_settings
 

@@ -22,7 +22,8 @@ from simulator.cost.system import System
 from simulator.errors import InputError
 from simulator.model.architecture import ModelSpec, with_attention
 from simulator.model.gpu import GPUSpec
-from simulator.model.layers import AttentionKernel, Fusion, check_tensor_parallel
+from simulator.model.operators import AttentionKernel, Fusion
+from simulator.model.parallelism import check_tensor_parallel
 from simulator.model.precision import Precision
 from simulator.model.step import Step
 

@@ -30,7 +30,8 @@ from simulator.cost.step_cost import StepCost
 from simulator.cost.system import System
 from simulator.errors import InputError
 from simulator.model.architecture import ModelSpec, with_attention
-from simulator.model.layers import ATTENTION_KERNELS, FUSIONS, check_tensor_parallel
+from simulator.model.operators import ATTENTION_KERNELS, FUSIONS
+from simulator.model.parallelism import check_tensor_parallel
 from simulator.model.step import Step
 from simulator.plan.settings import SpeculativeSettings
 from simulator.plan.speculative_run import draft_system

@@ -80,7 +80,7 @@ from simulator.cost.system import System
 from simulator.errors import InputError
 from simulator.model.engine_profile import load_engine_profile
 from simulator.model.gpu_family import FAMILY_PREDECESSOR, GPU_FAMILIES, _gpu
-from simulator.model.layers import ExpertGemm
+from simulator.model.operators import ExpertGemm
 from simulator.model.precision import parse_precision
 from simulator.model.step import Step
 from simulator.plan.deployment import plan_deployment
