@@ -37,14 +37,9 @@ import simpy
 
 from simulator.cost.pipeline import PipelineSystem
 from simulator.cost.system import System
-from simulator.engine.engine import (
-    PER_REQUEST,
-    Engine,
-    EngineResult,
-    Totals,
-    reject_reasons,
-    simulate,
-)
+from simulator.engine.engine import PER_REQUEST, Engine, simulate
+from simulator.engine.engine_result import EngineResult, Totals
+from simulator.engine.iteration import reject_reasons
 from simulator.engine.kvcache import blocks_for
 from simulator.engine.metrics import REJECTED, iteration_log, itl_samples
 from simulator.engine.prefix_cache import PrefixStats

@@ -38,7 +38,9 @@ from simulator.cost.kv_transfer import KVLink, kv_transfer_seconds, queued_trans
 from simulator.cost.pipeline import PipelineSystem
 from simulator.cost.system import System
 from simulator.engine.cluster import merge, simulate_cluster
-from simulator.engine.engine import Engine, EngineResult, Totals, reject_reasons
+from simulator.engine.engine import Engine
+from simulator.engine.engine_result import EngineResult, Totals
+from simulator.engine.iteration import reject_reasons
 from simulator.engine.metrics import DONE, REJECTED, iteration_log, itl_samples
 from simulator.engine.router import round_robin_split
 from simulator.engine.scheduler import SchedulerConfig

@@ -22,14 +22,21 @@ per-iteration log and latencies are those of stepping one iteration at a time.
 
 Streaming (``records``, :mod:`simulator.engine.records`): only a window of requests is held;
 the records of finished ones go to files.
+
+Why this module is over 600 lines: :class:`Engine` is one simpy process whose admission,
+preemption, prefix-cache and stretch methods all read and write the same per-request arrays and
+block allocator in the same iteration; kept in one class, the order of those writes is visible in
+one place. What does not touch that state lives beside it: the iteration's step and cost fields
+(:mod:`simulator.engine.iteration`), the result types (:mod:`simulator.engine.engine_result`), the
+scheduler's policies (:mod:`simulator.engine.scheduler`) and the caches (``kvcache``, ``prefix_cache``).
 """
 
 from __future__ import annotations
 
 import heapq
 import time
-from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Generator
 
@@ -38,6 +45,16 @@ import simpy
 
 from simulator.cost.system import System
 from simulator.cost.tracing import trace_scalar
+from simulator.engine.engine_result import EngineResult, Totals
+from simulator.engine.iteration import (
+    _as_step,
+    _decode_step,
+    _in_order,
+    _prefix_sums,
+    _tick_costs_of,
+    iteration_fields,
+    reject_reasons,
+)
 from simulator.engine.kvcache import BlockAllocator, blocks_for
 from simulator.engine.metrics import (
     DECODING,
@@ -45,7 +62,6 @@ from simulator.engine.metrics import (
     PREFILLING,
     REJECTED,
     WAITING,
-    Columns,
     iteration_log,
     itl_samples,
 )
@@ -92,52 +108,8 @@ give the same run bit for bit (tests/test_engine.py)."""
 
 
 
-@dataclass
-class Totals:
-    """Sums over iterations: seconds of busy time, FLOPs and HBM bytes on one GPU, time by bound."""
-
-    busy_seconds: float = 0.0
-    flops: float = 0.0
-    bytes: float = 0.0
-    compute_bound_seconds: float = 0.0
-    memory_bound_seconds: float = 0.0
-    communication_seconds: float = 0.0
-    iterations: int = 0
-    cost_calls: int = 0
-    decode_iterations: int = 0
-    decode_flops: float = 0.0
-    decode_bytes: float = 0.0
 
 
-@dataclass
-class EngineResult:
-    """Everything a run produced; per-request arrays are indexed like the workload."""
-
-    workload: Workload
-    config: SchedulerConfig
-    kv_blocks: int
-    status: np.ndarray
-    reject_reason: np.ndarray
-    first_scheduled: np.ndarray
-    first_token: np.ndarray
-    finish: np.ndarray
-    preemptions: np.ndarray
-    log: Columns
-    itl: Columns
-    totals: Totals
-    kv_high_water_blocks: int
-    max_running: int
-    first_prefill_step: Step | None = None
-    first_decode_step: Step | None = None
-    last_decode_step: Step | None = None
-    wall_seconds: float = 0.0
-    extra: dict = field(default_factory=dict)
-    waited_for_kv: np.ndarray | None = None
-    """bool per request: it was queued while the queue head was refused for lack of free KV blocks"""
-
-    @property
-    def total_preemptions(self) -> int:
-        return int(self.preemptions.sum())
 
 
 @dataclass(frozen=True)
@@ -164,33 +136,12 @@ class InFlight:
     leave_at: np.ndarray | list[int]
 
 
-def _in_order(values: np.ndarray) -> float:
-    """The sum of ``values`` added left to right (np.sum adds pairwise, in another order)."""
-    return float(np.cumsum(values)[-1])
 
 
-def _prefix_sums(values: np.ndarray) -> np.ndarray:
-    """[0, v0, v0 + v1, ...]: ``len(values) + 1`` running totals."""
-    sums = np.zeros(len(values) + 1, dtype=values.dtype)
-    np.cumsum(values, out=sums[1:])
-    return sums
 
 
-def _decode_step(batch: float | np.ndarray, context: float | np.ndarray) -> Step:
-    """``batch`` decoding sequences whose keys (cache + the new token) sum to ``context``.
-
-    Fields that do not vary over the ticks stay scalars (a Step may mix scalars and arrays), so
-    the cost model does array arithmetic only where the context enters.
-    """
-    return Step(
-        tokens=batch, prefill_tokens=0.0, sequences=batch, logit_tokens=batch, attention_pairs=context,
-        prefill_attention_pairs=0.0, score_elements=context, context_tokens=context,
-    )
 
 
-_TICK_COSTS: OrderedDict[int, tuple[object, dict[int, Callable[[float], tuple[float, ...]] | None]]] = OrderedDict()
-TICK_COST_SYSTEMS = 8
-"""Systems whose traced decode-tick costs are kept (the most recently used)."""
 
 
 CHARGED_TOTALS = 6
@@ -198,66 +149,14 @@ CHARGED_TOTALS = 6
 communication seconds); the launch wait is in ``seconds``, and the run's host share is what the others leave."""
 
 
-def _tick_costs_of(system: object) -> dict[int, Callable[[float], tuple[float, ...]] | None]:
-    """The traced decode-tick costs of ``system`` by batch (the entry holds the system, so its id stays its own)."""
-    entry = _TICK_COSTS.get(id(system))
-    if entry is None or entry[0] is not system:
-        entry = _TICK_COSTS[id(system)] = (system, {})
-        while len(_TICK_COSTS) > TICK_COST_SYSTEMS:
-            _TICK_COSTS.popitem(last=False)
-    _TICK_COSTS.move_to_end(id(system))
-    return entry[1]
 
 
-def _as_step(step: tuple | None) -> Step | None:
-    """A remembered decode step as a Step: (batch, keys attended) of a decode tick, or a Step's fields."""
-    if step is not None and len(step) == 2:
-        return _decode_step(float(step[0]), float(step[1]))
-    return None if step is None else Step(*step)
 
 
-def iteration_step(chunks: list[Chunk], decoders: int, decode_cached: int) -> Step:
-    """The Step of one iteration: prefill ``chunks`` plus one token for each of ``decoders`` sequences
-    whose cached tokens sum to ``decode_cached`` (each attends its cache and itself)."""
-    return Step(*iteration_fields(chunks, decoders, decode_cached))
 
 
-def iteration_fields(chunks: list[Chunk], decoders: int, decode_cached: int) -> tuple[float, ...]:
-    """:func:`iteration_step`'s fields in Step's order (the engine keys its cost memo by them; a Step is built
-    only when the cost model is called)."""
-    prefill = logits = pairs = scores = context = 0.0
-    for chunk in chunks:
-        c, k = float(chunk.tokens), float(chunk.cached)
-        prefill += c
-        logits += chunk.emits
-        pairs += c * k + c * (c + 1.0) / 2.0
-        scores += c * (k + c)
-        context += k + c
-    tokens, prefill_pairs = prefill, pairs
-    if decoders:
-        keys = float(decode_cached + decoders)
-        tokens += decoders
-        logits += decoders
-        pairs += keys
-        scores += keys
-        context += keys
-    return (tokens, prefill, float(len(chunks) + decoders), logits, pairs, prefill_pairs, scores, context)
 
 
-def reject_reasons(prompt: np.ndarray, output: np.ndarray, config: SchedulerConfig, max_context: int,
-                   kv_blocks: int) -> np.ndarray:
-    """Reason code per request of ``prompt``/``output`` tokens (0: admissible), see metrics.REJECT_REASONS."""
-    reasons = np.zeros(len(prompt), dtype=np.int8)
-    budget = config.max_batched_tokens
-    if config.scheduler == "continuous" and budget is not None:
-        reasons[prompt > budget] = 4
-    largest = np.maximum(prompt + output - 1, prompt)
-    reasons[-(-largest // config.block_size) > kv_blocks] = 2
-    if config.fit_admission:
-        reasons[prompt + output > kv_blocks * config.block_size] = 2  # fit admits only what fits to its last token
-    reasons[prompt + output > max_context] = 1
-    reasons[(prompt < 1) | (output < 1)] = 3
-    return reasons
 
 
 class Engine:

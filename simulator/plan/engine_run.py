@@ -16,7 +16,7 @@ import numpy as np
 
 from simulator.cost.deployment import Deployment
 from simulator.engine.cluster import simulate_cluster
-from simulator.engine.engine import EngineResult
+from simulator.engine.engine_result import EngineResult
 from simulator.engine.kvcache import KVCapacity, kv_capacity
 from simulator.engine.metrics import Aggregates, aggregate
 from simulator.engine.prefix_cache import with_shared_prefix, with_trace_prefixes

@@ -48,7 +48,7 @@ from simulator.model.gpu import load_gpu
 from simulator.plan.deployment import deployment_from_options
 
 if TYPE_CHECKING:
-    from simulator.engine.engine import EngineResult
+    from simulator.engine.engine_result import EngineResult
     from simulator.engine.workload import Workload
 
 

@@ -49,7 +49,7 @@ from simulator.cost.speculation import (
 )
 from simulator.cost.system import System
 from simulator.engine.cluster import simulate_cluster
-from simulator.engine.engine import EngineResult
+from simulator.engine.engine_result import EngineResult
 from simulator.engine.kvcache import KVCapacity, blocks_for
 from simulator.engine.metrics import Aggregates, aggregate
 from simulator.engine.workload import Workload
