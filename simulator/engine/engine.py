@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Generator
@@ -46,15 +46,7 @@ import simpy
 from simulator.cost.system import System
 from simulator.cost.tracing import trace_scalar
 from simulator.engine.engine_result import EngineResult, Totals
-from simulator.engine.iteration import (
-    _as_step,
-    _decode_step,
-    _in_order,
-    _prefix_sums,
-    _tick_costs_of,
-    iteration_fields,
-    reject_reasons,
-)
+from simulator.engine.iteration import _as_step, _decode_step, _in_order, _prefix_sums, iteration_fields, reject_reasons
 from simulator.engine.kvcache import BlockAllocator, blocks_for
 from simulator.engine.metrics import (
     DECODING,
@@ -157,6 +149,24 @@ communication seconds); the launch wait is in ``seconds``, and the run's host sh
 
 
 
+
+
+_TICK_COSTS: OrderedDict[int, tuple[object, dict[int, Callable[[float], tuple[float, ...]] | None]]] = OrderedDict()
+
+
+TICK_COST_SYSTEMS = 8
+"""Systems whose traced decode-tick costs are kept (the most recently used)."""
+
+
+def _tick_costs_of(system: object) -> dict[int, Callable[[float], tuple[float, ...]] | None]:
+    """The traced decode-tick costs of ``system`` by batch (the entry holds the system, so its id stays its own)."""
+    entry = _TICK_COSTS.get(id(system))
+    if entry is None or entry[0] is not system:
+        entry = _TICK_COSTS[id(system)] = (system, {})
+        while len(_TICK_COSTS) > TICK_COST_SYSTEMS:
+            _TICK_COSTS.popitem(last=False)
+    _TICK_COSTS.move_to_end(id(system))
+    return entry[1]
 
 
 class Engine:

@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from typing import Callable
-
 import numpy as np
 
 from simulator.engine.scheduler import Chunk, SchedulerConfig
 from simulator.model.step import Step
-
-_TICK_COSTS: OrderedDict[int, tuple[object, dict[int, Callable[[float], tuple[float, ...]] | None]]] = OrderedDict()
-TICK_COST_SYSTEMS = 8
-"""Systems whose traced decode-tick costs are kept (the most recently used)."""
 
 
 def _in_order(values: np.ndarray) -> float:
@@ -39,15 +32,6 @@ def _decode_step(batch: float | np.ndarray, context: float | np.ndarray) -> Step
     )
 
 
-def _tick_costs_of(system: object) -> dict[int, Callable[[float], tuple[float, ...]] | None]:
-    """The traced decode-tick costs of ``system`` by batch (the entry holds the system, so its id stays its own)."""
-    entry = _TICK_COSTS.get(id(system))
-    if entry is None or entry[0] is not system:
-        entry = _TICK_COSTS[id(system)] = (system, {})
-        while len(_TICK_COSTS) > TICK_COST_SYSTEMS:
-            _TICK_COSTS.popitem(last=False)
-    _TICK_COSTS.move_to_end(id(system))
-    return entry[1]
 
 
 def _as_step(step: tuple | None) -> Step | None:
