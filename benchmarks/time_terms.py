@@ -34,7 +34,8 @@ import yaml
 from simulator.cost import step_cost
 from simulator.model.engine_profile import IDEAL, load_engine_profile
 from simulator.model.gpu import load_gpu
-from simulator.plan import deployment, placement
+from simulator.plan import deployment_planner as deployment
+from simulator.plan import placement
 from simulator.validation import replay as validate
 
 VARIANTS = ("old", "collectives", "kernels", "in series", "launches", "engine", "kernels/eng")

@@ -9,7 +9,7 @@ from simulator.engine.workload import Workload
 from simulator.errors import InputError
 from simulator.model import load_gpu, load_model
 from simulator.model.precision import Precision
-from simulator.plan.deployment import plan_deployment
+from simulator.plan.deployment_planner import plan_deployment
 from simulator.plan.engine_run import fit_error, prepare
 from simulator.plan.placement import queued_counts
 from simulator.plan.run import simulate_settings

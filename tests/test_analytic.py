@@ -7,7 +7,7 @@ from simulator.cost.analytic import run_batch
 from simulator.model import load_gpu, load_model
 from simulator.model.precision import Precision
 from simulator.model.step import Step
-from simulator.plan.deployment import plan_deployment
+from simulator.plan.deployment_planner import plan_deployment
 
 
 def test_latency_is_prefill_plus_decode_steps_at_growing_context():

@@ -19,7 +19,7 @@ from simulator.errors import InputError
 from simulator.model import load_gpu, load_model
 from simulator.model.precision import Precision
 from simulator.model.step import Step
-from simulator.plan.deployment import plan_deployment
+from simulator.plan.deployment_planner import plan_deployment
 
 BLOCKS = 5000  # plenty: memory plays no part unless a test says so
 

@@ -12,7 +12,7 @@ from simulator.model.engine_profile import load_engine_profile
 from simulator.model.operators import Attention, Gemm
 from simulator.model.precision import parse_precision
 from simulator.model.step import Step
-from simulator.plan.deployment import deployment_from_options
+from simulator.plan.deployment_planner import deployment_from_options
 from simulator.plan.run import simulate_settings
 
 LLAMA = load_model("llama2-7b")

@@ -22,7 +22,7 @@ from simulator.model.engine_profile import (
 )
 from simulator.model.precision import Precision
 from simulator.model.step import Step
-from simulator.plan.deployment import deployment_from_options
+from simulator.plan.deployment_planner import deployment_from_options
 
 
 def test_cpu_time_of_k_sequences_is_fixed_plus_per_sequence_plus_per_token():

@@ -10,7 +10,7 @@ from simulator.cli import main
 from simulator.cost.system import System
 from simulator.model import load_model
 from simulator.model.precision import Precision
-from simulator.plan.deployment import plan_deployment
+from simulator.plan.deployment_planner import plan_deployment
 from simulator.report.explain import explain_run, kernel_choices, ridge_batch
 
 
@@ -96,7 +96,7 @@ def test_a_pipeline_deployment_is_refused_in_one_line():
 
 def test_an_engine_that_ignores_the_sliding_window_has_the_window_as_a_lever():
     from simulator.model.step import Step
-    from simulator.plan.deployment import deployment_from_options
+    from simulator.plan.deployment_planner import deployment_from_options
 
     mistral = load_model("mistral-7b")  # sliding window 4096 on all 32 layers
     options = {"model": "mistral-7b", "gpu": "h100"}

@@ -172,7 +172,7 @@ def test_gpus_table_columns_line_up():
 
 def test_explain_with_a_vanishing_memory_efficiency_is_one_line(tmp_path):
     from simulator.model import Precision
-    from simulator.plan.deployment import plan_deployment
+    from simulator.plan.deployment_planner import plan_deployment
     from simulator.report.explain import explain_run
 
     gpu = load_gpu("a100").with_efficiency(memory=1e-320)

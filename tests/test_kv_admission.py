@@ -44,7 +44,7 @@ def test_an_engine_sizing_its_cache_from_free_memory_gets_a_tenth_of_what_it_hol
     from simulator.engine.kvcache import kv_capacity
     from simulator.model import load_gpu, load_model
     from simulator.model.precision import parse_precision
-    from simulator.plan.deployment import plan_deployment
+    from simulator.plan.deployment_planner import plan_deployment
 
     model, gpu = load_model("llama2-7b"), load_gpu("a100")
     caps = {}
@@ -69,7 +69,7 @@ def _exact_system():
 
     from simulator.model import load_model
     from simulator.model.precision import Precision
-    from simulator.plan.deployment import plan_deployment
+    from simulator.plan.deployment_planner import plan_deployment
 
     return plan_deployment(load_model("llama2-7b"), exact_gpu(), Precision(), batch=1, context_tokens=1024, tp=1).system
 

@@ -11,7 +11,7 @@ from simulator.engine.workload import LengthSpec, closed_batch
 from simulator.errors import InputError
 from simulator.model import load_model
 from simulator.model.precision import Precision
-from simulator.plan.deployment import plan_deployment
+from simulator.plan.deployment_planner import plan_deployment
 
 GIB = 2**30
 

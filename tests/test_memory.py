@@ -6,7 +6,7 @@ from simulator.cost.memory import GIB, RUNTIME_RESERVED_BYTES_PER_GPU
 from simulator.errors import InputError
 from simulator.model import load_gpu, load_model
 from simulator.model.precision import Precision
-from simulator.plan.deployment import plan_deployment
+from simulator.plan.deployment_planner import plan_deployment
 
 LLAMA2_70B_PARAMS = 68_976_648_192
 

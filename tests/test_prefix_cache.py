@@ -16,7 +16,7 @@ from simulator.engine.workload import LengthSpec, Workload, closed_batch
 from simulator.errors import InputError
 from simulator.model import load_gpu, load_model
 from simulator.model.precision import Precision
-from simulator.plan.deployment import plan_deployment
+from simulator.plan.deployment_planner import plan_deployment
 from simulator.plan.run import run_from_options, simulate_settings
 
 ON = SchedulerConfig("continuous", block_size=16, prefix_caching=True)

@@ -75,7 +75,7 @@ def test_meta_style_fp8_mlp_reads_fewer_mlp_bytes_only():
 
 
 def test_gpt_oss_default_is_its_mxfp4_checkpoint():
-    from simulator.plan.deployment import deployment_from_options
+    from simulator.plan.deployment_planner import deployment_from_options
 
     dep = deployment_from_options({"model": str(FIXTURES / "gpt-oss-120b.json"), "gpu": "h200", "tp": 2}, 1, 4096)
     experts = next(op for op in dep.system.operators if op.name == "experts_gate_up")

@@ -13,7 +13,7 @@ from simulator.engine.scheduler import SchedulerConfig
 from simulator.engine.workload import LengthSpec, Workload, open_loop
 from simulator.model import load_gpu, load_model
 from simulator.model.precision import Precision
-from simulator.plan.deployment import plan_deployment
+from simulator.plan.deployment_planner import plan_deployment
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import pytest
 
 from simulator.model import load_gpu
 from simulator.model.engine_profile import load_engine_profile
-from simulator.plan.deployment import engine_from_options
+from simulator.plan.deployment_planner import engine_from_options
 
 
 @pytest.mark.parametrize(("gpu", "seqs", "budget"), [

@@ -14,7 +14,7 @@ from simulator.cli.options import (
 )
 from simulator.model import load_gpu, load_model
 from simulator.model.precision import parse_precision
-from simulator.plan.deployment import weights_format
+from simulator.plan.deployment_planner import weights_format
 from simulator.plan.settings import DeploymentSettings
 from simulator.report.compare import (
     Comparison,

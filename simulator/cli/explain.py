@@ -15,7 +15,7 @@ from simulator.cli.options import (
     settings_options,
 )
 from simulator.model.architecture import load_model, with_attention
-from simulator.plan.deployment import deployment_from_options
+from simulator.plan.deployment_planner import deployment_from_options
 from simulator.plan.settings import ExplainSettings
 from simulator.report.compare import text_table
 from simulator.report.explain import (

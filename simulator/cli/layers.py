@@ -15,7 +15,7 @@ from simulator.cli.options import (
 )
 from simulator.cost.deployment import check_gen_tokens
 from simulator.model.step import Step
-from simulator.plan.deployment import deployment_from_options
+from simulator.plan.deployment_planner import deployment_from_options
 from simulator.plan.result import operator_rows
 from simulator.plan.settings import StepSettings
 from simulator.report.run_report import operator_table

@@ -13,7 +13,7 @@ from simulator.cli.options import (
     settings_from_cli,
     settings_options,
 )
-from simulator.plan.deployment import deployment_from_options
+from simulator.plan.deployment_planner import deployment_from_options
 from simulator.plan.settings import StepSettings
 from simulator.report.compare import text_table
 from simulator.report.plots import (

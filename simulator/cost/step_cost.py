@@ -56,6 +56,10 @@ kernel's max(kernel, launch). This module is the one place that turns work into 
 (a record per operator) or :func:`step_totals` (only the step's totals, the engine's hot path).
 Inputs may be numpy arrays (one entry per step): all arithmetic is elementwise, so many steps are
 costed in one call.
+
+Why this module is over 600 lines: every term of the formula above is computed here, once, for
+one operator and for a whole step (the scalar and the vectorised paths must agree bit for bit);
+kernel shapes (:mod:`simulator.cost.kernels`), collectives and engine overhead are modules of their own.
 """
 
 from __future__ import annotations
@@ -97,7 +101,7 @@ class TimeModel(NamedTuple):
     """How a System turns work into time beyond the GPU's peaks: engine, collectives, kernel model.
 
     The defaults are the plain roofline of earlier versions (no engine overhead, NCCL ring
-    all-reduce, flat efficiencies); ``simulator.plan.deployment`` picks the realistic ones.
+    all-reduce, flat efficiencies); ``simulator.plan.deployment_planner`` picks the realistic ones.
     """
 
     engine: EngineProfile = IDEAL

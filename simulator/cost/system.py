@@ -5,7 +5,7 @@ steps. Besides the model, GPU and precision it carries the time model's settings
 (:class:`~simulator.cost.step_cost.TimeModel`): the engine profile (host time per iteration,
 CUDA-graph capture, all-reduce kernels), the collective algorithm and the kernel-efficiency model.
 Their defaults here are the plain roofline (``ideal`` engine, NCCL ring, flat efficiencies);
-:func:`simulator.plan.deployment.deployment_from_options` picks the realistic ones (vLLM, the
+:func:`simulator.plan.deployment_planner.deployment_from_options` picks the realistic ones (vLLM, the
 engine's own all-reduce choice, efficiency by kernel shape).
 """
 

@@ -31,7 +31,7 @@ from simulator.engine.metrics import Aggregates, Summary, aggregate, summarize
 from simulator.engine.prefix_cache import with_shared_prefix
 from simulator.engine.workload import Workload
 from simulator.errors import InputError
-from simulator.plan.deployment import engine_from_options
+from simulator.plan.deployment_planner import engine_from_options
 from simulator.plan.engine_run import EngineRun, build_workload, scheduler_config
 from simulator.plan.placement import plan_serving
 from simulator.plan.settings import RunSettings

@@ -32,7 +32,7 @@ from simulator.engine.workload import (
 )
 from simulator.errors import InputError
 from simulator.model.engine_profile import EngineProfile
-from simulator.plan.deployment import engine_from_options
+from simulator.plan.deployment_planner import engine_from_options
 from simulator.plan.placement import admission_notes, plan_serving
 from simulator.plan.settings import RunSettings, parse_settings
 

@@ -45,7 +45,7 @@ from simulator.engine.scheduler import SchedulerConfig
 from simulator.errors import InputError
 from simulator.model.architecture import load_model, with_attention
 from simulator.model.gpu import load_gpu
-from simulator.plan.deployment import deployment_from_options
+from simulator.plan.deployment_planner import deployment_from_options
 
 if TYPE_CHECKING:
     from simulator.engine.engine_result import EngineResult

@@ -63,6 +63,10 @@ family therefore gets the family-wide ceilings of the other engines out of sampl
 fallback, not its own rows. In sample: one fit on every row. Per-row solutions are remembered
 by (row, parameter, value held), so folds that agree on a class reuse them, and runs are
 remembered by the replayer.
+
+Why this module is over 600 lines: the fitting rules (1-8 above) and the leave-one-source-out
+loop that re-applies them per fold are one procedure; split apart, a fold could no longer be read
+as "the same rule with one source left out".
 """
 
 from __future__ import annotations
@@ -83,7 +87,7 @@ from simulator.model.gpu_family import FAMILY_PREDECESSOR, GPU_FAMILIES, _gpu
 from simulator.model.operators import ExpertGemm
 from simulator.model.precision import parse_precision
 from simulator.model.step import Step
-from simulator.plan.deployment import plan_deployment
+from simulator.plan.deployment_planner import plan_deployment
 from simulator.validation.bands import Residual
 from simulator.validation.replay import DEFAULT_EFFICIENCIES, Efficiencies, Prediction, Replayer, _model
 from simulator.validation.table import Row, is_time_metric
