@@ -82,6 +82,8 @@ from simulator.cost.engine_overhead import (
     has_overhead,
     iteration_overhead_seconds,
 )
+from simulator.cost.kernel_tables.gemm import GemmCurve
+from simulator.cost.kernel_tables.source import ROOFLINE, KernelSource
 from simulator.cost.kernels import gemm_shape_efficiency, memory_half_bytes
 from simulator.errors import InputError
 from simulator.model.engine_profile import IDEAL, EngineProfile
@@ -112,6 +114,9 @@ class TimeModel(NamedTuple):
     host_ranks: int = 1
     """engine processes that each run the host loop on their own share of a step's sequences: the tp ranks
     under attention data parallelism (each rank schedules its own requests and holds its own KV cache), else 1"""
+    kernels: KernelSource = ROOFLINE
+    """measured kernel tables that time the operators they cover (simulator.cost.kernel_tables); the roofline
+    times the rest"""
 
 
 class OperatorCost(NamedTuple):
@@ -144,6 +149,8 @@ class OperatorCost(NamedTuple):
     host_seconds: Number = 0.0
     """host time to launch the kernels outside a CUDA graph (0 in a captured step); in no ``seconds``:
     the step waits for the host where its kernels together are shorter (:attr:`StepCost.launch_wait_seconds`)"""
+    measured: bool = False
+    """timed by a measured kernel table (simulator.cost.kernel_tables), not the roofline"""
 
     @property
     def bytes(self) -> Number:
@@ -249,6 +256,8 @@ class OperatorRates(NamedTuple):
     """communication operators: the group, its links and the algorithm"""
     overlap: float = 1.0
     """fraction of the shorter of compute and memory time hidden under the longer (1: the roofline's max)"""
+    measured: GemmCurve | None = None
+    """a measured kernel table's latency by rows: it times the operator, and the roofline only says its bound"""
 
 
 def rates_vary_with_tokens(op: Operator, gpu: GPUSpec) -> bool:
@@ -302,6 +311,7 @@ def operator_rates(op: Operator, gpu: GPUSpec, tokens: Number = 0.0, model: Time
         sm_count=gpu.sm_count,
         eager_launch_seconds=eager,
         overlap=kernel_overlap(gpu, model) if not measured else 1.0,
+        measured=model.kernels.curve(op, gpu) if model.kernels.measured else None,
     )
 
 
@@ -367,7 +377,15 @@ def roofline(work: Work, rates: OperatorRates, count: int, rows: Number = 0.0,
             real = _maximum(real, work.dequant_ops / rates.dequant_ops_per_second)
         shorter = real + memory_seconds - _maximum(real, memory_seconds)
         busy = busy + (1.0 - rates.overlap) * shorter
-    seconds = busy + work.launches * rates.launch_seconds
+    if rates.measured is not None:
+        # The table's latency is the kernel's device time in a CUDA graph, its GPU-side launch included: it
+        # replaces the busy time and the launch term; the roofline's split only says what bounds it.
+        measured = rates.measured.seconds(rows)
+        scale = measured / _maximum(busy, 1e-300)
+        compute_seconds, memory_seconds, busy = compute_seconds * scale, memory_seconds * scale, measured
+        seconds = busy
+    else:
+        seconds = busy + work.launches * rates.launch_seconds
     host = host_launch_seconds(work.launches, rates, captured)
     return count * compute_seconds, count * memory_seconds, count * seconds, count * (seconds - busy), count * host
 
@@ -430,6 +448,7 @@ def operator_cost(op: Operator, step: Step, gpu: GPUSpec, rates: OperatorRates |
         dequant_ops=count * work.dequant_ops,
         launch_seconds=launch_seconds,
         host_seconds=host_seconds,
+        measured=rates.measured is not None,
     )
 
 
@@ -492,6 +511,11 @@ class StepCost:
     @property
     def launches(self) -> Number:
         return sum(op.launches for op in self.operators)
+
+    @property
+    def measured_seconds(self) -> Number:
+        """Time of the operators a measured kernel table timed (the rest: the roofline)."""
+        return sum(op.seconds for op in self.operators if op.measured)
 
     @property
     def launch_seconds(self) -> Number:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from simulator.cost.collectives import check_algorithm
+from simulator.cost.kernel_tables.source import kernel_source
 from simulator.cost.step_cost import (
     KERNEL_MODELS,
     OperatorRates,
@@ -72,6 +73,8 @@ class System:
     """shape: efficiency by GEMM shape, bytes moved and FlashAttention's ceiling; flat: one factor each"""
     dp_attention: bool = False
     """attention data-parallel over the tp GPUs (each: all heads, 1/tp of the sequences), experts expert-parallel"""
+    kernels: str = "roofline"
+    """what times the operators: roofline, measured (kernel tables; an error where none exist) or auto"""
     time_model: TimeModel = field(init=False, repr=False, compare=False)
     operators: tuple[Operator, ...] = field(init=False, repr=False, compare=False)
     rates: tuple[OperatorRates | None, ...] = field(init=False, repr=False, compare=False)
@@ -99,7 +102,8 @@ class System:
             )
         # The driver's per-worker host work (EngineProfile.worker_rpc) depends on the group's size, known only here.
         model = TimeModel(self.engine.for_workers(self.tp), self.collectives, self.kernel_efficiency == "shape",
-                          host_ranks=self.tp if self.dp_attention else 1)
+                          host_ranks=self.tp if self.dp_attention else 1,
+                          kernels=kernel_source(self.gpu, self.engine, self.kernels))
         object.__setattr__(self, "time_model", model)
         ops = build_operators(self.model, self.precision, self.gpu, self.tp, self.attention_kernel, self.fusion,
                               self.ep, self.routing_skew, self.dp_attention)

@@ -24,16 +24,16 @@ _SYSTEMS: OrderedDict[tuple, System] = OrderedDict()
 
 def _system(model: ModelSpec, gpu: GPUSpec, precision: Precision, tp: int, attention_kernel: AttentionKernel,
             fusion: Fusion, ep: int, routing_skew: float, engine: EngineProfile, collectives: str,
-            kernel_efficiency: str, dp_attention: bool = False) -> System:
+            kernel_efficiency: str, dp_attention: bool = False, kernels: str = "roofline") -> System:
     """``System(...)`` of these settings, the same object for the same settings (Systems are immutable; the
     configs are compared by their JSON, as pydantic models do not hash)."""
     key = (model.model_dump_json(), gpu.model_dump_json(), precision.model_dump_json(), tp, attention_kernel, fusion,
-           ep, routing_skew, engine.model_dump_json(), collectives, kernel_efficiency, dp_attention)
+           ep, routing_skew, engine.model_dump_json(), collectives, kernel_efficiency, dp_attention, kernels)
     system = _SYSTEMS.get(key)
     if system is None:
         system = _SYSTEMS[key] = System(model, gpu, precision, tp, attention_kernel, fusion, ep, routing_skew,
                                         engine=engine, collectives=collectives, kernel_efficiency=kernel_efficiency,
-                                        dp_attention=dp_attention)
+                                        dp_attention=dp_attention, kernels=kernels)
         while len(_SYSTEMS) > SYSTEMS_KEPT:
             _SYSTEMS.popitem(last=False)
     _SYSTEMS.move_to_end(key)
@@ -56,6 +56,7 @@ def plan_deployment(
     collectives: str = "ring",
     kernel_efficiency: str = "flat",
     dp_attention: bool = False,
+    kernels: str = "roofline",
 ) -> Deployment:
     """The System for ``batch`` sequences reaching ``context_tokens`` each.
 
@@ -65,7 +66,7 @@ def plan_deployment(
     models; None: 1) splits the routed experts over the tensor-parallel GPUs, so it is 1 or
     equal to tp; with ``tp`` None and ``ep`` > 1, tp = ep. ``routing_skew``: Zipf-like exponent
     of expert popularity (0: uniform; simulator.model.routing). ``engine``, ``collectives`` and
-    ``kernel_efficiency`` are the System's time-model settings (defaults: the plain roofline;
+    ``kernel_efficiency`` and ``kernels`` are the System's time-model settings (defaults: the plain roofline;
     :func:`deployment_from_options` defaults to the realistic ones). ``dp_attention``: attention
     data-parallel over the tp GPUs (simulator.model.layers.check_attention_data_parallel). An engine
     that does not honour sliding windows (``EngineProfile.honours_sliding_window``) runs the model
@@ -85,7 +86,7 @@ def plan_deployment(
 
     def build(degree: int) -> Deployment:
         system = _system(model, gpu, precision, degree, attention_kernel, fusion, ep_degree, routing_skew, engine,
-                         collectives, kernel_efficiency, dp_attention)
+                         collectives, kernel_efficiency, dp_attention, kernels)
         plan = plan_memory(model, precision, gpu, degree, batch, context_tokens, system.operators,
                            dp_attention=dp_attention)
         return Deployment(system, plan, auto_tp=tp is None)
@@ -113,7 +114,7 @@ DEPLOYMENT_KEYS = (
     "model", "gpu", "weights", "kv", "group_size", "attention", "tp", "ep", "dp_attention", "routing_skew",
     "attention_kernel", "fusion",
     "compute_efficiency", "memory_efficiency", "expert_efficiency", "kernel_overlap", "link_efficiency", "launch_overhead",
-    "engine", "collectives", "kernel_efficiency", "enforce_eager", "num_scheduler_steps", "sampling",
+    "engine", "collectives", "kernel_efficiency", "kernels", "enforce_eager", "num_scheduler_steps", "sampling",
 )
 
 # The realistic time model for runs from options (docs/time-model.md): the engine most users run,
@@ -121,6 +122,7 @@ DEPLOYMENT_KEYS = (
 DEFAULT_ENGINE = "vllm"
 DEFAULT_COLLECTIVES = "auto"
 DEFAULT_KERNEL_EFFICIENCY = "shape"
+DEFAULT_KERNELS = "roofline"
 
 
 def engine_from_options(options: dict[str, Any]) -> EngineProfile:
@@ -176,4 +178,5 @@ def deployment_from_options(options: dict[str, Any], batch: int, ctx: int, requi
         collectives=str(options.get("collectives") or DEFAULT_COLLECTIVES),
         kernel_efficiency=str(options.get("kernel_efficiency") or DEFAULT_KERNEL_EFFICIENCY),
         dp_attention=bool(options.get("dp_attention")),
+        kernels=str(options.get("kernels") or DEFAULT_KERNELS),
     )

@@ -54,6 +54,37 @@ def _step_rows(system, step, tp: int) -> tuple[StepCost | None, list[dict[str, A
     return cost, operator_rows(cost, tp)
 
 
+def kernels_dict(system: Any, costs: dict[str, StepCost | None]) -> dict[str, Any]:
+    """What timed the operators (``--kernels``): the measured tables and their origin, or why the roofline did;
+    per step (``costs`` by name), the share of the operators' GPU time a table measured and each kind's source."""
+    time_model = getattr(system, "time_model", None)
+    source = getattr(time_model, "kernels", None)
+    origin = getattr(source, "origin", None)
+    steps = {}
+    for name, cost in costs.items():
+        if cost is None:
+            continue
+        gpu_seconds = float(cost.gpu_seconds)
+        kinds: dict[str, set[bool]] = {}
+        for op in cost.operators:
+            kinds.setdefault(op.kind, set()).add(bool(op.measured))
+        steps[name] = {
+            "measured_share": float(cost.measured_seconds) / gpu_seconds if gpu_seconds > 0 else 0.0,
+            "by_kind": {kind: ("measured" if found == {True} else "partly measured" if True in found else "roofline")
+                        for kind, found in kinds.items()},
+        }
+    return {
+        "mode": getattr(system, "kernels", "roofline"),
+        "source": source.describe() if source is not None else "roofline",
+        "gpu": None if origin is None else origin.gpu,
+        "engine": None if origin is None else origin.engine,
+        "engine_version": None if origin is None else origin.version,
+        "includes": None if origin is None else origin.includes,
+        "note": None if source is None or not source.note else source.note,
+        "steps": steps,
+    }
+
+
 def architecture_dict(system: Any, tokens: float) -> dict[str, Any]:
     """Parameters (total, active per token), the architecture line and MoE facts at a step of ``tokens`` tokens."""
     counts = parameter_counts(system.operators)
@@ -129,6 +160,7 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
             "kernel_efficiency": system.kernel_efficiency,
             "overlap": system.kernel_overlap,
         },
+        "kernels": kernels_dict(system, {"prefill": prefill_cost, "decode_last": last_cost}),
         "memory": {
             "weights_bytes": memory.weights_bytes,
             "weights_bytes_per_gpu": memory.weights_bytes_per_gpu,

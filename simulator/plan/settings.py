@@ -220,6 +220,12 @@ class DeploymentSettings(BaseModel):
     kernel_efficiency: Literal["shape", "flat"] = Field(
         default="shape", description="GEMM efficiency from tile and wave quantisation of each shape (shape) or one flat factor per GPU (flat).",
     )
+    kernels: Literal["auto", "measured", "roofline"] = Field(
+        default="roofline", description="What times each operator: measured (kernel latencies measured on this GPU "
+        "under this engine, from NVIDIA AIConfigurator's database: pip install 'memwall[measured]'; an error where "
+        "none exist), roofline (the roofline model for every operator), or auto (measured where tables exist, "
+        "else roofline). Operators no table measures are always timed by the roofline; the report says which.",
+    )
 
 
 class ShapeSettings(BaseModel):

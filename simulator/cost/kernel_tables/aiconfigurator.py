@@ -1,0 +1,121 @@
+"""NVIDIA AIConfigurator's measured kernel database, read from the installed ``aiconfigurator-core`` package.
+
+``pip install 'memwall[measured]'`` installs the package (Apache-2.0, NVIDIA); its tables live under
+``aiconfigurator_core/systems/data/<system>/<op>/<engine>/<version>/*.parquet`` and are read here
+with pyarrow. Nothing is fetched at run time, and nothing here imports the package itself: only
+its data files are read.
+
+What a GEMM latency includes, from the collector's code (``collector/helper.py``,
+``collector/<engine>/collect_gemm.py`` of ai-dynamo/aiconfigurator): the mean device time of
+back-to-back CUDA-graph replays after warm-up, so no host launch cost, but each kernel's node in
+the graph (the GPU-side launch) is in it; up to five copies of the weights rotate so they come
+from HBM, not L2; a per-tensor FP8 row includes the dynamic quantisation of the activations
+(computing the scale and quantising), an FP8 block row its 1 x 128 activation quantisation.
+Latencies are stored in milliseconds; they are converted to seconds on reading.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import re
+from pathlib import Path
+
+from simulator.cost.kernel_tables.table import GemmTable, TableOrigin, gemm_table
+from simulator.errors import InputError
+
+PACKAGE = "aiconfigurator_core"
+EXTRA_HINT = "pip install 'memwall[measured]' (aiconfigurator-core and pyarrow)"
+
+SYSTEMS: dict[str, tuple[str, str]] = {
+    "A100-SXM4-80GB": ("a100_sxm", "A100 SXM"),
+    "H100-SXM5-80GB": ("h100_sxm", "H100 SXM"),
+    "H200-SXM-141GB": ("h200_sxm", "H200 SXM"),
+    "B200": ("b200_sxm", "B200 SXM"),
+    "B300": ("b300_sxm", "B300 SXM"),
+    "GB200": ("gb200", "GB200"),
+    "GB300": ("gb300", "GB300"),
+    "L40S": ("l40s", "L40S"),
+    "RTX-PRO-6000": ("rtx_pro_6000_server", "RTX PRO 6000 Server"),
+}
+"""memwall GPU config name -> (the database's system folder, its display name). Only GPUs measured as
+themselves: an A100 40 GB or H100 PCIe is another part (clocks, power, bandwidth) and gets none."""
+
+GEMM_DTYPES: dict[str, str] = {
+    "bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4",
+    "int8_wo": "int8_wo", "int4_wo": "int4_wo",
+}
+"""the database's gemm_dtype -> memwall's GEMM format (other formats, e.g. SmoothQuant's ``sq``, are not read)"""
+
+GEMM_INCLUDES = ("CUDA-graph replay device time (no host launch); weights from HBM; FP8 rows include the "
+                 "activation quantisation")
+
+ENGINES = ("trtllm", "vllm", "sglang")
+
+
+def data_root() -> Path | None:
+    """The installed package's ``systems/data`` folder, or None when the extra is not installed."""
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        root = Path(location) / "systems" / "data"
+        if root.is_dir():
+            return root
+    return None
+
+
+def has_pyarrow() -> bool:
+    return importlib.util.find_spec("pyarrow") is not None
+
+
+def release(text: str) -> tuple[int, ...]:
+    """(major, minor, patch, ...) of a release string: '1.3.0rc20' -> (1, 3, 0, 20), '0.5.6.post2' -> (0, 5, 6, 2)."""
+    return tuple(int(part) for part in re.findall(r"\d+", text))
+
+
+def measured_versions(root: Path, system: str, op: str, engine: str, filename: str) -> list[str]:
+    """Releases with a ``filename`` table for this system, op and engine, oldest first."""
+    folder = root / system / op / engine
+    if not folder.is_dir():
+        return []
+    versions = [entry.name for entry in folder.iterdir() if (entry / filename).is_file()]
+    return sorted(versions, key=release)
+
+
+def nearest_release(versions: list[str], wanted: tuple[int, ...] | None) -> str:
+    """The measured release nearest ``wanted`` (component by component; ties to the newer), or the newest."""
+    if wanted is None:
+        return versions[-1]
+
+    def distance(version: str) -> tuple:
+        have = release(version)
+        width = max(len(have), len(wanted))
+        padded = [(have + (0,) * width)[i] - (wanted + (0,) * width)[i] for i in range(width)]
+        return (*(abs(d) for d in padded), -sum(have))
+
+    return min(versions, key=distance)
+
+
+@functools.lru_cache(maxsize=16)
+def read_gemm_tables(path: str, gpu: str, engine: str, version: str) -> dict[str, GemmTable]:
+    """Every GEMM format of one ``gemm_perf.parquet``, by memwall format name."""
+    if not has_pyarrow():
+        raise InputError(f"--kernels measured: reading {path} needs pyarrow; {EXTRA_HINT}")
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path, columns=["gemm_dtype", "m", "n", "k", "latency"])
+    except Exception as exc:  # pyarrow raises its own error types for a damaged or foreign file
+        raise InputError(f"{path}: cannot read the GEMM table ({exc})") from None
+    dtypes = np.asarray(table.column("gemm_dtype").to_pylist(), dtype=object)
+    m, n, k = (table.column(name).to_numpy() for name in ("m", "n", "k"))
+    seconds = table.column("latency").to_numpy() * 1e-3  # the database stores milliseconds
+    origin = TableOrigin(gpu, engine, version, path, GEMM_INCLUDES)
+    out = {}
+    for theirs, ours in GEMM_DTYPES.items():
+        rows = dtypes == theirs
+        if rows.any():
+            out[ours] = gemm_table(origin, ours, m[rows], n[rows], k[rows], seconds[rows])
+    return out

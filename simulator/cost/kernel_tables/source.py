@@ -1,0 +1,135 @@
+"""Which measured tables time a run's operators: ``--kernels auto|measured|roofline``.
+
+``auto`` (the default): the measured tables of the run's GPU and engine where the ``measured`` extra is
+installed and has them, else the roofline, with the reason. ``measured``: the same, but an error
+where there are none. ``roofline``: the roofline path for every operator.
+
+A table is chosen by the GPU (measured as itself: see
+:data:`simulator.cost.kernel_tables.aiconfigurator.SYSTEMS`), the engine family (TensorRT-LLM, vLLM,
+SGLang: each times its own kernels) and the release nearest the engine profile's, which the run's
+notes name. An operator whose class or format no table measures (attention, MoE experts,
+weight-only formats the GPU's table lacks, engines without tables) is timed by the roofline, and
+the report says which share of the step time was measured.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+
+from simulator.cost.kernel_tables import aiconfigurator
+from simulator.cost.kernel_tables.gemm import GemmCurve, GemmShape, gemm_curve
+from simulator.cost.kernel_tables.table import GemmTable, TableOrigin
+from simulator.errors import InputError
+from simulator.model.engine_profile import EngineProfile
+from simulator.model.gpu import GPUSpec
+from simulator.model.operators import Gemm, Operator
+
+KERNEL_MODES: tuple[str, ...] = ("auto", "measured", "roofline")
+
+
+def engine_family(profile_name: str) -> str | None:
+    """The engine whose kernels a profile runs: trtllm, vllm or sglang (None: no measured tables exist)."""
+    for family in aiconfigurator.ENGINES:
+        if profile_name == family or profile_name.startswith(family + "-"):
+            return family
+    return None
+
+
+def profile_release(version_text: str) -> tuple[int, ...] | None:
+    """The first release number a profile's ``version`` text names ('V1 engine (vLLM 0.8 to 0.10)' -> (0, 8))."""
+    found = re.search(r"\d+(\.\d+)+", version_text)
+    return aiconfigurator.release(found.group(0)) if found else None
+
+
+def gemm_format(op: Gemm) -> str | None:
+    """The measured-table format that times ``op``, or None (a format no table holds)."""
+    if op.dequant_ops_per_weight:
+        return "int4_wo" if op.weight_bytes_per_element <= 0.5 else "int8_wo"
+    return {"fp16": "bf16", "bf16": "bf16", "fp8": "fp8", "fp4": "nvfp4"}.get(op.compute_dtype)
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """The measured tables of one run (none under the roofline), and why."""
+
+    mode: str
+    origin: TableOrigin | None = None
+    gemm: dict[str, GemmTable] = field(default_factory=dict)
+    note: str = ""
+    """why the roofline times everything, or which release was chosen and why"""
+    _curves: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def measured(self) -> bool:
+        return self.origin is not None
+
+    def curve(self, op: Operator, gpu: GPUSpec) -> GemmCurve | None:
+        """The measured curve that times ``op`` on ``gpu``, or None (the roofline times it)."""
+        if not self.gemm or type(op) is not Gemm:
+            return None
+        dtype = gemm_format(op)
+        table = self.gemm.get(dtype) if dtype else None
+        if table is None:
+            return None
+        key = (dtype, op.out_features, op.in_features, op.weight_bytes_per_element, op.activation_bytes_per_element)
+        if key not in self._curves:
+            shape = GemmShape(op.out_features, op.in_features, op.weight_bytes_per_element + op.scale_bytes_per_weight,
+                              op.activation_bytes_per_element, gpu.peak(op.compute_dtype),
+                              gpu.hbm_bandwidth_bytes_per_second)
+            self._curves[key] = gemm_curve(table, shape)
+        return self._curves[key]
+
+    def describe(self) -> str:
+        """``measured, H100 SXM / TensorRT-LLM 1.3.0rc20`` or ``roofline (why)``."""
+        if self.origin is None:
+            return f"roofline ({self.note})" if self.note else "roofline"
+        return f"measured, {self.origin.label()}"
+
+
+ROOFLINE = KernelSource("roofline", note="--kernels roofline")
+
+
+def check_mode(mode: str) -> None:
+    if mode not in KERNEL_MODES:
+        raise InputError(f"--kernels: '{mode}' is not one of {', '.join(KERNEL_MODES)}")
+
+
+def kernel_source(gpu: GPUSpec, engine: EngineProfile, mode: str) -> KernelSource:
+    """The tables that time a run on ``gpu`` under ``engine`` (module docstring); InputError for ``measured``
+    where there are none."""
+    check_mode(mode)
+    if mode == "roofline":
+        return ROOFLINE
+    return _measured_source(gpu.name, engine.name, engine.version or "", mode)
+
+
+@functools.lru_cache(maxsize=64)
+def _measured_source(gpu_name: str, engine_name: str, engine_version: str, mode: str) -> KernelSource:
+    def none(reason: str) -> KernelSource:
+        if mode == "measured":
+            raise InputError(f"--kernels measured: {reason}; use --kernels roofline or auto")
+        return KernelSource(mode, note=reason)
+
+    root = aiconfigurator.data_root()
+    if root is None or not aiconfigurator.has_pyarrow():
+        return none(f"no measured kernel tables installed ({aiconfigurator.EXTRA_HINT})")
+    system = aiconfigurator.SYSTEMS.get(gpu_name)
+    if system is None:
+        return none(f"no measured tables for {gpu_name}")
+    family = engine_family(engine_name)
+    if family is None:
+        return none(f"no measured tables for the {engine_name} engine's kernels (TensorRT-LLM, vLLM and SGLang have them)")
+    folder, display = system
+    versions = aiconfigurator.measured_versions(root, folder, "gemm", family, "gemm_perf.parquet")
+    if not versions:
+        return none(f"no measured GEMM tables for {display} under {family}")
+    wanted = profile_release(engine_version)
+    version = aiconfigurator.nearest_release(versions, wanted)
+    path = root / folder / "gemm" / family / version / "gemm_perf.parquet"
+    tables = aiconfigurator.read_gemm_tables(str(path), display, family, version)
+    stated = ".".join(str(v) for v in wanted) if wanted else "unstated"
+    note = (f"the {engine_name} profile's release ({stated}) is timed by the nearest measured one, {family} {version}"
+            if wanted is None or aiconfigurator.release(version)[: len(wanted)] != wanted else "")
+    return KernelSource(mode, next(iter(tables.values())).origin if tables else None, tables, note)
