@@ -19,7 +19,9 @@ When the tiles are too few to fill the SMs, cuBLAS splits the reduction dimensio
     shape(M, N, K) = M N / (ceil(M / b_m) b_m * ceil(N / b_n) b_n)
                      * tiles * s / (ceil(tiles * s / S) * S),
 
-with ``s`` in :data:`SPLIT_K` and every split at least :data:`MIN_SPLIT_DEPTH` deep. The tile and
+with ``s`` in :data:`SPLIT_K` and every split at least :data:`MIN_SPLIT_DEPTH` deep. Weight-only
+quantised GEMMs (int4/int8 weights, fp16 activations: Marlin, AWQ and GPTQ kernels) tile rows by 16
+(:data:`WEIGHT_ONLY_TILES`), so a batch-1 decode pads one row to 16, not to 64. The tile and
 split are the best for the shape, as cuBLAS's heuristics choose among their kernels (the partial
 sums' extra traffic, ~s M N 4 bytes, is left out). Compute time then uses
 ``peak * efficiency.compute * shape(M, N, K)``.
@@ -58,6 +60,15 @@ Hopper (CUTLASS's default tile configurations; Hopper's wgmma needs row tiles th
 of 64, so no smaller row tile is listed)."""
 
 
+WEIGHT_ONLY_TILES: tuple[tuple[int, int], ...] = (
+    (16, 128), (16, 256), (32, 128), (32, 256), (48, 128), (48, 256), (64, 128), (64, 256))
+"""(rows, columns) output tiles of the weight-only quantised GEMMs (int4/int8 weights, fp16 compute):
+Marlin processes rows in blocks of 16 (``thread_m_blocks`` 1 to 4, i.e. 16 to 64 rows) against 128 or
+256 columns (``thread_n``), and reaches "close to ideal (4x) speedups up to batchsizes of 16-32 tokens"
+(IST-DASLab/marlin, README and marlin_cuda_kernel.cu); AWQ's and GPTQ's GEMV/GEMM kernels also work on
+16-row MMA fragments (mma.m16n8k16)."""
+
+
 SPLIT_K: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16)
 """Split-K factors considered (CUTLASS's split-K GEMMs take any factor; these cover the useful range)."""
 
@@ -65,8 +76,9 @@ MIN_SPLIT_DEPTH = 256
 """Least K per split: four k-tiles of 64, below which a split's prologue and epilogue dominate."""
 
 
-def gemm_shape_efficiency(rows: Number, columns: int, sm_count: int, depth: int = 0) -> Number:
-    """``shape(M, N, K)`` of the module docstring, best over tiles and splits; 1 where nothing runs.
+def gemm_shape_efficiency(rows: Number, columns: int, sm_count: int, depth: int = 0,
+                          tiles: tuple[tuple[int, int], ...] = GEMM_TILES) -> Number:
+    """``shape(M, N, K)`` of the module docstring, best over ``tiles`` and splits; 1 where nothing runs.
 
     ``rows`` (tokens, may be an array), ``columns`` (output features on this GPU) and ``depth``
     (K, input features; 0: no split-K); with an unknown SM count (``sm_count`` 0) only tile
@@ -75,18 +87,19 @@ def gemm_shape_efficiency(rows: Number, columns: int, sm_count: int, depth: int 
     """
     if isinstance(rows, np.ndarray):
         distinct, where = np.unique(rows, return_inverse=True)
-        values = np.array([_shape_efficiency(float(r), columns, sm_count, depth) for r in distinct])
+        values = np.array([_shape_efficiency(float(r), columns, sm_count, depth, tiles) for r in distinct])
         return values[where].reshape(np.shape(rows))
-    return _shape_efficiency(float(rows), columns, sm_count, depth)
+    return _shape_efficiency(float(rows), columns, sm_count, depth, tiles)
 
 
 @functools.lru_cache(maxsize=65536)
-def _shape_efficiency(rows: float, columns: int, sm_count: int, depth: int) -> float:
+def _shape_efficiency(rows: float, columns: int, sm_count: int, depth: int,
+                      tiles: tuple[tuple[int, int], ...] = GEMM_TILES) -> float:
     if rows <= 0 or columns <= 0:
         return 1.0
     splits = [s for s in SPLIT_K if s == 1 or depth >= s * MIN_SPLIT_DEPTH] if sm_count > 0 else [1]
     best = 0.0
-    for tile_rows, tile_columns in GEMM_TILES:
+    for tile_rows, tile_columns in tiles:
         row_tiles = math.ceil(rows / tile_rows)
         column_tiles = math.ceil(columns / tile_columns)
         tile_efficiency = rows * columns / (row_tiles * tile_rows * column_tiles * tile_columns)
