@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from simulator.cli.options import reports_input_errors
+from simulator.cost.kernel_tables.source import KERNEL_MODES
 from simulator.errors import InputError
 from simulator.files import check_output_path
 from simulator.model.gpu_family import GPU_FAMILIES
@@ -311,12 +312,12 @@ def _check_outputs(plot_path: Path | None, bands_out: Path | None, write: bool) 
         check_output_path(bands_out or bands_file(), "--bands-out" if bands_out else "--write-bands", (".json",))
 
 
-def run_validation(table: Path, jobs: int = 1) -> tuple[Validation, float]:
+def run_validation(table: Path, jobs: int = 1, kernels: str = "roofline") -> tuple[Validation, float]:
     started = time.perf_counter()
     rows = load_table(table)
     if not rows:
         raise InputError(f"--csv: {table}: the table has no rows")
-    with Replayer() as replayer:
+    with Replayer(kernels=kernels) as replayer:
         result = cross_validate(rows, replayer, workers=jobs)
     return result, time.perf_counter() - started
 
@@ -358,13 +359,16 @@ def _text(v: Validation, table: Path, seconds: float, no_rows: bool) -> str:
               help="With --write-bands: write them here instead of the shipped file.")
 @click.option("--jobs", type=click.IntRange(min=1, max=256), default=None,
               help="Processes that simulate the runs (same results). [default: the CPUs available]")
+@click.option("--kernels", type=click.Choice(KERNEL_MODES), default="roofline", show_default=True,
+              help="What times the operators of every replayed run: roofline, measured (NVIDIA's kernel tables, "
+              "an error for a row whose GPU has none) or auto (measured where tables exist).")
 @reports_input_errors
 def validate_command(table: Path | None, as_json: bool, no_rows: bool, plot_path: Path | None, write_bands: bool,
-                     bands_out: Path | None, jobs: int | None) -> None:
+                     bands_out: Path | None, jobs: int | None, kernels: str) -> None:
     """Replay published measurements through the engine; in-sample and out-of-sample error."""
     table = default_table() if table is None else table
     _check_outputs(plot_path, bands_out, write_bands)
-    v, seconds = run_validation(table, jobs or _cpus())
+    v, seconds = run_validation(table, jobs or _cpus(), kernels)
     if write_bands:
         target = bands_out or bands_file()
         document = bands_document(residuals(v.scored), {

@@ -238,14 +238,14 @@ PARALLEL_MIN_RUNS = 32
 _WORKER_REPLAYER: Replayer | None = None
 
 
-def _replay_in_worker(job: tuple[Row, Efficiencies, str, int, int]) -> Replayed:
+def _replay_in_worker(job: tuple[Row, Efficiencies, str, int, int, str]) -> Replayed:
     """One run in a pool worker, with a replayer of its own (trace files under the parent's folder)."""
     global _WORKER_REPLAYER
-    row, eff, folder, max_prompts, max_rate_prompts = job
-    if _WORKER_REPLAYER is None:
+    row, eff, folder, max_prompts, max_rate_prompts, kernels = job
+    if _WORKER_REPLAYER is None or _WORKER_REPLAYER.kernels != kernels:
         workdir = Path(folder) / f"worker-{os.getpid()}"
         workdir.mkdir(exist_ok=True)
-        _WORKER_REPLAYER = Replayer(workdir, max_prompts, max_rate_prompts)
+        _WORKER_REPLAYER = Replayer(workdir, max_prompts, max_rate_prompts, kernels=kernels)
     return _WORKER_REPLAYER.run(row, eff)
 
 
@@ -285,11 +285,13 @@ class Replayer:
     """Runs rows through the engine and remembers each run by (run, efficiencies): rows of one run share it."""
 
     def __init__(self, workdir: Path | None = None, max_prompts: int = MAX_PROMPTS,
-                 max_rate_prompts: int = MAX_RATE_PROMPTS) -> None:
+                 max_rate_prompts: int = MAX_RATE_PROMPTS, kernels: str = "roofline") -> None:
+        """``kernels``: what times the operators of every replayed run (``--kernels``: roofline, measured, auto)."""
         self._own = tempfile.TemporaryDirectory(prefix="memwall-validate-") if workdir is None else None
         self.workdir = Path(self._own.name) if self._own is not None else Path(workdir)  # type: ignore[arg-type]
         self.max_prompts = max_prompts
         self.max_rate_prompts = max_rate_prompts
+        self.kernels = kernels
         self._runs: dict[tuple, Replayed] = {}
         self._traces: dict[tuple, ReplayTrace] = {}
         self.engine_runs = 0
@@ -342,7 +344,8 @@ class Replayer:
             return
         methods = multiprocessing.get_all_start_methods()
         context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-        jobs = [(row, eff, str(self.workdir), self.max_prompts, self.max_rate_prompts) for row, eff in todo.values()]
+        jobs = [(row, eff, str(self.workdir), self.max_prompts, self.max_rate_prompts, self.kernels)
+                for row, eff in todo.values()]
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
             for key, replayed in zip(todo, pool.map(_replay_in_worker, jobs, chunksize=4)):
                 self._runs[key] = replayed
@@ -365,7 +368,7 @@ class Replayer:
         options: dict[str, Any] = {
             "model": row.model, "gpu": row.gpu, "tp": row.tp, "weights": row.weights, "kv": row.kv, "engine": engine,
             "compute_efficiency": eff.compute, "memory_efficiency": eff.memory, "expert_efficiency": eff.expert,
-            "seed": SEED,
+            "seed": SEED, "kernels": self.kernels,
         }
         if row.dp_attention:
             options["dp_attention"] = True
