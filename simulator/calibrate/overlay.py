@@ -36,6 +36,8 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from simulator.cost.kernel_tables.csv_format import write_kernel_table
+from simulator.cost.kernel_tables.table import TableOrigin
 from simulator.errors import InputError
 from simulator.files import atomic_write, load_json
 from simulator.model.architecture import MAX_CONTEXT, ModelSpec
@@ -317,3 +319,31 @@ def save_measurements(path: Path, measurements: dict[str, Any]) -> None:
     _make_folder(path, "--save-measurements")
     text = json.dumps(measurements, indent=1, allow_nan=False) + "\n"
     atomic_write(path, text, f"--save-measurements {path}")
+
+
+CALIBRATE_INCLUDES = ("PyTorch matmul (cuBLAS/hipBLASLt) timed by device events over back-to-back calls, weights "
+                      "rotated through copies larger than the L2 so they come from HBM; no CUDA graph, so each "
+                      "latency holds the kernel's launch")
+
+
+def kernel_table_rows(measurements: dict[str, Any]) -> list[tuple[str, int, int, int, float]]:
+    """The timed GEMMs as kernel-table rows (dtype, m, n, k, seconds): ``m`` is the tokens asked for, the time
+    that of the rows actually run (fp8 pads to 16, as an engine's kernel does)."""
+    rows = []
+    for case in measurements["gemm"]:
+        dtype = "bf16" if case["dtype"] in ("fp16", "bf16") else case["dtype"]
+        if case["seconds"] > 0:
+            rows.append((dtype, int(case["tokens"]), int(case["n"]), int(case["k"]), float(case["seconds"])))
+    return rows
+
+
+def write_kernel_table_of(path: Any, measurements: dict[str, Any]) -> int:
+    """Write the timed GEMMs of ``measurements`` as a memwall kernel table (--kernel-table); the rows written."""
+    rows = kernel_table_rows(measurements)
+    if not rows:
+        raise InputError("--kernel-table-out: the timings hold no GEMM (was the gemm section skipped or cut short?)")
+    env = measurements["device"]
+    origin = TableOrigin(measurements["base_gpu"], "torch", str(env.get("torch", "unstated")), str(path),
+                         f"{CALIBRATE_INCLUDES}; measured on {env.get('name', 'unstated')} {env.get('date', '')}".strip())
+    write_kernel_table(path, origin, rows)
+    return len(rows)

@@ -22,6 +22,8 @@ Examples:
   simulate calibrate --check --measurements M.json --overlay configs/gpus/measured/h200.yaml --json
   simulate calibrate --device cpu --base a100 --out /tmp/cpu.yaml --check
   simulate --model llama2-7b --gpu configs/gpus/measured/h200.yaml --batch 8 --ctx 2048
+  simulate calibrate --measurements M.json --kernel-table-out h200-kernels.csv   # timed GEMMs as a kernel table
+  simulate --model llama2-7b --gpu h200 --kernel-table h200-kernels.csv --batch 8 --ctx 2048
   simulate calibrate --from-benchmark result.json --model llama3-8b --base h100 --out h100-mine.yaml
   simulate calibrate --from-benchmark my-rows.csv --out a100-mine.yaml   # published.csv schema
 
@@ -96,6 +98,8 @@ def _prepare_output(path: Path, what: str, suffixes: tuple[str, ...]) -> None:
 
 @click.command("calibrate", epilog=EPILOG, context_settings={"max_content_width": 100})
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the measured GPU overlay (YAML) here, e.g. configs/gpus/measured/h200.yaml.")
+@click.option("--kernel-table-out", "kernel_table_out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the timed GEMMs as a memwall kernel table (.csv) here; runs take it with --kernel-table FILE.")
 @click.option("--quick", is_flag=True, help="Fewer sizes (GPU); --device cpu always runs tiny sizes.")
 @click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True, help="cpu runs a 2-layer, 64-wide model to exercise the code path; its numbers describe nothing.")
 @click.option("--base", metavar="NAME", help="Shipped GPU the overlay refines. Default: the one matching the CUDA device's name (required on CPU).")
@@ -120,6 +124,7 @@ def calibrate_command(
     save_measurements: Path | None, check: bool, measurements: Path | None, overlay: Path | None, as_json: bool,
     benchmarks: tuple[Path, ...] = (), bench_model: str | None = None, bench_tp: int = 1, bench_weights: str = "fp16",
     bench_kv: str = "fp16", bench_engine: str = "vllm", bench_input: int | None = None, bench_output: int | None = None,
+    kernel_table_out: Path | None = None,
 ) -> None:
     """Measure a GPU with PyTorch and check the cost model against real timings.
 
@@ -145,13 +150,15 @@ def calibrate_command(
         setup = BenchmarkSetup(bench_model, base, bench_tp, bench_weights, bench_kv, bench_engine, bench_input, bench_output)
         calibrate_from_benchmark(benchmarks, setup, out, as_json)
         return
-    if out is None and not check:
-        raise InputError("simulate calibrate: give --out PATH (the overlay to write) and/or --check")
+    if out is None and not check and kernel_table_out is None:
+        raise InputError("simulate calibrate: give --out PATH (the overlay to write), --kernel-table-out PATH and/or --check")
     if overlay is not None and not check:
         raise InputError("--overlay: only used with --check")
     # Outputs are checked before minutes of measuring, so a bad path never loses a run.
     if out is not None:
         _prepare_output(out, "--out", (".yaml", ".yml"))
+    if kernel_table_out is not None:
+        _prepare_output(kernel_table_out, "--kernel-table-out", (".csv",))
     if save_measurements is not None:
         _prepare_output(save_measurements, "--save-measurements", (".json",))
     elif out is not None and measurements is None:
@@ -164,6 +171,12 @@ def calibrate_command(
         if saved is not None:
             save(saved, timings)
             click.echo(f"wrote raw timings to {saved}", err=True)
+    if kernel_table_out is not None:
+        from simulator.calibrate.overlay import write_kernel_table_of
+
+        written = write_kernel_table_of(kernel_table_out, timings)
+        click.echo(f"wrote kernel table {kernel_table_out} ({written} GEMM rows; use it with --kernel-table "
+                   f"{kernel_table_out})", err=True)
     derived = derive_overlay(timings)
     if out is not None:
         write_overlay(out, derived)

@@ -103,9 +103,9 @@ def _shape_efficiency(rows: float, columns: int, sm_count: int, depth: int,
         row_tiles = math.ceil(rows / tile_rows)
         column_tiles = math.ceil(columns / tile_columns)
         tile_efficiency = rows * columns / (row_tiles * tile_rows * column_tiles * tile_columns)
-        tiles = row_tiles * column_tiles
+        tile_count = row_tiles * column_tiles
         for split in splits:
-            units = tiles * split
+            units = tile_count * split
             wave = units / (math.ceil(units / sm_count) * sm_count) if sm_count > 0 else 1.0
             best = max(best, tile_efficiency * wave)
     return best

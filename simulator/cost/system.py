@@ -75,6 +75,8 @@ class System:
     """attention data-parallel over the tp GPUs (each: all heads, 1/tp of the sequences), experts expert-parallel"""
     kernels: str = "roofline"
     """what times the operators: roofline, measured (kernel tables; an error where none exist) or auto"""
+    kernel_table: str | None = None
+    """a memwall kernel-table file (simulator.cost.kernel_tables.csv_format) that times the operators it covers"""
     time_model: TimeModel = field(init=False, repr=False, compare=False)
     operators: tuple[Operator, ...] = field(init=False, repr=False, compare=False)
     rates: tuple[OperatorRates | None, ...] = field(init=False, repr=False, compare=False)
@@ -103,7 +105,7 @@ class System:
         # The driver's per-worker host work (EngineProfile.worker_rpc) depends on the group's size, known only here.
         model = TimeModel(self.engine.for_workers(self.tp), self.collectives, self.kernel_efficiency == "shape",
                           host_ranks=self.tp if self.dp_attention else 1,
-                          kernels=kernel_source(self.gpu, self.engine, self.kernels))
+                          kernels=kernel_source(self.gpu, self.engine, self.kernels, self.kernel_table))
         object.__setattr__(self, "time_model", model)
         ops = build_operators(self.model, self.precision, self.gpu, self.tp, self.attention_kernel, self.fusion,
                               self.ep, self.routing_skew, self.dp_attention)

@@ -24,16 +24,17 @@ _SYSTEMS: OrderedDict[tuple, System] = OrderedDict()
 
 def _system(model: ModelSpec, gpu: GPUSpec, precision: Precision, tp: int, attention_kernel: AttentionKernel,
             fusion: Fusion, ep: int, routing_skew: float, engine: EngineProfile, collectives: str,
-            kernel_efficiency: str, dp_attention: bool = False, kernels: str = "roofline") -> System:
+            kernel_efficiency: str, dp_attention: bool = False, kernels: str = "roofline",
+            kernel_table: str | None = None) -> System:
     """``System(...)`` of these settings, the same object for the same settings (Systems are immutable; the
     configs are compared by their JSON, as pydantic models do not hash)."""
     key = (model.model_dump_json(), gpu.model_dump_json(), precision.model_dump_json(), tp, attention_kernel, fusion,
-           ep, routing_skew, engine.model_dump_json(), collectives, kernel_efficiency, dp_attention, kernels)
+           ep, routing_skew, engine.model_dump_json(), collectives, kernel_efficiency, dp_attention, kernels, kernel_table)
     system = _SYSTEMS.get(key)
     if system is None:
         system = _SYSTEMS[key] = System(model, gpu, precision, tp, attention_kernel, fusion, ep, routing_skew,
                                         engine=engine, collectives=collectives, kernel_efficiency=kernel_efficiency,
-                                        dp_attention=dp_attention, kernels=kernels)
+                                        dp_attention=dp_attention, kernels=kernels, kernel_table=kernel_table)
         while len(_SYSTEMS) > SYSTEMS_KEPT:
             _SYSTEMS.popitem(last=False)
     _SYSTEMS.move_to_end(key)
@@ -57,6 +58,7 @@ def plan_deployment(
     kernel_efficiency: str = "flat",
     dp_attention: bool = False,
     kernels: str = "roofline",
+    kernel_table: str | None = None,
 ) -> Deployment:
     """The System for ``batch`` sequences reaching ``context_tokens`` each.
 
@@ -86,7 +88,7 @@ def plan_deployment(
 
     def build(degree: int) -> Deployment:
         system = _system(model, gpu, precision, degree, attention_kernel, fusion, ep_degree, routing_skew, engine,
-                         collectives, kernel_efficiency, dp_attention, kernels)
+                         collectives, kernel_efficiency, dp_attention, kernels, kernel_table)
         plan = plan_memory(model, precision, gpu, degree, batch, context_tokens, system.operators,
                            dp_attention=dp_attention)
         return Deployment(system, plan, auto_tp=tp is None)
@@ -114,7 +116,7 @@ DEPLOYMENT_KEYS = (
     "model", "gpu", "weights", "kv", "group_size", "attention", "tp", "ep", "dp_attention", "routing_skew",
     "attention_kernel", "fusion",
     "compute_efficiency", "memory_efficiency", "expert_efficiency", "kernel_overlap", "link_efficiency", "launch_overhead",
-    "engine", "collectives", "kernel_efficiency", "kernels", "enforce_eager", "num_scheduler_steps", "sampling",
+    "engine", "collectives", "kernel_efficiency", "kernels", "kernel_table", "enforce_eager", "num_scheduler_steps", "sampling",
 )
 
 # The realistic time model for runs from options (docs/time-model.md): the engine most users run,
@@ -179,4 +181,5 @@ def deployment_from_options(options: dict[str, Any], batch: int, ctx: int, requi
         kernel_efficiency=str(options.get("kernel_efficiency") or DEFAULT_KERNEL_EFFICIENCY),
         dp_attention=bool(options.get("dp_attention")),
         kernels=str(options.get("kernels") or DEFAULT_KERNELS),
+        kernel_table=str(options["kernel_table"]) if options.get("kernel_table") else None,
     )

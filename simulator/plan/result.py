@@ -74,7 +74,8 @@ def kernels_dict(system: Any, costs: dict[str, StepCost | None]) -> dict[str, An
                         for kind, found in kinds.items()},
         }
     return {
-        "mode": getattr(system, "kernels", "roofline"),
+        "mode": source.mode if source is not None else getattr(system, "kernels", "roofline"),
+        "table_file": getattr(system, "kernel_table", None),
         "source": source.describe() if source is not None else "roofline",
         "gpu": None if origin is None else origin.gpu,
         "engine": None if origin is None else origin.engine,

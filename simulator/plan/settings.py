@@ -226,6 +226,10 @@ class DeploymentSettings(BaseModel):
         "none exist), roofline (the roofline model for every operator), or auto (measured where tables exist, "
         "else roofline). Operators no table measures are always timed by the roofline; the report says which.",
     )
+    kernel_table: Annotated[str | None, AfterValidator(_checked_by(_name))] = Field(
+        default=None, description="A memwall kernel-table file (what simulate calibrate --kernel-table-out writes: "
+        "measured GEMM latencies of this GPU) that times the operators it covers, in place of --kernels.",
+    )
 
 
 class ShapeSettings(BaseModel):

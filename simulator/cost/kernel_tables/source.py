@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from simulator.cost.kernel_tables import aiconfigurator
+from simulator.cost.kernel_tables.csv_format import read_kernel_table
 from simulator.cost.kernel_tables.gemm import GemmCurve, GemmShape, gemm_curve
 from simulator.cost.kernel_tables.table import GemmTable, TableOrigin
 from simulator.errors import InputError
@@ -96,10 +97,12 @@ def check_mode(mode: str) -> None:
         raise InputError(f"--kernels: '{mode}' is not one of {', '.join(KERNEL_MODES)}")
 
 
-def kernel_source(gpu: GPUSpec, engine: EngineProfile, mode: str) -> KernelSource:
+def kernel_source(gpu: GPUSpec, engine: EngineProfile, mode: str, table_path: str | None = None) -> KernelSource:
     """The tables that time a run on ``gpu`` under ``engine`` (module docstring); InputError for ``measured``
-    where there are none."""
+    where there are none. ``table_path``: a memwall kernel-table file, which replaces the choice by ``mode``."""
     check_mode(mode)
+    if table_path is not None:
+        return file_source(gpu, table_path)
     if mode == "roofline":
         return ROOFLINE
     return _measured_source(gpu.name, engine.name, engine.version or "", mode)
@@ -133,3 +136,13 @@ def _measured_source(gpu_name: str, engine_name: str, engine_version: str, mode:
     note = (f"the {engine_name} profile's release ({stated}) is timed by the nearest measured one, {family} {version}"
             if wanted is None or aiconfigurator.release(version)[: len(wanted)] != wanted else "")
     return KernelSource(mode, next(iter(tables.values())).origin if tables else None, tables, note)
+
+
+def file_source(gpu: GPUSpec, path: str) -> KernelSource:
+    """The tables of a memwall kernel-table file; InputError where it was measured on another GPU."""
+    tables = read_kernel_table(path)
+    origin = next(iter(tables.values())).origin
+    if origin.gpu != gpu.name:
+        raise InputError(f"--kernel-table: {path} was measured on {origin.gpu}, the run's GPU is {gpu.name}; "
+                         "give the table of this GPU or --gpu " + origin.gpu)
+    return KernelSource("file", origin, tables)
