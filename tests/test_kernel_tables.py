@@ -225,3 +225,36 @@ def test_gqa_is_never_slower_than_mha_on_the_measured_path():
                     attention_pairs=batch * 4096.0, prefill_attention_pairs=0.0, score_elements=0.0,
                     context_tokens=batch * 4096.0)
         assert gqa.step_totals(step).seconds <= mha.step_totals(step).seconds
+
+
+# --- the all-reduce lookup -----------------------------------------------------------------------------------
+
+
+def test_an_all_reduce_is_timed_by_the_engines_measured_kernel():
+    # Llama-3-70B at tp 8, a decode of 64 sequences: each all-reduce carries 64 x 8,192 bf16 elements = 1 MiB per
+    # GPU, i.e. 524,288 elements: TensorRT-LLM 1.3.0rc20's all-reduce on 8 H100s is measured at 0.025965 ms there
+    # (no larger message is faster). Two per layer, 80 layers.
+    system = _system("measured")
+    costs = {op.name: op for op in system.step_cost(Step.decode(64, 2048)).operators}
+    assert costs["attn_allreduce"].measured and costs["mlp_allreduce"].measured
+    assert costs["attn_allreduce"].seconds == pytest.approx(80 * 0.0259648e-3, rel=1e-5)
+
+
+def test_an_all_reduce_curve_holds_the_latency_below_and_the_bandwidth_above_its_sizes():
+    from simulator.cost.kernel_tables.collective import message_curve
+
+    # 1 KiB: 4 us, 1 MiB: 20 us, 4 MiB: 16 us measured (cut to 16 us at 1 MiB, as the larger one runs faster).
+    curve = message_curve(8, np.array([1024.0, 2**20, 2**22]), np.array([4e-6, 20e-6, 16e-6]))
+    assert curve.seconds(100.0) == pytest.approx(4e-6)  # below the smallest: its latency
+    assert curve.seconds(2**20) == pytest.approx(16e-6)
+    assert curve.seconds(2**23) == pytest.approx(32e-6)  # twice the largest: twice its time
+    w = (math.log(2**15) - math.log(1024)) / (math.log(2**20) - math.log(1024))
+    assert curve.seconds(2**15) == pytest.approx(math.exp(math.log(4e-6) + w * (math.log(16e-6) - math.log(4e-6))))
+    assert curve.seconds(0.0) == 0.0
+
+
+def test_a_group_or_dtype_no_table_measures_keeps_the_roofline():
+    # 16 GPUs: the tables measure 2, 4 and 8 (one node).
+    system = _system("measured", tp=16, model="llama3.1-405b")
+    costs = {op.name: op for op in system.step_cost(Step.decode(8, 2048)).operators}
+    assert not costs["attn_allreduce"].measured and costs["qkv_proj"].measured

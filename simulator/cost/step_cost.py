@@ -82,6 +82,7 @@ from simulator.cost.engine_overhead import (
     has_overhead,
     iteration_overhead_seconds,
 )
+from simulator.cost.kernel_tables.collective import MessageCurve
 from simulator.cost.kernel_tables.gemm import GemmCurve
 from simulator.cost.kernel_tables.source import ROOFLINE, KernelSource
 from simulator.cost.kernels import GEMM_TILES, WEIGHT_ONLY_TILES, gemm_shape_efficiency, memory_half_bytes
@@ -258,8 +259,9 @@ class OperatorRates(NamedTuple):
     """communication operators: the group, its links and the algorithm"""
     overlap: float = 1.0
     """fraction of the shorter of compute and memory time hidden under the longer (1: the roofline's max)"""
-    measured: GemmCurve | None = None
-    """a measured kernel table's latency by rows: it times the operator, and the roofline only says its bound"""
+    measured: GemmCurve | MessageCurve | None = None
+    """a measured kernel table's latency, by rows for a GEMM (the roofline then only says its bound), by message
+    bytes for an all-reduce"""
 
 
 def rates_vary_with_tokens(op: Operator, gpu: GPUSpec) -> bool:
@@ -288,7 +290,8 @@ def operator_rates(op: Operator, gpu: GPUSpec, tokens: Number = 0.0, model: Time
     eff = gpu.efficiency
     eager = model.engine.graphs.eager_launch_seconds
     if op.kind in COMMUNICATION_KINDS:
-        return OperatorRates(0.0, None, 0.0, 0.0, eager_launch_seconds=eager, network=operator_network(op, gpu, model))
+        return OperatorRates(0.0, None, 0.0, 0.0, eager_launch_seconds=eager, network=operator_network(op, gpu, model),
+                             measured=model.kernels.curve(op, gpu) if model.kernels.measured else None)
     measured = rates_vary_with_tokens(op, gpu)
     compute_eff, memory_eff = efficiency_factors(gpu, op.kind, tokens)
     if isinstance(op, ExpertGemm) and not measured:
@@ -401,7 +404,10 @@ def communication_seconds(op: Operator, work: Work, rates: OperatorRates, count:
     """Seconds of ``count`` instances of a communication operator (simulator.cost.collectives)."""
     net = rates.network
     assert net is not None  # operator_rates gives every communication operator its network
-    if op.kind == "alltoall":
+    if rates.measured is not None and net.algorithm != "off":
+        # The engine's own all-reduce kernel, measured inside a CUDA graph (simulator.cost.kernel_tables.collective).
+        seconds = rates.measured.seconds(work.link_bytes)
+    elif op.kind == "alltoall":
         # link_bytes: what the busiest GPU sends to the others in one dispatch or combine; NCCL runs
         # all-to-all as grouped sends, one step over the Simple protocol.
         if net.algorithm == "off" or net.gpus < 2:
@@ -432,7 +438,7 @@ def operator_cost(op: Operator, step: Step, gpu: GPUSpec, rates: OperatorRates |
             kv_write_bytes=zero, activation_bytes=zero, link_bytes=count * work.link_bytes,
             launches=count * work.launches, compute_seconds=zero, memory_seconds=zero,
             link_seconds=link_seconds, seconds=link_seconds,
-            host_seconds=count * host_launch_seconds(work.launches, rates, captured),
+            host_seconds=count * host_launch_seconds(work.launches, rates, captured), measured=rates.measured is not None,
         )
     compute_seconds, memory_seconds, seconds, launch_seconds, host_seconds = roofline(
         work, rates, count, op.tokens(step), captured)

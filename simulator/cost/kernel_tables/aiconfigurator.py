@@ -21,6 +21,7 @@ import importlib.util
 import re
 from pathlib import Path
 
+from simulator.cost.kernel_tables.collective import MessageCurve, message_curve
 from simulator.cost.kernel_tables.table import GemmTable, TableOrigin, gemm_table
 from simulator.errors import InputError
 
@@ -39,7 +40,8 @@ SYSTEMS: dict[str, tuple[str, str]] = {
     "RTX-PRO-6000": ("rtx_pro_6000_server", "RTX PRO 6000 Server"),
 }
 """memwall GPU config name -> (the database's system folder, its display name). Only GPUs measured as
-themselves: an A100 40 GB or H100 PCIe is another part (clocks, power, bandwidth) and gets none."""
+themselves: an A100 40 GB or H100 PCIe is another part (clocks, power, bandwidth) and gets none. The
+database has no folder for H20, MI325X or MI355X (nor any AMD part), so those get none either."""
 
 GEMM_DTYPES: dict[str, str] = {
     "bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4",
@@ -118,4 +120,42 @@ def read_gemm_tables(path: str, gpu: str, engine: str, version: str) -> dict[str
         rows = dtypes == theirs
         if rows.any():
             out[ours] = gemm_table(origin, ours, m[rows], n[rows], k[rows], seconds[rows])
+    return out
+
+
+ALLREDUCE_INCLUDES = "CUDA-graph replay device time of the engine's custom all-reduce (no host launch)"
+ALLREDUCE_BYTES_PER_ELEMENT = 2
+"""the tables' all-reduces are of bf16 elements (``allreduce_dtype`` bfloat16); ``message_size`` counts elements"""
+
+
+@functools.lru_cache(maxsize=16)
+def read_allreduce_curves(path: str) -> dict[int, MessageCurve]:
+    """The all-reduce curve of each measured group size in one ``custom_allreduce_perf.parquet``, by GPU count.
+
+    vLLM's and SGLang's tables hold the kernel both eager (timed with its host launch) and captured in a CUDA
+    graph; only the graph rows are read, as memwall charges host launches itself."""
+    if not has_pyarrow():
+        raise InputError(f"--kernels measured: reading {path} needs pyarrow; {EXTRA_HINT}")
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # pyarrow raises its own error types for a damaged or foreign file
+        raise InputError(f"{path}: cannot read the all-reduce table ({exc})") from None
+    names = table.schema.names
+    gpus = table.column("num_gpus").to_numpy()
+    elements = table.column("message_size").to_numpy().astype(float)
+    seconds = table.column("latency").to_numpy() * 1e-3  # milliseconds in the database
+    keep = np.ones(len(gpus), dtype=bool)
+    if "backend" in names:
+        keep &= np.array([str(b).endswith("_graph") for b in table.column("backend").to_pylist()])
+    if "allreduce_dtype" in names:
+        keep &= np.array([d == "bfloat16" for d in table.column("allreduce_dtype").to_pylist()])
+    out = {}
+    for count in sorted(set(int(g) for g in gpus[keep])):
+        rows = keep & (gpus == count)
+        curve = message_curve(count, elements[rows] * ALLREDUCE_BYTES_PER_ELEMENT, seconds[rows])
+        if curve is not None:
+            out[count] = curve
     return out

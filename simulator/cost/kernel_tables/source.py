@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 
 from simulator.cost.kernel_tables import aiconfigurator
 from simulator.cost.kernel_tables.csv_format import read_kernel_table
+from simulator.cost.kernel_tables.collective import MessageCurve
 from simulator.cost.kernel_tables.gemm import GemmCurve, GemmShape, gemm_curve
 from simulator.cost.kernel_tables.table import GemmTable, TableOrigin
 from simulator.errors import InputError
 from simulator.model.engine_profile import EngineProfile
 from simulator.model.gpu import GPUSpec
-from simulator.model.operators import Gemm, Operator
+from simulator.model.operators import AllReduce, Gemm, Operator
 
 KERNEL_MODES: tuple[str, ...] = ("auto", "measured", "roofline")
 
@@ -58,6 +59,10 @@ class KernelSource:
     mode: str
     origin: TableOrigin | None = None
     gemm: dict[str, GemmTable] = field(default_factory=dict)
+    allreduce: dict[int, MessageCurve] = field(default_factory=dict)
+    """measured all-reduce curves by GPU count (the engine's own all-reduce kernel, bf16 messages)"""
+    allreduce_version: str = ""
+    """the release whose all-reduce was measured, where it differs from the GEMMs' (``origin.version``)"""
     note: str = ""
     """why the roofline times everything, or which release was chosen and why"""
     _curves: dict = field(default_factory=dict, compare=False, repr=False)
@@ -66,8 +71,13 @@ class KernelSource:
     def measured(self) -> bool:
         return self.origin is not None
 
-    def curve(self, op: Operator, gpu: GPUSpec) -> GemmCurve | None:
+    def curve(self, op: Operator, gpu: GPUSpec) -> GemmCurve | MessageCurve | None:
         """The measured curve that times ``op`` on ``gpu``, or None (the roofline times it)."""
+        if type(op) is AllReduce:
+            # Only the group sizes and the message dtype measured: a larger group, or one across nodes, is not.
+            if op.activation_bytes_per_element != aiconfigurator.ALLREDUCE_BYTES_PER_ELEMENT:
+                return None
+            return self.allreduce.get(op.tp)
         if not self.gemm or type(op) is not Gemm:
             return None
         dtype = gemm_format(op)
@@ -135,7 +145,19 @@ def _measured_source(gpu_name: str, engine_name: str, engine_version: str, mode:
     stated = ".".join(str(v) for v in wanted) if wanted else "unstated"
     note = (f"the {engine_name} profile's release ({stated}) is timed by the nearest measured one, {family} {version}"
             if wanted is None or aiconfigurator.release(version)[: len(wanted)] != wanted else "")
-    return KernelSource(mode, next(iter(tables.values())).origin if tables else None, tables, note)
+    allreduce: dict[int, MessageCurve] = {}
+    allreduce_version = ""
+    comm_versions = aiconfigurator.measured_versions(root, folder, "comm", family, "custom_allreduce_perf.parquet")
+    if comm_versions:
+        # The release nearest the GEMMs' own, so that one run's kernels come from one release where possible.
+        comm = aiconfigurator.nearest_release(comm_versions, aiconfigurator.release(version))
+        allreduce = aiconfigurator.read_allreduce_curves(str(root / folder / "comm" / family / comm /
+                                                             "custom_allreduce_perf.parquet"))
+        if comm != version:
+            allreduce_version = comm
+            note = "; ".join(filter(None, [note, f"all-reduce measured under {family} {comm}"]))
+    return KernelSource(mode, next(iter(tables.values())).origin if tables else None, tables, allreduce,
+                        allreduce_version, note)
 
 
 def file_source(gpu: GPUSpec, path: str) -> KernelSource:
