@@ -229,7 +229,7 @@ SHIPPED_FROM_FIXTURE = [
     ("qwen2.5-72b", "Qwen2.5-72B"),
     ("gemma-2-9b", "gemma-2-9b-it.pre-fix-revision"),
 ]
-IGNORED = {"name", "aliases", "warnings", "quantization", "query_pre_attn_scalar", "layer_types",
+IGNORED = {"name", "aliases", "hf_id", "warnings", "quantization", "query_pre_attn_scalar", "layer_types",
            "sliding_window_pattern"}
 
 

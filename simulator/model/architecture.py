@@ -5,8 +5,9 @@ A ``config.json`` is read from a local path only; nothing is ever fetched from a
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -42,6 +43,10 @@ class ModelSpec(BaseModel):
 
     name: str = Field(min_length=1)
     aliases: list[str] = Field(default_factory=list)
+    hf_id: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9][\w.-]*/[\w.-]+$",
+        description="the Hugging Face repository of the checkpoint (owner/name), for launch commands; None: none known",
+    )
     num_layers: int = Field(ge=1, le=MAX_LAYERS)
     hidden_size: int = Field(ge=1, le=MAX_WIDTH)
     num_heads: int = Field(ge=1, le=MAX_HEADS)
@@ -93,6 +98,11 @@ class ModelSpec(BaseModel):
     qk_rope_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="MLA rotary part of q/k per head")
     qk_nope_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="MLA non-rotary part of q/k per head")
     v_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="MLA value width per head")
+    shared_expert_module: Literal["experts", "mlp"] = Field(
+        default="experts",
+        description="the precision module whose weight format the shared experts take: 'experts' (as the routed "
+        "ones), or 'mlp' where the checkpoint stores them like the dense MLP (Kimi-K2.5: int4 routed, bf16 shared)",
+    )
     default_weights: str | None = Field(
         default=None, description="the checkpoint's weight formats as --weights text (from quantization_config)"
     )
@@ -279,7 +289,7 @@ def load_model_file(path: Path) -> ModelSpec:
         if not (path / "config.json").is_file():
             raise InputError(f"--model: folder {path} has no config.json (a model folder needs its HuggingFace config)")
         path = path / "config.json"
-    data = read_mapping(path)
+    data = _read_config(path)
     if "num_layers" not in data and ("num_hidden_layers" in data or "n_layer" in data or "model_type" in data
                                      or "text_config" in data):
         # A folder's config.json is named after its folder; a loose file after itself.
@@ -287,12 +297,54 @@ def load_model_file(path: Path) -> ModelSpec:
         name = data.get("_name_or_path") or fallback or path.stem
         try:
             data = from_hf_config(data, str(name))
-        except InputError:
-            raise
+        except InputError as exc:
+            if str(exc).startswith(f"{fallback}:"):
+                raise
+            raise InputError(f"{path}: {exc}") from None  # name the file, not only the model's own name
         except (TypeError, ValueError, AttributeError, ArithmeticError) as exc:
             # The mapping does arithmetic on the file's fields; a field of the wrong type lands here.
             raise InputError(f"{path}: a config.json field has a value of the wrong type or range ({exc})") from None
     return validate(ModelSpec, data, str(path), plausible=True)
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    """A model file's mapping; a HuggingFace config.json with a ModelOpt ``hf_quant_config.json`` beside it gets
+    that file's ``quantization`` as its ``quantization_config`` (NVIDIA's quantised checkpoints keep it there).
+
+    Python's json module writes a non-finite float as ``Infinity`` (Nemotron-H's ``time_step_limit``), which
+    strict JSON refuses; such a config.json is read with those values as None (no field the cost model reads
+    is ever infinite, so nothing is lost and the file gets its real answer, not a parse error).
+    """
+    try:
+        data = read_mapping(path)
+    except InputError as exc:
+        if path.suffix.lower() != ".json" or not any(word in str(exc) for word in ("Infinity", "NaN")):
+            raise
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"), parse_constant=lambda _: None)
+        except (OSError, ValueError):
+            raise exc from None
+        if not isinstance(data, dict):
+            raise exc from None
+    sibling = _quant_config_path(path)
+    if sibling is not None and "quantization_config" not in data and isinstance(data.get("model_type"), str):
+        quant = read_mapping(sibling)
+        section = quant.get("quantization")
+        if isinstance(section, dict):
+            data = {**data, "quantization_config": {"producer": quant.get("producer") or {"name": "modelopt"},
+                                                    "quant_method": "modelopt", **section}}
+    return data
+
+
+def _quant_config_path(path: Path) -> Path | None:
+    """``hf_quant_config.json`` beside ``config.json``, or ``X_hf_quant_config.json`` beside ``X_config.json``."""
+    if path.name == "config.json":
+        candidate = path.with_name("hf_quant_config.json")
+    elif path.name.endswith("_config.json") and not path.name.endswith("hf_quant_config.json"):
+        candidate = path.with_name(path.name.removesuffix("config.json") + "hf_quant_config.json")
+    else:
+        return None
+    return candidate if candidate.is_file() else None
 
 
 def load_model(name_or_path: str) -> ModelSpec:

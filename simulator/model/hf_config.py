@@ -2,10 +2,14 @@
 
 Families read: Llama (1-3.x), Mistral, Mixtral, Qwen2/2.5, Qwen2-MoE, Qwen3, Qwen3-MoE,
 DeepSeek-V2/V3 (MLA + MoE), Gemma 1-3, gpt-oss, Llama 4 (its ``text_config``), Falcon,
-OPT, GPT-2. Each key is read the way the family's ``transformers`` modelling code reads it
-(cited per rule below). A key that changes the architecture but is not modelled becomes a
-line in ``ModelSpec.warnings`` (shown by the report), never silence; a layout the simulator
-cannot cost at all (state-space or linear-attention layers) is an InputError.
+OPT, GPT-2, and the model_types whose layers are one of these field for field (Kimi-K2,
+Qwen3-VL, MiMo, MiniMax-M2, Step-3.x-Flash: :data:`simulator.model.hf_families.FAMILY_OF`).
+Each key is read the way the family's ``transformers`` modelling code reads it (cited per rule
+below). A key the loader does not understand becomes one line in ``ModelSpec.warnings`` naming
+it (shown by the report), never silence; a layout the simulator cannot cost at all (sparse,
+linear or state-space attention layers, per-layer widths) is one-line InputError naming the
+feature and its field (:mod:`simulator.model.hf_families`). Quantisation configs are read by
+:mod:`simulator.model.hf_quantisation`.
 
 Keys that change nothing the cost model sees (``rope_theta``/``rope_scaling``, dropout,
 ``rms_norm_eps``, softcapping of scores/logits, which runs inside the attention kernel and
@@ -17,7 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.errors import InputError
-from simulator.model.precision import MODULES
+from simulator.model.hf_families import FAMILY_OF, fields_not_understood, refusal
+from simulator.model.hf_quantisation import quantisation_fields
 
 # Families whose MLP is ungated (up, activation, down: 2 matrices); every other family is
 # gated (SwiGLU / GeGLU: gate, up, down: 3 matrices). Gemma's gelu_pytorch_tanh MLP is gated.
@@ -41,18 +46,8 @@ UNTIED_BY_DEFAULT = frozenset({
 })
 KNOWN_TYPES = TIED_BY_DEFAULT | UNTIED_BY_DEFAULT
 
-# Families with per-head RMSNorm on q and k (Qwen3, Gemma 3).
+# Families with per-head RMSNorm on q and k (Qwen3, Gemma 3); others say so by use_qk_norm (MiniMax-M2).
 QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe", "gemma3", "gemma3_text"})
-
-# Layouts the cost model cannot represent: refuse rather than answer wrongly.
-UNSUPPORTED_KEYS = {
-    "linear_num_value_heads": "linear-attention (Gated DeltaNet) layers",
-    "full_attention_interval": "linear-attention (Gated DeltaNet) layers",
-    "mamba_d_state": "state-space (Mamba) layers",
-    "ssm_cfg": "state-space (Mamba) layers",
-    "attn_layer_period": "state-space (Mamba) layers",
-    "cross_attention_layers": "cross-attention (vision) layers",
-}
 
 # Keys that add something outside the decoder this simulator costs: warn, model the decoder.
 NOT_MODELLED_KEYS = {
@@ -60,7 +55,6 @@ NOT_MODELLED_KEYS = {
     "audio_config": "the audio encoder (audio_config) is not modelled: text decoder only",
 }
 
-_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
 def _first(config: dict[str, Any], *keys: str, default: Any = None) -> Any:
@@ -76,7 +70,7 @@ def _text_config(config: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
     if not isinstance(text, dict):
         return config
     merged = dict(text)
-    for key in ("quantization_config", "tie_word_embeddings", "torch_dtype"):
+    for key in ("quantization_config", "tie_word_embeddings", "torch_dtype", "dtype"):
         if key not in merged and key in config:
             merged[key] = config[key]
     if "model_type" not in text and config.get("model_type"):
@@ -111,6 +105,11 @@ def _moe_fields(config: dict[str, Any], model_type: str, layers: Any, ffn: Any, 
     shared = config.get("n_shared_experts")
     if shared:
         spec["moe_shared_experts"] = shared  # DeepSeek: each of moe_intermediate_size
+        if config.get("share_expert_dim"):
+            spec["moe_shared_ffn_size"] = config["share_expert_dim"]  # Step-3.x: the shared expert's own width
+    elif config.get("shared_intermediate_size"):
+        spec["moe_shared_experts"] = 1  # MiniMax: one shared expert of shared_intermediate_size (0: none)
+        spec["moe_shared_ffn_size"] = config["shared_intermediate_size"]
     elif config.get("shared_expert_intermediate_size"):
         spec["moe_shared_experts"] = 1  # Qwen2-MoE: one shared expert of its own width
         spec["moe_shared_ffn_size"] = config["shared_expert_intermediate_size"]
@@ -130,6 +129,8 @@ def _moe_fields(config: dict[str, Any], model_type: str, layers: Any, ffn: Any, 
     freq = config.get("moe_layer_freq")
     if isinstance(freq, int) and freq > 1 and isinstance(layers, int):
         dense += [i for i in range(first_dense, layers) if i % freq]
+    elif isinstance(freq, list):
+        dense += [i for i, flag in enumerate(freq) if not flag]  # one 0/1 per layer (MiMo-V2, MiniMax-M3)
     moe_layers = config.get("moe_layers")
     if isinstance(moe_layers, list) and isinstance(layers, int):
         chosen = {int(i) for i in moe_layers}
@@ -137,12 +138,16 @@ def _moe_fields(config: dict[str, Any], model_type: str, layers: Any, ffn: Any, 
         spec.pop("moe_layer_step", None)
     if dense:
         spec["moe_dense_layer_indices"] = sorted(set(dense))
-    if config.get("num_nextn_predict_layers"):
-        warnings.append(
-            f"num_nextn_predict_layers={config['num_nextn_predict_layers']}: the multi-token-prediction module "
-            "(a speculative-decoding draft) is not modelled; its parameters are not counted"
-        )
     return spec
+
+
+def _mtp_warning(config: dict[str, Any], warnings: list[str]) -> None:
+    """Multi-token-prediction layers (DeepSeek's num_nextn_predict_layers, MiniMax's num_mtp_modules)."""
+    for key in ("num_nextn_predict_layers", "num_mtp_modules"):
+        if config.get(key) and (key != "num_mtp_modules" or config.get("use_mtp", True)):
+            warnings.append(f"{key}={config[key]}: the multi-token-prediction module (a speculative-decoding draft) "
+                            "is not modelled; its parameters are not counted")
+            return
 
 
 def _mla_fields(config: dict[str, Any]) -> dict[str, Any]:
@@ -203,102 +208,16 @@ def _window_fields(config: dict[str, Any], model_type: str, layers: Any, warning
     return spec
 
 
-def _module_of(pattern: str) -> str | None:
-    """Which of our weight modules a ``modules_to_not_convert`` / ``ignore`` entry names."""
-    text = pattern.lower()
-    if "lm_head" in text:
-        return "lm_head"
-    if "embed" in text:
-        return "embedding"
-    if "attn" in text or "attention" in text:
-        return "attention"
-    if "router" in text or text.endswith((".gate", "gate.weight")):
-        return "router"
-    if "expert" in text:
-        return "experts"
-    if "mlp" in text or "feed_forward" in text:
-        return "mlp"
-    return None
-
-
-def _quantised_format(method: str, qc: dict[str, Any]) -> str | None:
-    """The weight format a ``quantization_config`` stores linears in, or None when not modelled."""
-    if method in ("fp8", "fbgemm_fp8"):
-        return "fp8"
-    if method == "mxfp4":
-        return "mxfp4"
-    if method in ("modelopt",) and "fp4" in str(qc.get("quant_algo", "")).lower():
-        return "fp4"
-    if method in ("modelopt",) and "fp8" in str(qc.get("quant_algo", "")).lower():
-        return "fp8"
-    if method in ("awq", "gptq"):
-        bits = qc.get("bits") or qc.get("w_bit")
-        return {4: "int4", 8: "int8"}.get(int(bits)) if isinstance(bits, int) else None
-    if method == "compressed-tensors":
-        for group in (qc.get("config_groups") or {}).values():
-            weights = group.get("weights") or {}
-            bits, kind = weights.get("num_bits"), str(weights.get("type", "int"))
-            if kind == "float" and bits == 8:
-                return "fp8"
-            if kind == "float" and bits == 4:
-                return "fp4"
-            if kind == "int" and bits in (4, 8):
-                return {4: "int4", 8: "int8"}[bits]
-        return None
-    return None
-
-
-def _quantization(config: dict[str, Any], layers: Any, warnings: list[str]) -> dict[str, Any]:
-    """``quantization_config`` -> the model's default ``--weights`` text, per module."""
-    qc = config.get("quantization_config")
-    if not isinstance(qc, dict):
-        return {}
-    method = str(qc.get("quant_method", "")).lower()
-    fmt = _quantised_format(method, qc)
-    if fmt is None:
-        warnings.append(f"quantization_config quant_method '{method}' is not modelled: weights taken as "
-                        f"{config.get('torch_dtype', 'fp16')} unless --weights says otherwise")
-        return {}
-    default = _TORCH_DTYPES.get(str(config.get("torch_dtype", "")), "bf16")
-    skipped = [str(p) for p in (qc.get("modules_to_not_convert") or qc.get("ignore") or [])]
-    if method == "fbgemm_fp8" and not skipped:
-        skipped = ["self_attn", "lm_head"]
-    excluded: dict[str, set[str]] = {}
-    for pattern in skipped:
-        module = _module_of(pattern.removeprefix("re:"))
-        if module is None:
-            warnings.append(f"quantization_config: unquantised module '{pattern}' is not one the simulator "
-                            "distinguishes; taken as quantised")
-            continue
-        excluded.setdefault(module, set()).add(pattern)
-    for module, patterns in excluded.items():
-        # Meta's Llama-3.1-405B-FP8 lists each layer's self_attn: all layers excluded is "the module is excluded".
-        per_layer = [p for p in patterns if "*" not in p and any(ch.isdigit() for ch in p)]
-        if per_layer and isinstance(layers, int):
-            indices = {int(part) for p in per_layer for part in p.split(".") if part.isdigit()}
-            if len(indices) < layers:
-                warnings.append(f"quantization_config leaves '{module}' unquantised in {len(indices)} of {layers} "
-                                "layers; costed as unquantised in all")
-    modules = [m for m in MODULES if m not in ("router", "embedding", "lm_head") and m not in excluded]
-    if "experts" in modules and "mlp" in modules:
-        modules.remove("experts")  # experts fall back to mlp's format
-    parts = [default, *(f"{m}={fmt}" for m in modules)]
-    if fmt == "fp8" and isinstance(qc.get("weight_block_size"), list) and qc["weight_block_size"]:
-        parts.append(f"fp8_block={int(qc['weight_block_size'][0])}")
-    if fmt in ("int4", "int8") and qc.get("group_size") and int(qc["group_size"]) > 0:
-        parts.append(f"group_size={int(qc['group_size'])}")
-    label = fmt if method == fmt else f"{method} ({fmt})"
-    return {"default_weights": ",".join(parts), "quantization": label}
-
-
 def from_hf_config(raw: dict[str, Any], name: str) -> dict[str, Any]:
     """Map a HuggingFace ``config.json`` onto our ModelSpec fields (see module docstring)."""
     warnings: list[str] = []
     config = _text_config(raw, warnings)
-    model_type = str(config.get("model_type", "")).lower()
-    for key, what in UNSUPPORTED_KEYS.items():
-        if key in config:
-            raise InputError(f"{name}: config.json has {key}: {what} are not modelled by this simulator")
+    declared = str(config.get("model_type", "")).lower()
+    # The family whose rules a field cannot tell (tying default, norms, gating) come from.
+    model_type = FAMILY_OF.get(declared, declared)
+    refused = refusal(config, declared)
+    if refused:
+        raise InputError(f"{name}: {refused}")
     for key, what in NOT_MODELLED_KEYS.items():
         if key in raw and "text_config" not in raw:
             warnings.append(what)
@@ -308,8 +227,12 @@ def from_hf_config(raw: dict[str, Any], name: str) -> dict[str, Any]:
     if hidden is None or heads is None or layers is None:
         raise InputError(f"{name}: config.json lacks hidden_size / num_attention_heads / num_hidden_layers")
     if model_type not in KNOWN_TYPES:
-        warnings.append(f"model_type '{model_type}' is not a family the loader knows: read as a Llama-style decoder "
-                        "(check gating, tying and norms)")
+        warnings.append(f"model_type '{declared}' is not a family the loader knows: read as a Llama-style decoder "
+                        "(gated MLP, RMSNorm; check them)")
+    odd = fields_not_understood(config)
+    if odd:
+        warnings.append(f"config.json fields not understood, taken to change nothing the cost model sees: "
+                        f"{', '.join(odd)}")
     activation = _activation(config)
     is_falcon = model_type in ("falcon", "refinedweb", "refinedwebmodel")
     is_opt = model_type == "opt"
@@ -339,13 +262,14 @@ def from_hf_config(raw: dict[str, Any], name: str) -> dict[str, Any]:
         "max_context": _first(config, "max_position_embeddings", "n_positions", "max_seq_len", default=2048),
         "tied_embeddings": bool(config.get("tie_word_embeddings", tied_default)),
         "norm": "layernorm" if model_type in LAYERNORM_TYPES else "rmsnorm",
-        "linear_bias": bool(config.get("bias", is_opt or is_gpt2 or config.get("attention_bias", False))),
+        "linear_bias": bool(config.get("bias", is_opt or is_gpt2 or config.get("attention_bias") or config.get("qkv_bias")
+                                       or config.get("mlp_bias"))),
     }
     if config.get("head_dim"):
         spec["head_dim"] = config["head_dim"]
     if model_type in ("gemma2", "gemma3", "gemma3_text"):
         spec["norms_per_layer"] = 4  # pre- and post-norms around attention and MLP
-    if model_type in QK_NORM_TYPES:
+    if model_type in QK_NORM_TYPES or config.get("use_qk_norm"):
         spec["qk_norm"] = True
     if model_type == "gpt_oss":
         spec["attention_sinks"] = True  # GptOssAttention.sinks: one learned logit per head
@@ -363,7 +287,17 @@ def from_hf_config(raw: dict[str, Any], name: str) -> dict[str, Any]:
     spec.update(_window_fields(config, model_type, layers, warnings))
     spec.update(_moe_fields(config, model_type, layers, ffn, warnings))
     spec.update(_mla_fields(config))
-    spec.update(_quantization(config, layers, warnings))
+    _mtp_warning(config, warnings)
+    if isinstance(layers, int):
+        spec.update(quantisation_fields(config, spec, warnings))
     if warnings:
-        spec["warnings"] = warnings
+        spec["warnings"] = _deduplicated(warnings)
     return spec
+
+
+def _deduplicated(warnings: list[str]) -> list[str]:
+    """Each distinct warning once, in first-seen order, with a count where it repeats."""
+    counts: dict[str, int] = {}
+    for line in warnings:
+        counts[line] = counts.get(line, 0) + 1
+    return [line if n == 1 else f"{line} ({n} times)" for line, n in counts.items()]

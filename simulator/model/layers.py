@@ -551,7 +551,9 @@ class _Builder:
             F_s = model.moe_shared_experts * model.shared_expert_ffn_size
             if F_s % tp:
                 raise InputError(f"--tp: {tp} does not divide the shared-expert FFN size {F_s} of {model.name}")
-            ops += self.mlp("shared_", F_s, F_s // tp, count, "experts")
+            # The shared experts take the routed experts' format, or the dense MLP's where the checkpoint stores
+            # them so (ModelSpec.shared_expert_module).
+            ops += self.mlp("shared_", F_s, F_s // tp, count, model.shared_expert_module)
         return ops
 
 

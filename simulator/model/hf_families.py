@@ -1,0 +1,140 @@
+"""Which ``config.json`` layouts the loader reads, which it refuses, and which fields change nothing.
+
+Split from :mod:`simulator.model.hf_config` (the mapping of fields onto ModelSpec) because these are
+tables, not logic: a model is recognised by its fields, not by its name. A ``model_type`` the loader
+has not met is read by the same rules when its fields are ones it understands (Kimi-K2's ``kimi_k2``
+is DeepSeek-V3's MLA + MoE field for field), and every field it does not understand is named in one
+warning line; a field that changes the computation in a way the cost model cannot represent refuses
+the whole file with one line naming the feature and the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# model_type -> the family whose transformers modelling code its decoder layers follow, for the family
+# rules that a field cannot tell (tying default, norms, gating). Each entry says why.
+FAMILY_OF = {
+    "kimi_k2": "deepseek_v3",  # Kimi-K2's config.json names DeepseekV3ForCausalLM (configuration_deepseek.py)
+    "kimi_k25": "deepseek_v3",  # Kimi-K2.5's text_config: the same decoder
+    "qwen3_vl_text": "qwen3",  # Qwen3-VL's text decoder is Qwen3's (Qwen3VLTextDecoderLayer)
+    "qwen3_vl_moe_text": "qwen3_moe",  # ... and Qwen3-MoE's
+    "mimo": "qwen2",  # MiMoForCausalLM: Qwen2 layers plus multi-token-prediction layers
+    "minimax_m2": "mixtral",  # MiniMaxM2: Mixtral's block_sparse_moe (all layers MoE) with per-layer q/k norms
+    "step3p7": "deepseek_v3",  # Step-3.x-Flash: DeepSeek-style MoE (first_k_dense_replace, shared expert), GQA
+}
+
+# Layouts the cost model cannot represent, by field: (field, feature). The first present refuses the file.
+# Ordered so that the most specific reason is named (DeepSeek-V4 has index_topk too, but its compressed
+# attention is what is missing first).
+REFUSED_FIELDS: tuple[tuple[str, str], ...] = (
+    ("compress_ratios", "compressed sparse attention with hyper-connections (DeepSeek-V4: compress_ratios, hc_mult)"),
+    ("linear_num_value_heads", "linear attention (Gated DeltaNet layers)"),
+    ("full_attention_interval", "linear attention (Gated DeltaNet layers)"),
+    ("linear_attn_config", "linear attention (Kimi Delta Attention layers)"),
+    ("hybrid_override_pattern", "state-space (Mamba-2) layers"),
+    ("layers_block_type", "state-space (Mamba-2) layers"),
+    ("mamba_d_state", "state-space (Mamba) layers"),
+    ("ssm_cfg", "state-space (Mamba) layers"),
+    ("attn_layer_period", "state-space (Mamba) layers"),
+    ("index_topk", "sparse attention (DSA: an indexer selects index_topk keys per query)"),
+    ("sparse_attention_config", "block-sparse attention with index heads (MiniMax-M3)"),
+    ("block_configs", "per-layer block_configs (NAS-pruned layers of differing widths)"),
+    ("swa_num_key_value_heads", "sliding-window layers with their own head counts"),
+    ("global_head_dim", "global layers with their own head_dim and shared K = V (Gemma 4)"),
+    ("cross_attention_layers", "cross-attention (vision) layers"),
+)
+
+# Layouts refused by model_type where the config.json omits the field that shows them.
+REFUSED_TYPES = {
+    "minimax_m3_vl": "block-sparse attention with index heads (MiniMax-M3: architectures MiniMaxM3SparseForCausalLM)",
+}
+
+# Fields read by the mapping (simulator.model.hf_config and hf_quantisation).
+READ = frozenset({
+    "model_type", "hidden_size", "n_embd", "d_model", "num_attention_heads", "n_head", "num_hidden_layers", "n_layer",
+    "num_layers", "num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query", "new_decoder_architecture",
+    "head_dim", "intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size", "vocab_size", "max_position_embeddings",
+    "n_positions", "max_seq_len", "tie_word_embeddings", "hidden_act", "hidden_activation", "activation_function",
+    "activation", "bias", "attention_bias", "qkv_bias", "mlp_bias", "sliding_window", "layer_types",
+    "use_sliding_window", "max_window_layers", "sliding_window_pattern", "attention_chunk_size", "no_rope_layers",
+    "num_local_experts", "n_routed_experts", "num_experts", "num_experts_per_tok", "experts_per_token",
+    "moe_intermediate_size", "intermediate_size_mlp", "n_shared_experts", "shared_expert_intermediate_size",
+    "share_expert_dim", "shared_intermediate_size", "first_k_dense_replace", "decoder_sparse_step",
+    "interleave_moe_layer_step", "mlp_only_layers", "moe_layer_freq", "moe_layers", "kv_lora_rank", "q_lora_rank",
+    "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "query_pre_attn_scalar", "quantization_config",
+    "torch_dtype", "dtype", "use_qk_norm", "qk_norm_type", "attn_type_list", "parallel_attn", "alibi",
+    "num_nextn_predict_layers", "use_mtp", "num_mtp_modules", "mtp_transformer_layers", "text_config",
+    "vision_config", "audio_config",
+})
+
+# Fields that change nothing the cost model sees: generation and training settings of PretrainedConfig,
+# token ids, norm epsilons, rotary settings (rotary work is costed on the whole head whatever part rotates),
+# dropout, router scoring and load-balancing (a softmax or sigmoid over E logits either way), activation
+# clamps, logit softcapping (inside the kernels' epilogues), the expert-parallel size used in training.
+INERT = frozenset({
+    "_name_or_path", "_attn_implementation", "add_cross_attention", "architectures", "auto_map", "bad_words_ids",
+    "begin_suppress_tokens", "bos_token_id", "chunk_size_feed_forward", "cross_attention_hidden_size",
+    "decoder_start_token_id", "diversity_penalty", "do_sample", "early_stopping", "encoder_no_repeat_ngram_size",
+    "eos_token_id", "exponential_decay_length_penalty", "finetuning_task", "forced_bos_token_id",
+    "forced_eos_token_id", "id2label", "initializer_range", "is_decoder", "is_encoder_decoder", "label2id",
+    "length_penalty", "max_length", "min_length", "no_repeat_ngram_size", "num_beam_groups", "num_beams",
+    "num_return_sequences", "output_attentions", "output_hidden_states", "output_scores", "pad_token_id", "prefix",
+    "problem_type", "pruned_heads", "remove_invalid_values", "repetition_penalty", "return_dict",
+    "return_dict_in_generate", "sep_token_id", "suppress_tokens", "task_specific_params", "temperature",
+    "tf_legacy_loss", "tie_encoder_decoder", "tokenizer_class", "top_k", "top_p", "torchscript",
+    "transformers_version", "typical_p", "use_bfloat16", "use_cache", "pretraining_tp", "ignore_index",
+    "attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop", "dropout",
+    "rms_norm_eps", "layer_norm_epsilon", "layernorm_epsilon", "layer_norm_eps", "norm_eps",
+    "rope_theta", "rope_scaling", "rope_parameters", "rope_interleave", "partial_rotary_factor", "rotary_dim",
+    "initial_context_length", "use_mrope", "floor_scale", "attn_scale", "attn_temperature_tuning",
+    "output_router_logits", "router_aux_loss_coef", "aux_loss_alpha", "seq_aux", "router_jitter_noise",
+    "n_group", "topk_group", "topk_method", "norm_topk_prob", "routed_scaling_factor", "scoring_func",
+    "use_routing_bias", "use_moe_router_bias", "moe_router_scaling_factor", "moe_router_dtype", "ep_size",
+    "swiglu_limit", "swiglu_alpha", "final_logit_softcapping", "attn_logit_softcapping", "router_dtype",
+    "num_logits_to_keep", "moe_renormalize", "use_grouped_topk", "num_expert_group", "image_token_id",
+    "video_token_id", "vision_start_token_id", "vision_end_token_id",
+})
+
+# Fields inert only at the value given (a different value changes the layers in a way not modelled).
+INERT_AT = {
+    "attention_output_gate": False,
+    "attn_output_gate": False,
+    "num_kv_shared_layers": 0,
+    "hidden_size_per_layer_input": 0,
+    "use_double_wide_mlp": False,
+    "enable_moe_block": False,
+    "attention_k_eq_v": False,
+}
+
+
+def refusal(config: dict[str, Any], model_type: str) -> str | None:
+    """The feature this config uses that cannot be costed, naming its field and value (None: none)."""
+    for field, feature in REFUSED_FIELDS:
+        if config.get(field) not in (None, [], {}):
+            value = config[field]
+            shown = value if isinstance(value, (int, float, str)) and len(str(value)) < 40 else type(value).__name__
+            return f"{feature}: not modelled (config.json field {field} = {shown})"
+    if model_type in REFUSED_TYPES:
+        return f"{REFUSED_TYPES[model_type]}: not modelled (config.json field model_type = {model_type})"
+    types = config.get("attn_type_list")
+    if isinstance(types, list) and any(t != 1 for t in types):
+        return "linear (lightning) attention layers: not modelled (config.json field attn_type_list has 0s; " \
+            "allowed: all 1, full attention)"
+    if config.get("v_head_dim") and not config.get("kv_lora_rank") and config.get("head_dim") \
+            and config["v_head_dim"] != config["head_dim"]:
+        return (f"values narrower than keys outside MLA: not modelled (config.json field v_head_dim = "
+                f"{config['v_head_dim']}, head_dim = {config['head_dim']})")
+    return None
+
+
+def fields_not_understood(config: dict[str, Any]) -> list[str]:
+    """Fields of the decoder's config that are neither read nor known to change nothing (with odd values)."""
+    odd = []
+    for key, value in config.items():
+        if key in READ or key in INERT:
+            continue
+        if key in INERT_AT and value == INERT_AT[key]:
+            continue
+        odd.append(key if key not in INERT_AT else f"{key} = {value}")
+    return odd
