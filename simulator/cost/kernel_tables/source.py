@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass, field
 
 from simulator.cost.kernel_tables import aiconfigurator
-from simulator.cost.kernel_tables.csv_format import read_kernel_table
 from simulator.cost.kernel_tables.collective import MessageCurve
+from simulator.cost.kernel_tables.csv_format import read_kernel_table
 from simulator.cost.kernel_tables.gemm import GemmCurve, GemmShape, gemm_curve
 from simulator.cost.kernel_tables.table import GemmTable, TableOrigin
 from simulator.errors import InputError
