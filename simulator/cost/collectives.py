@@ -33,6 +33,21 @@ see configs/interconnects/pcie4.yaml), the group is 2, 4, 6 or 8 GPUs and the me
 then one-shot when n = 2 or (n <= 4 and m < 512 KiB) or (n <= 8 and m < 256 KiB), else two-shot.
 Anything else goes to NCCL. ``off`` makes every collective free, so a pure roofline stays reachable.
 
+A group wider than one node (``max_gpus_per_node``: the GPUs of one NVLink domain, 8 on HGX, 72 on
+an NVL72 rack) also crosses the network between nodes (the GPU's ``network``, one NIC per GPU). Its
+all-reduce is hierarchical, with ``g`` GPUs per node and ``k`` nodes: a reduce-scatter inside each
+node over NVLink, an all-reduce of the ``m / g`` shard across the ``k`` nodes over the NICs (each
+GPU on its own NIC, rail-optimised), then an all-gather inside the node again:
+
+    RS_g(m over NVLink) + AR_k(m / g over the network) + AG_g(m over NVLink)
+
+as NCCL splits its own model into intra-node and network steps (src/graph/tuning.cc: latency
+``(nsteps - nInterSteps) * intraLat + nInterSteps * interLat``; the tree algorithm is an intra-node
+chain under an inter-node double binary tree), each phase at its fastest protocol. An all-to-all
+across nodes sends ``(g - 1) / (n - 1)`` of its bytes over NVLink and ``(n - g) / (n - 1)`` over the
+NIC at the same time, so the slower share sets its time, plus the network's latency. A group wider
+than a node whose GPU config names no network is refused (:func:`collective_network`).
+
 Inputs may be numpy arrays (one message size per step): everything is elementwise.
 """
 
@@ -68,6 +83,15 @@ class Protocol(NamedTuple):
     bytes_per_second: float
 
 
+class NetworkPath(NamedTuple):
+    """The inter-node part of a group wider than a node: the network's name, NIC rate and protocols."""
+
+    name: str
+    bytes_per_second: float
+    """a GPU's achievable NIC bandwidth (one direction): network_bandwidth x efficiency.link"""
+    protocols: tuple[Protocol, ...]
+
+
 class CollectiveNetwork(NamedTuple):
     """Everything a collective of one tensor-parallel group costs, worked out once (see :func:`collective_network`)."""
 
@@ -83,6 +107,11 @@ class CollectiveNetwork(NamedTuple):
     algorithm: str
     latency_override_seconds: float | None = None
     """when set, replaces every algorithm's fixed part (efficiency.allreduce_latency_seconds)"""
+    node_gpus: int = 0
+    """GPUs per node when the group spans nodes (``protocols`` and ``bytes_per_second`` are then the
+    node's NVLink); 0: the whole group is inside one node"""
+    network: NetworkPath | None = None
+    """the network between the nodes of a group wider than a node; None inside one node"""
 
 
 def group_bandwidth(link_bytes_per_second: float, link_efficiency: float, topology: str, gpus: int,
@@ -203,6 +232,8 @@ def allreduce_seconds(message_bytes: Number, net: CollectiveNetwork) -> Number:
     algorithm = net.algorithm
     if algorithm == "off" or net.gpus < 2:
         return 0.0 * message_bytes
+    if net.network is not None:
+        return hierarchical_allreduce_seconds(message_bytes, net)
     if net.latency_override_seconds is not None:
         return _with_fixed_latency(message_bytes, net)
     if algorithm in ("nccl", "ring"):
@@ -224,6 +255,65 @@ def allreduce_seconds(message_bytes: Number, net: CollectiveNetwork) -> Number:
         return nccl
     custom = _where(one_shot_wins(message_bytes, net.gpus), one_shot, two_shot)
     return _where(message_bytes <= net.custom_max_bytes, custom, nccl)
+
+
+def _fastest(times: list[Number]) -> Number:
+    """The least of several protocols' times (as NCCL's tuner picks), elementwise for arrays."""
+    if any(isinstance(t, np.ndarray) for t in times):
+        return np.minimum.reduce(np.broadcast_arrays(*times))
+    return min(times)
+
+
+def _phase(kind: str, message_bytes: Number, gpus: int, protocols: tuple[Protocol, ...],
+           latency_override_seconds: float | None) -> Number:
+    """One phase of a hierarchical all-reduce at its fastest protocol (a fixed latency replaces base + hops)."""
+    form = {"ring": ring_allreduce_seconds, "tree": tree_allreduce_seconds, "gather": all_gather_seconds}[kind]
+    if latency_override_seconds is not None:
+        simple = protocols[-1]
+        return form(message_bytes, gpus, simple.bytes_per_second, latency_override_seconds, 0.0)
+    return _fastest([form(message_bytes, gpus, p.bytes_per_second, p.base_seconds, p.hop_seconds)
+                     for p in protocols])
+
+
+def hierarchical_allreduce_seconds(message_bytes: Number, net: CollectiveNetwork) -> Number:
+    """All-reduce of a group over ``k`` nodes of ``g`` GPUs (module docstring):
+    ``RS_g(m) + AR_k(m / g) + AG_g(m)``, the middle one over the network (tree when ``algorithm`` is tree)."""
+    network = net.network
+    assert network is not None and net.node_gpus >= 1
+    gpus_per_node = net.node_gpus
+    nodes = net.gpus // gpus_per_node
+    override = net.latency_override_seconds
+    inside = _phase("gather", message_bytes, gpus_per_node, net.protocols, override)
+    across = _phase("tree" if net.algorithm == "tree" else "ring", message_bytes / gpus_per_node, nodes,
+                    network.protocols, override)
+    return 2.0 * inside + across  # reduce-scatter and all-gather cost the same (ring, n - 1 steps each)
+
+
+def all_to_all_group_seconds(message_bytes: Number, net: CollectiveNetwork) -> Number:
+    """One all-to-all (expert-parallel dispatch or combine) of ``message_bytes`` per GPU over the group.
+
+    Inside a node: NCCL's grouped sends, one step over the Simple protocol, ``base + hop + m / B``
+    (``m``: what the busiest GPU sends to the others). Across nodes: ``(g - 1) / (n - 1)`` of ``m`` over
+    NVLink and ``(n - g) / (n - 1)`` over the NIC at once, plus the network's base and hop latency.
+    """
+    if net.algorithm == "off" or net.gpus < 2:
+        return 0.0 * message_bytes
+    simple = net.protocols[-1]
+    network = net.network
+    if network is None:
+        return point_to_point_seconds(message_bytes, net.bytes_per_second, simple.base_seconds, simple.hop_seconds)
+    others = net.gpus - 1
+    inside = (net.node_gpus - 1) / others * message_bytes / net.bytes_per_second
+    across = (net.gpus - net.node_gpus) / others * message_bytes / network.bytes_per_second
+    wire = network.protocols[-1]
+    return _only_if_sent(message_bytes, wire.base_seconds + wire.hop_seconds + np.maximum(inside, across))
+
+
+def collective_path(interconnect: str, network: str | None, gpus: int, gpus_per_node: int) -> str:
+    """What a group of ``gpus`` talks over, for reports: ``nvlink4`` or ``nvlink4 + infiniband``."""
+    if gpus > gpus_per_node and network:
+        return f"{interconnect} + {network}"
+    return interconnect
 
 
 def _with_fixed_latency(message_bytes: Number, net: CollectiveNetwork) -> Number:
@@ -253,6 +343,21 @@ def check_algorithm(algorithm: str) -> str:
     return algorithm
 
 
+def _protocols(spec: InterconnectSpec, bandwidth: float) -> tuple[Protocol, ...]:
+    """NCCL's protocols over ``spec`` at a GPU's achievable ``bandwidth`` (bytes/s), Simple last."""
+    protocols = []
+    for name in ("ll", "ll128", "simple"):  # Simple last: the tree and fixed-latency forms use it
+        protocol = spec.nccl.get(name)
+        if protocol is None:
+            continue
+        protocol_bandwidth = bandwidth * protocol.bandwidth_fraction
+        if protocol.bandwidth_cap_bytes_per_second is not None:
+            # NCCL caps the bus bandwidth; the ring moves 2 (n - 1) / n of the message per bus byte.
+            protocol_bandwidth = min(protocol_bandwidth, protocol.bandwidth_cap_bytes_per_second)
+        protocols.append(Protocol(protocol.base_latency_seconds, protocol.hop_latency_seconds, protocol_bandwidth))
+    return tuple(protocols)
+
+
 def collective_network(
     gpus: int,
     link_bytes_per_second: float,
@@ -262,29 +367,54 @@ def collective_network(
     engine: EngineProfile,
     algorithm: str = "auto",
     latency_override_seconds: float | None = None,
+    network: InterconnectSpec | None = None,
+    network_bytes_per_second: float | None = None,
+    gpu_name: str = "GPU",
 ) -> CollectiveNetwork:
-    """Resolve an interconnect and an engine profile into the numbers of one group of ``gpus`` GPUs."""
+    """Resolve an interconnect and an engine profile into the numbers of one group of ``gpus`` GPUs.
+
+    A group wider than ``gpus_per_node`` spans nodes joined by ``network`` (one NIC of
+    ``network_bytes_per_second`` per GPU); without one it is refused with an InputError.
+    """
     check_algorithm(algorithm)
-    bandwidth = group_bandwidth(link_bytes_per_second, link_efficiency, interconnect.topology, gpus, gpus_per_node)
-    protocols = []
-    for name in ("ll", "ll128", "simple"):  # Simple last: the tree and fixed-latency forms use it
-        spec = interconnect.nccl.get(name)
-        if spec is None:
-            continue
-        protocol_bandwidth = bandwidth * spec.bandwidth_fraction
-        if spec.bandwidth_cap_bytes_per_second is not None:
-            # NCCL caps the bus bandwidth; the ring moves 2 (n - 1) / n of the message per bus byte.
-            protocol_bandwidth = min(protocol_bandwidth, spec.bandwidth_cap_bytes_per_second)
-        protocols.append(Protocol(spec.base_latency_seconds, spec.hop_latency_seconds, protocol_bandwidth))
-    custom = engine.allreduce == "custom" and interconnect.peer_access and gpus in CUSTOM_ALLREDUCE_GROUPS
+    if gpus <= gpus_per_node:
+        bandwidth = group_bandwidth(link_bytes_per_second, link_efficiency, interconnect.topology, gpus, gpus_per_node)
+        custom = engine.allreduce == "custom" and interconnect.peer_access and gpus in CUSTOM_ALLREDUCE_GROUPS
+        return CollectiveNetwork(
+            gpus=gpus,
+            bytes_per_second=bandwidth,
+            protocols=_protocols(interconnect, bandwidth),
+            one_shot_seconds=interconnect.one_shot_latency_seconds,
+            two_shot_seconds=interconnect.two_shot_latency_seconds,
+            custom=custom,
+            custom_max_bytes=engine.custom_allreduce_max_bytes,
+            algorithm=algorithm,
+            latency_override_seconds=latency_override_seconds,
+        )
+    nodes = -(-gpus // gpus_per_node)
+    where = f"a group of {gpus} GPUs spans {nodes} nodes of {gpus_per_node} {gpu_name}"
+    if network is None or network_bytes_per_second is None:
+        raise InputError(f"{where}, but the GPU config names no network between nodes (fields network and "
+                         f"network_bandwidth_bytes_per_second); use --tp/--ep of at most {gpus_per_node}")
+    if gpus % gpus_per_node:
+        raise InputError(f"{where} unevenly; use a multiple of {gpus_per_node} GPUs (or at most {gpus_per_node})")
+    if algorithm in ("one-shot", "two-shot"):
+        raise InputError(f"--collectives {algorithm}: the custom all-reduce needs peer access between all GPUs, "
+                         f"and {where}; use auto, nccl, ring or tree")
+    # Inside a node every GPU of the group is a peer (the node is full: gpus is a multiple of it).
+    bandwidth = group_bandwidth(link_bytes_per_second, link_efficiency, interconnect.topology, gpus_per_node,
+                                gpus_per_node)
+    nic = network_bytes_per_second * link_efficiency
     return CollectiveNetwork(
         gpus=gpus,
         bytes_per_second=bandwidth,
-        protocols=tuple(protocols),
+        protocols=_protocols(interconnect, bandwidth),
         one_shot_seconds=interconnect.one_shot_latency_seconds,
         two_shot_seconds=interconnect.two_shot_latency_seconds,
-        custom=custom,
+        custom=False,
         custom_max_bytes=engine.custom_allreduce_max_bytes,
         algorithm=algorithm,
         latency_override_seconds=latency_override_seconds,
+        node_gpus=gpus_per_node,
+        network=NetworkPath(network.name, nic, _protocols(network, nic)),
     )

@@ -72,10 +72,10 @@ import numpy as np
 
 from simulator.cost.collectives import (
     CollectiveNetwork,
+    all_to_all_group_seconds,
     allreduce_seconds,
     check_algorithm,
     collective_network,
-    point_to_point_seconds,
 )
 from simulator.cost.engine_overhead import (
     graph_captured,
@@ -281,6 +281,9 @@ def operator_network(op: Operator, gpu: GPUSpec, model: TimeModel) -> Collective
         engine=model.engine,
         algorithm=model.collectives,
         latency_override_seconds=gpu.efficiency.allreduce_latency_seconds,
+        network=load_interconnect(gpu.network) if gpu.network else None,
+        network_bytes_per_second=gpu.network_bandwidth_bytes_per_second,
+        gpu_name=gpu.name,
     )
 
 
@@ -409,12 +412,8 @@ def communication_seconds(op: Operator, work: Work, rates: OperatorRates, count:
         seconds = rates.measured.seconds(work.link_bytes)
     elif op.kind == "alltoall":
         # link_bytes: what the busiest GPU sends to the others in one dispatch or combine; NCCL runs
-        # all-to-all as grouped sends, one step over the Simple protocol.
-        if net.algorithm == "off" or net.gpus < 2:
-            return 0.0 * work.link_bytes
-        simple = net.protocols[-1]
-        seconds = point_to_point_seconds(work.link_bytes, net.bytes_per_second, simple.base_seconds,
-                                         simple.hop_seconds)
+        # all-to-all as grouped sends, one step over the Simple protocol (and the NICs across nodes).
+        seconds = all_to_all_group_seconds(work.link_bytes, net)
     else:
         seconds = allreduce_seconds(work.link_bytes, net)
     return count * seconds

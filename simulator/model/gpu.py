@@ -61,7 +61,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from simulator.errors import InputError
 from simulator.model.loader import (
@@ -93,6 +93,7 @@ PLAUSIBLE: dict[str, tuple[float, float, str]] = {
     "hbm_bytes": (2.0**30, 2.0**45, "bytes"),
     "hbm_bandwidth_bytes_per_second": (1e9, 1e15, "bytes/s"),
     "link_bandwidth_bytes_per_second": (1e8, 1e14, "bytes/s"),
+    "network_bandwidth_bytes_per_second": (1e8, 1e14, "bytes/s"),
     "l2_bytes": (0.0, 2.0**32, "bytes"),
     "sram_bytes_per_sm": (2.0**10, 2.0**24, "bytes"),
     "kernel_launch_seconds": (0.0, 1e-2, "seconds"),
@@ -189,7 +190,12 @@ class GPUSpec(BaseModel):
     sram_bytes_per_sm: float = Field(gt=0, description="shared memory per SM usable by one kernel")
     interconnect: str = "pcie"
     link_bandwidth_bytes_per_second: float = Field(gt=0, description="one direction, per GPU")
-    max_gpus_per_node: int = Field(default=8, ge=1, le=4096)
+    max_gpus_per_node: int = Field(default=8, ge=1, le=4096, description="GPUs joined by the interconnect (one "
+                                   "NVLink domain: 8 on an HGX board, 72 on a GB200/GB300 NVL72 rack)")
+    network: str | None = Field(default=None, description="the network between nodes (an interconnect config of "
+                                "topology 'network', e.g. infiniband); None: a group wider than a node is refused")
+    network_bandwidth_bytes_per_second: float | None = Field(
+        default=None, gt=0, description="one direction, per GPU: its NIC's line rate (NDR 400 Gb/s = 50e9)")
     efficiency: Efficiency = Field(default_factory=Efficiency)
     efficiency_by_op: list[OpEfficiency] = Field(default_factory=list)
     measured: dict[str, str] = Field(default_factory=dict, description="provenance of a measured overlay")
@@ -215,8 +221,16 @@ class GPUSpec(BaseModel):
         return value
 
     _plausible_sizes = field_validator(
-        "fp16_accumulate_flops", "hbm_bytes", "hbm_bandwidth_bytes_per_second", "link_bandwidth_bytes_per_second", "l2_bytes", "sram_bytes_per_sm"
+        "fp16_accumulate_flops", "hbm_bytes", "hbm_bandwidth_bytes_per_second", "link_bandwidth_bytes_per_second", "l2_bytes", "sram_bytes_per_sm",
+        "network_bandwidth_bytes_per_second",
     )(_plausible)
+
+    @model_validator(mode="after")
+    def _network_complete(self) -> GPUSpec:
+        # A network without its bandwidth (or the reverse) cannot be costed: say so when the file is read.
+        if (self.network is None) != (self.network_bandwidth_bytes_per_second is None):
+            raise ValueError("network and network_bandwidth_bytes_per_second go together: give both or neither")
+        return self
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; InputError if the chip has none."""

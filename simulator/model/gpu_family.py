@@ -10,15 +10,19 @@ from simulator.model import GPUSpec, load_gpu
 # GPU families: the calibrated parameters are per family (GPUSpec.name).
 GPU_FAMILIES: dict[str, tuple[str, ...]] = {
     "ampere": ("A100-SXM4-80GB", "A100-SXM4-40GB", "A10G", "RTX-3090"),
-    "hopper": ("H100-SXM5-80GB", "H100-PCIe-80GB", "H200-SXM-141GB"),
+    "hopper": ("H100-SXM5-80GB", "H100-PCIe-80GB", "H200-SXM-141GB", "H20"),
     "ada": ("L40S", "L4", "RTX-4090"),
-    "cdna3": ("MI300X",),
-    "blackwell": ("B200",),
+    "cdna3": ("MI300X", "MI325X"),
+    "cdna4": ("MI355X",),
+    "blackwell": ("B200", "B300", "GB200", "GB300"),
+    "blackwell-rtx": ("RTX-PRO-6000",),
     "volta": ("V100-SXM2-32GB",),
 }
 
-FAMILY_PREDECESSOR: dict[str, str] = {"blackwell": "hopper", "hopper": "ampere", "ada": "ampere", "ampere": "volta"}
-"""Each family's previous data-centre generation from the same vendor (CDNA3 has none in the table).
+FAMILY_PREDECESSOR: dict[str, str] = {"blackwell": "hopper", "hopper": "ampere", "ada": "ampere", "ampere": "volta",
+                                      "cdna4": "cdna3", "blackwell-rtx": "ada"}
+"""Each family's previous generation from the same vendor and line (CDNA3 has none in the table; the
+Blackwell RTX parts, GB202 with GDDR7 on PCIe, follow Ada's line, not the HBM Blackwell's).
 
 A family with no calibrating row of a kind borrows that ceiling from its predecessor first
 (crossval rule 6): a new generation runs the next release of the same kernel libraries (cuBLAS,

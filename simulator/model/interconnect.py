@@ -8,7 +8,9 @@ bandwidth (``link_bandwidth_bytes_per_second``, one direction) and the achievabl
 - ``topology``: ``switch`` (NVSwitch: every GPU reaches any set of peers at its full link
   bandwidth), ``mesh`` (a direct link to each peer, as AMD Infinity Fabric on MI300X: a GPU
   talking to ``n - 1`` of its ``N - 1`` possible peers uses ``(n - 1) / (N - 1)`` of its links)
-  or ``bus`` (PCIe through a switch or the host bridge).
+  or ``bus`` (PCIe through a switch or the host bridge), or ``network``: the NICs between nodes
+  (InfiniBand), named by a GPU's ``network`` field, one NIC per GPU at the GPU's
+  ``network_bandwidth_bytes_per_second``.
 - ``peer_access``: GPUs load and store each other's memory directly (NVLink/NVSwitch, Infinity
   Fabric), which the custom one-shot/two-shot all-reduce kernels of vLLM, SGLang and
   TensorRT-LLM need. Over PCIe vLLM allows them only for two GPUs.
@@ -59,7 +61,7 @@ class InterconnectSpec(BaseModel):
     name: str = Field(min_length=1)
     aliases: list[str] = Field(default_factory=list)
     description: str = ""
-    topology: Literal["switch", "mesh", "bus"]
+    topology: Literal["switch", "mesh", "bus", "network"]
     peer_access: bool
     nccl: dict[str, NcclProtocol]
     one_shot_latency_seconds: float = Field(ge=0.0, le=1e-3)
