@@ -30,23 +30,18 @@ def load(stem: str):
 
 
 # Refused: (config, the reason the one-line error must give).
-DSA = r"sparse attention \(DSA.*field index_topk = 2048\)"
-DELTANET = r"linear attention \(Gated DeltaNet layers\).*field linear_num_value_heads"
+SHARED_INDEXER = r"indexers shared between layers.*field indexer_types has 'shared'"
 MAMBA = r"state-space \(Mamba-2\) layers.*field (hybrid_override_pattern|layers_block_type)"
 DSV4 = r"compressed sparse attention.*DeepSeek-V4.*field compress_ratios"
 GEMMA4 = r"Gemma 4.*field global_head_dim = 512"
 REFUSED = {
     "MiniMaxAI--MiniMax-M3": r"block-sparse attention.*field sparse_attention_config",
     "nvidia--MiniMax-M3-NVFP4": r"block-sparse attention.*field sparse_attention_config",
-    "Qwen--Qwen3.5-122B-A10B": DELTANET, "Qwen--Qwen3.5-27B": DELTANET, "Qwen--Qwen3.5-35B-A3B": DELTANET,
-    "Qwen--Qwen3.5-397B-A17B": DELTANET, "nvidia--Qwen3.5-122B-A10B-NVFP4": DELTANET,
-    "nvidia--Qwen3.5-397B-A17B-NVFP4": DELTANET, "nvidia--Qwen3.6-27B-NVFP4": DELTANET,
-    "nvidia--Qwen3.6-35B-A3B-NVFP4": DELTANET,
     "XiaomiMiMo--MiMo-V2-Flash": r"sliding-window layers with their own head counts.*field swa_num_key_value_heads = 8",
-    "deepseek-ai--DeepSeek-V3.2": DSA, "nvidia--DeepSeek-V3.2-NVFP4": DSA,
-    "nvidia--GLM-5-NVFP4": DSA, "nvidia--GLM-5.1-NVFP4": DSA, "nvidia--GLM-5.2-NVFP4": DSA, "nvidia--GLM-5.3-NVFP4": DSA,
-    "zai-org--GLM-5": DSA, "zai-org--GLM-5-FP8": DSA, "zai-org--GLM-5.1": DSA, "zai-org--GLM-5.1-FP8": DSA,
-    "zai-org--GLM-5.2": DSA, "zai-org--GLM-5.2-FP8": DSA, "zai-org--GLM-5.3": DSA, "zai-org--GLM-5.3-FP8": DSA,
+    # GLM-5.2/5.3: three of every four layers reuse another layer's top-k (indexer_types 'shared'); not modelled.
+    "nvidia--GLM-5.2-NVFP4": SHARED_INDEXER, "nvidia--GLM-5.3-NVFP4": SHARED_INDEXER,
+    "zai-org--GLM-5.2": SHARED_INDEXER, "zai-org--GLM-5.2-FP8": SHARED_INDEXER, "zai-org--GLM-5.3": SHARED_INDEXER,
+    "zai-org--GLM-5.3-FP8": SHARED_INDEXER,
     "deepseek-ai--DeepSeek-V4-Flash": DSV4, "deepseek-ai--DeepSeek-V4-Pro": DSV4,
     "nvidia--DeepSeek-V4-Flash-NVFP4": DSV4, "nvidia--DeepSeek-V4-Pro-NVFP4": DSV4,
     "sgl-project--DeepSeek-V4-Flash-FP8": DSV4, "sgl-project--DeepSeek-V4-Pro-FP8": DSV4,
@@ -77,6 +72,15 @@ DEEPSEEK_V3 = (671e9, 37e9, 1e9, "compute", "DeepSeek-V3 README: 671B total (685
 KIMI_K2 = (1.04e12, 32e9, 1e9, "compute", "Kimi K2 technical report (arXiv:2507.20534): 1.04T total, 32B activated; "
            "README: 1T / 32B")
 LLAMA_70B = (70.6e9, None, 0.1e9, None, "Llama-3.1-70B card: 70.6B")
+# DSA adds an indexer of 0.85B (DeepSeek-V3.2) to V3's layers; the V3.2 card's 685B counts the MTP module too (as V3's).
+DEEPSEEK_V32 = (671e9, 37e9, 1e9, "compute", "DeepSeek-V3.2 (V3's 671B main model, 37B activated, plus the indexer; "
+                "685B with the MTP module on the Hugging Face card)")
+GLM5 = (744e9, 40e9, 1e9, "compute", "GLM-5 (Z.ai, GLM-5 release blog, February 2026): 744B total, 40B active")
+# Qwen3.5/3.6 cards count the vision encoder too (small beside the decoder: within 2% of the totals).
+QWEN35_27B = (27e9, None, 1e9, None, "Qwen3.5-27B card: 27B")
+QWEN35_35B = (35e9, 3e9, 1e9, "with embedding", "Qwen3.5-35B-A3B card: 35B total, 3B activated")
+QWEN35_122B = (122e9, 10e9, 1e9, "with embedding", "Qwen3.5-122B-A10B card: 122B total, 10B activated")
+QWEN35_397B = (397e9, 17e9, 1e9, "with embedding", "Qwen3.5-397B-A17B card: 397B total, 17B activated")
 STEP = (196.81e9, 11e9, 0.01e9, "with embedding", "Step-3.5-Flash (the same layout): 196.81B total, 11B active "
         "(StepFun release notes)")
 # The VL models' cards count their vision encoder too; only the decoder is modelled, and it has the layer shapes
@@ -100,6 +104,13 @@ PUBLISHED = {
     "XiaomiMiMo--MiMo-7B-Base": (7_623_706_624, None, 1, None, "by hand (test_mimo_7b_counts_by_hand)"),
     "deepseek-ai--DeepSeek-V3": DEEPSEEK_V3, "deepseek-ai--DeepSeek-R1": DEEPSEEK_V3,
     "nvidia--DeepSeek-V3.1-NVFP4": DEEPSEEK_V3,
+    "deepseek-ai--DeepSeek-V3.2": DEEPSEEK_V32, "nvidia--DeepSeek-V3.2-NVFP4": DEEPSEEK_V32,
+    "zai-org--GLM-5": GLM5, "zai-org--GLM-5-FP8": GLM5, "nvidia--GLM-5-NVFP4": GLM5, "zai-org--GLM-5.1": GLM5,
+    "zai-org--GLM-5.1-FP8": GLM5, "nvidia--GLM-5.1-NVFP4": GLM5,
+    "Qwen--Qwen3.5-27B": QWEN35_27B, "nvidia--Qwen3.6-27B-NVFP4": QWEN35_27B,
+    "Qwen--Qwen3.5-35B-A3B": QWEN35_35B, "nvidia--Qwen3.6-35B-A3B-NVFP4": QWEN35_35B,
+    "Qwen--Qwen3.5-122B-A10B": QWEN35_122B, "nvidia--Qwen3.5-122B-A10B-NVFP4": QWEN35_122B,
+    "Qwen--Qwen3.5-397B-A17B": QWEN35_397B, "nvidia--Qwen3.5-397B-A17B-NVFP4": QWEN35_397B,
     "meta-llama--Llama-4-Maverick-17B-128E-Instruct": (400e9, 17e9, 1e9, "with embedding",
                                                        "Llama 4 card: Maverick 400B total, 17B activated"),
     # Meta's 109B counts the vision encoder too (the decoder alone is 107.8B, within 2%).
@@ -119,7 +130,10 @@ PUBLISHED = {
 }
 
 # KV bytes per token at a 2-byte KV dtype, by hand: 2 L g d 2 (DESIGN.md), or (kv_lora_rank + rope) L 2 for MLA.
+# DSA adds each layer's FP8 index key with its fp32 scale (128 + 4 bytes); a hybrid counts its full layers only.
 MINIMAX_KV = 2 * 62 * 8 * 128 * 2
+DSV32_KV = (512 + 64) * 61 * 2 + 61 * (128 + 4)
+GLM5_KV = (512 + 64) * 78 * 2 + 78 * (128 + 4)
 KIMI_KV = (512 + 64) * 61 * 2
 KV_BY_HAND = {
     "MiniMaxAI--MiniMax-M2.5": MINIMAX_KV, "MiniMaxAI--MiniMax-M2.7": MINIMAX_KV,
@@ -138,6 +152,14 @@ KV_BY_HAND = {
     "XiaomiMiMo--MiMo-7B-Base": 2 * 36 * 8 * 128 * 2,
     "deepseek-ai--DeepSeek-V3": (512 + 64) * 61 * 2, "deepseek-ai--DeepSeek-R1": (512 + 64) * 61 * 2,
     "nvidia--DeepSeek-V3.1-NVFP4": (512 + 64) * 61 * 2,
+    "deepseek-ai--DeepSeek-V3.2": DSV32_KV, "nvidia--DeepSeek-V3.2-NVFP4": DSV32_KV,
+    "zai-org--GLM-5": GLM5_KV, "zai-org--GLM-5-FP8": GLM5_KV, "nvidia--GLM-5-NVFP4": GLM5_KV, "zai-org--GLM-5.1": GLM5_KV,
+    "zai-org--GLM-5.1-FP8": GLM5_KV, "nvidia--GLM-5.1-NVFP4": GLM5_KV,
+    # Qwen3.5/3.6: one layer in four is full attention (16 of 64, 10 of 40, 12 of 48, 15 of 60).
+    "Qwen--Qwen3.5-27B": 2 * 16 * 4 * 256 * 2, "nvidia--Qwen3.6-27B-NVFP4": 2 * 16 * 4 * 256 * 2,
+    "Qwen--Qwen3.5-35B-A3B": 2 * 10 * 2 * 256 * 2, "nvidia--Qwen3.6-35B-A3B-NVFP4": 2 * 10 * 2 * 256 * 2,
+    "Qwen--Qwen3.5-122B-A10B": 2 * 12 * 2 * 256 * 2, "nvidia--Qwen3.5-122B-A10B-NVFP4": 2 * 12 * 2 * 256 * 2,
+    "Qwen--Qwen3.5-397B-A17B": 2 * 15 * 2 * 256 * 2, "nvidia--Qwen3.5-397B-A17B-NVFP4": 2 * 15 * 2 * 256 * 2,
     "meta-llama--Llama-4-Maverick-17B-128E-Instruct": 2 * 48 * 8 * 128 * 2,
     "meta-llama--Llama-4-Scout-17B-16E-Instruct": 2 * 48 * 8 * 128 * 2,
     "meta-llama--Meta-Llama-3.1-405B": 2 * 126 * 8 * 128 * 2, "meta-llama--Meta-Llama-3.1-70B": 2 * 80 * 8 * 128 * 2,

@@ -11,6 +11,14 @@ A layer with a sliding window of W keeps at most W tokens of a sequence (the old
 never read again, and paged engines free their blocks: vLLM's sliding-window and hybrid KV
 cache managers), so a sequence of T tokens holds min(T, W) tokens in such layers
 (:func:`kv_bytes_per_sequence`).
+
+Sparse attention (DSA) caches, beside the latent, each token's index key in every layer (FP8 plus scales,
+:func:`simulator.model.sparse_linear_operators.indexer_key_bytes`), whole on every GPU like the latent.
+A hybrid model's linear-attention (Gated DeltaNet) layers cache no tokens: KV bytes per token count the
+attention layers only, and each sequence holds a fixed state per linear layer whatever its length
+(:func:`linear_state_bytes_per_sequence`), split by heads over the tensor-parallel group.
+:func:`kv_bytes_per_sequence` includes that state; the paged cache sets aside a pool of such states
+(:func:`simulator.engine.kvcache.kv_capacity`).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from simulator.model.layers import build_operators
 from simulator.model.operators import Operator
 from simulator.model.parallelism import kv_heads_per_gpu
 from simulator.model.precision import Precision
+from simulator.model.sparse_linear_operators import gated_delta_state_bytes, indexer_key_bytes, state_bytes_per_element
 
 GIB = 2**30
 
@@ -42,9 +51,15 @@ def _kv_elements_per_token_per_layer(model: ModelSpec, kv_heads: int) -> int:
     return 2 * kv_heads * model.head_dim
 
 
+def _kv_bytes_per_token(model: ModelSpec, precision: Precision, kv_heads: int) -> float:
+    """KV bytes one token adds over all attention layers with ``kv_heads`` KV heads each, index keys included."""
+    per_layer = _kv_elements_per_token_per_layer(model, kv_heads) * precision.kv_bytes_per_element
+    return model.attention_layers * per_layer + model.index_layers * indexer_key_bytes(model.index_head_dim)
+
+
 def kv_bytes_per_token(model: ModelSpec, precision: Precision) -> float:
-    """KV-cache bytes one token adds, all layers, all GPUs (logical, no replication; windows not applied)."""
-    return model.num_layers * _kv_elements_per_token_per_layer(model, model.num_kv_heads) * precision.kv_bytes_per_element
+    """KV-cache bytes one token adds, all attention layers, all GPUs (logical, no replication; windows not applied)."""
+    return _kv_bytes_per_token(model, precision, model.num_kv_heads)
 
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, precision: Precision, tp: int, dp_attention: bool = False) -> float:
@@ -53,26 +68,46 @@ def kv_bytes_per_token_per_gpu(model: ModelSpec, precision: Precision, tp: int, 
     Under attention data parallelism a token's whole KV lives on one GPU of the ``tp``: on average
     1/tp of it per GPU (the group's sequences split evenly).
     """
-    per_layer = _kv_elements_per_token_per_layer(model, kv_heads_per_gpu(model, 1 if dp_attention else tp))
-    per_token = model.num_layers * per_layer * precision.kv_bytes_per_element
+    per_token = _kv_bytes_per_token(model, precision, kv_heads_per_gpu(model, 1 if dp_attention else tp))
     return per_token / tp if dp_attention else per_token
 
 
+def linear_state_bytes_per_sequence(model: ModelSpec, precision: Precision, tp: int | None = None,
+                                    dp_attention: bool = False) -> float:
+    """Bytes of the fixed state one sequence keeps in the linear-attention layers (per GPU of ``tp``; None: logical).
+
+    Per layer: the d_k x d_v state of each value head at the state dtype, and the convolution window
+    (K - 1) x (2 n_k d_k + n_v d_v) at the model dtype; heads and channels are split over ``tp``. Under attention
+    data parallelism a sequence lives on one GPU: on average 1/tp of it per GPU.
+    """
+    if not model.linear_layers:
+        return 0.0
+    split = 1 if tp is None or dp_attention else tp
+    n_k, n_v = model.linear_key_heads // split, model.linear_value_heads // split
+    d_k, d_v = model.linear_key_head_dim, model.linear_value_head_dim
+    b_a = precision.activation_bytes_per_element
+    per_layer = gated_delta_state_bytes(n_v, d_k, d_v, 2 * n_k * d_k + n_v * d_v, model.linear_conv_kernel,
+                                        state_bytes_per_element(model.linear_state_dtype, b_a), b_a)
+    state = model.linear_layers * per_layer
+    return state / tp if dp_attention and tp else state
+
+
 def windowed_tokens(model: ModelSpec, tokens: float) -> float:
-    """Tokens of a ``tokens``-long sequence held, averaged over layers: sliding layers keep min(tokens, W)."""
+    """Tokens of a ``tokens``-long sequence held, averaged over attention layers: sliding layers keep min(tokens, W)."""
     sliding = model.sliding_layers
     if not sliding or model.sliding_window is None:
         return tokens
-    full = model.num_layers - sliding
-    return (full * tokens + sliding * min(tokens, model.sliding_window)) / model.num_layers
+    full = model.attention_layers - sliding
+    return (full * tokens + sliding * min(tokens, model.sliding_window)) / model.attention_layers
 
 
 def kv_bytes_per_sequence(model: ModelSpec, precision: Precision, tokens: float, tp: int | None = None,
                           dp_attention: bool = False) -> float:
-    """KV-cache bytes of one sequence of ``tokens`` tokens, windows applied (per GPU of ``tp``; None: logical)."""
+    """KV-cache bytes of one sequence of ``tokens`` tokens, windows applied, with its linear-attention state (per GPU
+    of ``tp``; None: logical)."""
     rate = kv_bytes_per_token(model, precision) if tp is None else kv_bytes_per_token_per_gpu(
         model, precision, tp, dp_attention)
-    return rate * windowed_tokens(model, tokens)
+    return rate * windowed_tokens(model, tokens) + linear_state_bytes_per_sequence(model, precision, tp, dp_attention)
 
 
 def weight_bytes(operators: tuple[Operator, ...]) -> float:
@@ -121,6 +156,8 @@ class MemoryPlan:
     """sequences the plan holds at once (the KV cache above is theirs)"""
     context_tokens: int = 0
     """tokens each of those sequences reaches"""
+    state_bytes_per_sequence: float = 0.0
+    """fixed linear-attention state of one sequence, all GPUs (in ``kv_bytes`` beside its tokens' KV)"""
 
     @property
     def needed_bytes_per_gpu(self) -> float:
@@ -172,6 +209,7 @@ def plan_memory(
         reserved_bytes_per_gpu=RUNTIME_RESERVED_BYTES_PER_GPU,
         sequences=batch,
         context_tokens=context_tokens,
+        state_bytes_per_sequence=linear_state_bytes_per_sequence(model, precision),
     )
 
 
@@ -188,7 +226,7 @@ def tensor_parallel_candidates(model: ModelSpec, gpu: GPUSpec, ep: int = 1) -> l
             widths.append(model.moe_shared_experts * model.shared_expert_ffn_size)
             if ep == 1:
                 widths.append(model.expert_ffn_size)
-        kv_ok = model.is_mla or model.num_kv_heads % tp == 0
+        kv_ok = (model.is_mla or model.num_kv_heads % tp == 0) and model.linear_key_heads % tp == 0
         fits_widths = all(width % tp == 0 for width in widths)
         if model.num_heads % tp == 0 and kv_ok and fits_widths and (ep == 1 or tp == ep):
             candidates.append(tp)

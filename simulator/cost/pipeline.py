@@ -89,8 +89,8 @@ def stage_model(model: ModelSpec, pp: int) -> ModelSpec:
         return model
     first = layers - count
     update: dict[str, Any] = {"num_layers": count, "name": f"{model.name} (stage of {count} layers)"}
-    if model.sliding_window is not None:
-        update["layer_types"] = ["sliding" if model.layer_window(i) is not None else "full" for i in range(first, layers)]
+    if model.sliding_window is not None or model.linear_layers:
+        update["layer_types"] = [model.layer_kind(i) for i in range(first, layers)]
         update["sliding_window_pattern"] = 0
     if model.is_moe:
         update["moe_first_dense_layers"] = 0

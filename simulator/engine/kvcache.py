@@ -16,6 +16,14 @@ or, for an engine whose fraction is of the *free* memory (``EngineProfile.kv_cac
 
 The runtime reserve (CUDA context, library workspaces) is counted because vLLM's
 ``gpu_memory_utilization`` bounds everything the process holds, not just tensors.
+
+A model with linear-attention layers (Gated DeltaNet) keeps a fixed state per running sequence
+beside its blocks. The budget first sets aside a state pool, as SGLang does (a Mamba state pool
+beside the KV pool, its size capping the running requests): one state for each of ``max_num_seqs``
+sequences, but no more than half the budget, ``states = min(max_num_seqs, floor(budget / 2 / state))``
+(``KVCapacity.state_sequences``), so a large ``max_num_seqs`` does not leave the tokens nothing.
+``budget -= states * state bytes per sequence per GPU``. The engine admits by blocks; capping its
+running sequences at ``state_sequences`` is left to it.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from simulator.cost.memory import (
     GIB,
     WORKSPACE_TOKENS,
     kv_bytes_per_token_per_gpu,
+    linear_state_bytes_per_sequence,
     workspace_bytes_per_gpu,
 )
 from simulator.errors import InputError
@@ -54,6 +63,10 @@ class KVCapacity:
     overridden: bool = False
     of_free: bool = False
     """the fraction was of the memory left after weights, workspace and runtime (TensorRT-LLM), not of HBM"""
+    state_bytes_per_gpu: float = 0.0
+    """linear-attention state pool set aside (module docstring)"""
+    state_sequences: int = 0
+    """sequences that pool holds a state for (0: the model has no linear-attention layers)"""
 
     @property
     def tokens(self) -> int:
@@ -87,6 +100,10 @@ def kv_capacity(
     of_free = system.engine.kv_cache_memory == "of_free"
     held = plan.weights_bytes_per_gpu + workspace + plan.reserved_bytes_per_gpu
     budget = (hbm - held) * gpu_memory_utilization if of_free else hbm * gpu_memory_utilization - held
+    per_sequence = linear_state_bytes_per_sequence(model, system.precision, system.tp, system.dp_attention)
+    states = min(max_num_seqs, max(1, math.floor(budget / 2 / per_sequence))) if per_sequence else 0
+    state = states * per_sequence
+    budget -= state
     if blocks_override is not None:
         if blocks_override < 1:
             raise InputError(f"--kv-blocks: must be >= 1 (got {blocks_override})")
@@ -97,7 +114,8 @@ def kv_capacity(
         raise InputError(
             f"{system.model.name} on {system.tp}x {system.gpu.name} does not fit: no memory left for the KV cache "
             f"({gpu_memory_utilization:g} x {hbm / GIB:.1f} GiB minus weights {plan.weights_bytes_per_gpu / GIB:.1f}, "
-            f"workspace {workspace / GIB:.1f} and runtime {plan.reserved_bytes_per_gpu / GIB:.1f} GiB per GPU); "
+            f"workspace {workspace / GIB:.1f}, runtime {plan.reserved_bytes_per_gpu / GIB:.1f} and linear-attention "
+            f"state for {states} sequences {state / GIB:.1f} GiB per GPU); "
             f"raise --tp or --gpu-memory-utilization, or quantise the weights"
         )
     return KVCapacity(
@@ -112,6 +130,8 @@ def kv_capacity(
         reserved_bytes_per_gpu=plan.reserved_bytes_per_gpu,
         overridden=blocks_override is not None,
         of_free=of_free,
+        state_bytes_per_gpu=state,
+        state_sequences=states,
     )
 
 

@@ -65,9 +65,10 @@ class ModelSpec(BaseModel):
     learned_position_rows: int = Field(default=0, ge=0, le=MAX_CONTEXT + 2, description="0 means max_context")
     parallel_attention: bool = Field(default=False, description="attention and MLP read one norm (Falcon)")
     sliding_window: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
-    layer_types: list[Literal["full", "sliding"]] = Field(
+    layer_types: list[Literal["full", "sliding", "linear"]] = Field(
         default_factory=list,
-        description="per layer; empty: every layer 'sliding' when sliding_window is set (Mistral v0.1), else 'full'",
+        description="per layer; empty: every layer 'sliding' when sliding_window is set (Mistral v0.1), else 'full'; "
+        "'linear': a Gated DeltaNet layer (linear_* fields) instead of attention",
     )
     sliding_window_pattern: int = Field(
         default=0, ge=0, le=MAX_LAYERS,
@@ -98,6 +99,23 @@ class ModelSpec(BaseModel):
     qk_rope_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="MLA rotary part of q/k per head")
     qk_nope_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="MLA non-rotary part of q/k per head")
     v_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="MLA value width per head")
+    index_topk: int = Field(
+        default=0, ge=0, le=MAX_CONTEXT,
+        description="DSA (DeepSeek-V3.2, GLM-5): keys each query attends, chosen by an indexer; 0: dense attention",
+    )
+    index_heads: int = Field(default=0, ge=0, le=MAX_HEADS, description="DSA indexer heads n_i")
+    index_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="DSA indexer head width d_i (and its key's)")
+    linear_key_heads: int = Field(default=0, ge=0, le=MAX_HEADS, description="Gated DeltaNet q/k heads")
+    linear_value_heads: int = Field(default=0, ge=0, le=MAX_HEADS, description="Gated DeltaNet value heads")
+    linear_key_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="Gated DeltaNet q/k head width d_k")
+    linear_value_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="Gated DeltaNet value head width d_v")
+    linear_conv_kernel: int = Field(default=0, ge=0, le=1024, description="Gated DeltaNet short convolution width K")
+    linear_state_dtype: Literal["fp32", "bf16", "fp16"] | None = Field(
+        default=None, description="dtype of the Gated DeltaNet state (Qwen3.5's mamba_ssm_dtype); None: the model's"
+    )
+    attention_output_gate: bool = Field(
+        default=False, description="q_proj also yields a sigmoid gate of the attention output (Qwen3-Next, Qwen3.5)"
+    )
     shared_expert_module: Literal["experts", "mlp"] = Field(
         default="experts",
         description="the precision module whose weight format the shared experts take: 'experts' (as the routed "
@@ -151,6 +169,21 @@ class ModelSpec(BaseModel):
                         self.moe_dense_layer_indices, self.moe_layer_step != 1, self.moe_top_k != 1)
             if any(moe_keys):
                 raise ValueError("moe_* fields describe a mixture of experts: give moe_experts > 1")
+        if self.index_topk and not (self.kv_lora_rank and self.index_heads and self.index_head_dim):
+            raise ValueError("sparse attention (index_topk) is modelled on MLA: give kv_lora_rank, index_heads and "
+                             "index_head_dim")
+        linear = (self.linear_key_heads, self.linear_value_heads, self.linear_key_head_dim, self.linear_value_head_dim,
+                  self.linear_conv_kernel)
+        if "linear" in self.layer_types and not all(linear):
+            raise ValueError("'linear' layers need linear_key_heads, linear_value_heads, linear_key_head_dim, "
+                             "linear_value_head_dim and linear_conv_kernel")
+        if any(linear) and "linear" not in self.layer_types:
+            raise ValueError("linear_* fields describe Gated DeltaNet layers: mark them 'linear' in layer_types")
+        if self.linear_layers == self.num_layers:
+            raise ValueError("every layer is 'linear': a model needs at least one attention layer")
+        if self.linear_value_heads % max(self.linear_key_heads, 1):
+            raise ValueError(f"linear_key_heads {self.linear_key_heads} must divide linear_value_heads "
+                             f"{self.linear_value_heads}")
         bad = [i for i in self.moe_dense_layer_indices if not 0 <= i < self.num_layers]
         if bad:
             raise ValueError(f"moe_dense_layer_indices {bad} outside layers 0..{self.num_layers - 1}")
@@ -168,6 +201,27 @@ class ModelSpec(BaseModel):
     def is_mla(self) -> bool:
         """Multi-head latent attention (DeepSeek-V2/V3): the KV cache holds one latent per token and layer."""
         return self.kv_lora_rank > 0
+
+    @property
+    def linear_layers(self) -> int:
+        """Gated DeltaNet (linear-attention) layers: a fixed state per sequence, no KV cache."""
+        return self.layer_types.count("linear")
+
+    @property
+    def attention_layers(self) -> int:
+        """Layers with (full, sliding or latent) attention and a KV cache: all but the linear ones."""
+        return self.num_layers - self.linear_layers
+
+    @property
+    def index_layers(self) -> int:
+        """Layers with a DSA indexer (and its key cache): every attention layer of a sparse-attention model."""
+        return self.attention_layers if self.index_topk else 0
+
+    def layer_kind(self, index: int) -> Literal["full", "sliding", "linear"]:
+        """What layer ``index`` (from 0) is: 'linear' (Gated DeltaNet), 'sliding' (a window) or 'full'."""
+        if self.layer_types and self.layer_types[index] == "linear":
+            return "linear"
+        return "full" if self.layer_window(index) is None else "sliding"
 
     @property
     def expert_ffn_size(self) -> int:
@@ -210,6 +264,10 @@ class ModelSpec(BaseModel):
         parts = [self.attention_kind]
         if self.is_mla:
             parts[0] = f"MLA (latent {self.kv_lora_rank} + rope {self.qk_rope_head_dim})"
+        if self.index_topk:
+            parts.append(f"DSA top-{self.index_topk} (indexer {self.index_heads} x {self.index_head_dim})")
+        if self.linear_layers:
+            parts.append(f"Gated DeltaNet on {self.linear_layers} of {self.num_layers} layers")
         if self.sliding_window is not None and self.sliding_layers:
             share = "all layers" if self.sliding_layers == self.num_layers else \
                 f"{self.sliding_layers} of {self.num_layers} layers"

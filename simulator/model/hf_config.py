@@ -3,11 +3,13 @@
 Families read: Llama (1-3.x), Mistral, Mixtral, Qwen2/2.5, Qwen2-MoE, Qwen3, Qwen3-MoE,
 DeepSeek-V2/V3 (MLA + MoE), Gemma 1-3, gpt-oss, Llama 4 (its ``text_config``), Falcon,
 OPT, GPT-2, and the model_types whose layers are one of these field for field (Kimi-K2,
-Qwen3-VL, MiMo, MiniMax-M2, Step-3.x-Flash: :data:`simulator.model.hf_families.FAMILY_OF`).
+Qwen3-VL, MiMo, MiniMax-M2, Step-3.x-Flash: :data:`simulator.model.hf_families.FAMILY_OF`),
+with DSA's indexer (DeepSeek-V3.2, GLM-5: ``index_topk``) or Gated DeltaNet layers between the
+attention layers (Qwen3.5, Qwen3-Next: ``linear_num_value_heads``, ``layer_types``).
 Each key is read the way the family's ``transformers`` modelling code reads it (cited per rule
 below). A key the loader does not understand becomes one line in ``ModelSpec.warnings`` naming
-it (shown by the report), never silence; a layout the simulator cannot cost at all (sparse,
-linear or state-space attention layers, per-layer widths) is one-line InputError naming the
+it (shown by the report), never silence; a layout the simulator cannot cost at all (compressed or
+block-sparse attention, Kimi's delta attention, state-space layers, per-layer widths) is one-line InputError naming the
 feature and its field (:mod:`simulator.model.hf_families`). Quantisation configs are read by
 :mod:`simulator.model.hf_quantisation`.
 
@@ -131,6 +133,9 @@ def _moe_fields(config: dict[str, Any], model_type: str, layers: Any, ffn: Any, 
         dense += [i for i in range(first_dense, layers) if i % freq]
     elif isinstance(freq, list):
         dense += [i for i, flag in enumerate(freq) if not flag]  # one 0/1 per layer (MiMo-V2, MiniMax-M3)
+    kinds = config.get("mlp_layer_types")
+    if isinstance(kinds, list):
+        dense += [i for i, kind in enumerate(kinds) if kind == "dense"]  # GLM-5.1: 'dense' or 'sparse' per layer
     moe_layers = config.get("moe_layers")
     if isinstance(moe_layers, list) and isinstance(layers, int):
         chosen = {int(i) for i in moe_layers}
@@ -143,7 +148,7 @@ def _moe_fields(config: dict[str, Any], model_type: str, layers: Any, ffn: Any, 
 
 def _mtp_warning(config: dict[str, Any], warnings: list[str]) -> None:
     """Multi-token-prediction layers (DeepSeek's num_nextn_predict_layers, MiniMax's num_mtp_modules)."""
-    for key in ("num_nextn_predict_layers", "num_mtp_modules"):
+    for key in ("num_nextn_predict_layers", "num_mtp_modules", "mtp_num_hidden_layers"):
         if config.get(key) and (key != "num_mtp_modules" or config.get("use_mtp", True)):
             warnings.append(f"{key}={config[key]}: the multi-token-prediction module (a speculative-decoding draft) "
                             "is not modelled; its parameters are not counted")
@@ -163,6 +168,57 @@ def _mla_fields(config: dict[str, Any]) -> dict[str, Any]:
         "v_head_dim": config.get("v_head_dim") or nope,
         "head_dim": rope + nope,
     }
+
+
+def _dsa_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): the indexer's heads and the keys it selects per query."""
+    if not config.get("index_topk"):
+        return {}
+    return {"index_topk": config["index_topk"], "index_heads": config.get("index_n_heads") or 0,
+            "index_head_dim": config.get("index_head_dim") or 0}
+
+
+# Qwen3.5's mamba_ssm_dtype (the Gated DeltaNet state's dtype) as this simulator names dtypes.
+STATE_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def _linear_fields(config: dict[str, Any], layers: Any, has_types: bool) -> dict[str, Any]:
+    """Gated DeltaNet layers (Qwen3-Next, Qwen3.5): their widths, and which layers they are.
+
+    ``layer_types`` names them 'linear_attention' where given; else every ``full_attention_interval``-th layer
+    is full attention and the rest linear (Qwen3NextConfig: layer i is full when (i + 1) % interval == 0).
+    """
+    if not config.get("linear_num_value_heads"):
+        return {}
+    spec: dict[str, Any] = {
+        "linear_key_heads": config.get("linear_num_key_heads") or 0,
+        "linear_value_heads": config["linear_num_value_heads"],
+        "linear_key_head_dim": config.get("linear_key_head_dim") or 0,
+        "linear_value_head_dim": config.get("linear_value_head_dim") or 0,
+        "linear_conv_kernel": config.get("linear_conv_kernel_dim") or 0,
+    }
+    dtype = config.get("mamba_ssm_dtype")
+    if dtype is not None:
+        if str(dtype) not in STATE_DTYPES:
+            raise InputError(f"mamba_ssm_dtype: '{dtype}' is not one of {', '.join(STATE_DTYPES)}")
+        spec["linear_state_dtype"] = STATE_DTYPES[str(dtype)]
+    if not has_types and isinstance(layers, int):
+        types = config.get("layer_types")
+        if isinstance(types, list):
+            spec["layer_types"] = [_layer_kind(str(kind)) for kind in types]
+        else:
+            interval = int(config.get("full_attention_interval") or 4)
+            spec["layer_types"] = ["full" if (i + 1) % interval == 0 else "linear" for i in range(layers)]
+    return spec
+
+
+def _layer_kind(text: str) -> str:
+    """A config.json layer type as ModelSpec.layer_types names it; InputError for one not modelled."""
+    kinds = {"sliding_attention": "sliding", "chunked_attention": "sliding", "full_attention": "full",
+             "linear_attention": "linear"}
+    if text not in kinds:
+        raise InputError(f"layer_types: '{text}' layers are not modelled (allowed: {', '.join(kinds)})")
+    return kinds[text]
 
 
 def _window_fields(config: dict[str, Any], model_type: str, layers: Any, warnings: list[str]) -> dict[str, Any]:
@@ -187,17 +243,7 @@ def _window_fields(config: dict[str, Any], model_type: str, layers: Any, warning
         return {}
     spec: dict[str, Any] = {"sliding_window": window}
     if isinstance(types, list):
-        mapped = []
-        for kind in types:
-            text = str(kind)
-            if text in ("sliding_attention", "chunked_attention"):
-                mapped.append("sliding")
-            elif text == "full_attention":
-                mapped.append("full")
-            else:
-                raise InputError(f"layer_types: '{text}' layers are not modelled (allowed: full_attention, "
-                                 "sliding_attention)")
-        spec["layer_types"] = mapped
+        spec["layer_types"] = [_layer_kind(str(kind)) for kind in types]
     elif model_type == "gemma2":
         spec["sliding_window_pattern"] = 2  # Gemma2DecoderLayer: is_sliding = not bool(layer_idx % 2)
     elif model_type in ("gemma3", "gemma3_text"):
@@ -271,6 +317,8 @@ def from_hf_config(raw: dict[str, Any], name: str) -> dict[str, Any]:
         spec["norms_per_layer"] = 4  # pre- and post-norms around attention and MLP
     if model_type in QK_NORM_TYPES or config.get("use_qk_norm"):
         spec["qk_norm"] = True
+    if config.get("attn_output_gate"):
+        spec["attention_output_gate"] = True  # Qwen3-Next/3.5: q_proj yields the gate beside the queries
     if model_type == "gpt_oss":
         spec["attention_sinks"] = True  # GptOssAttention.sinks: one learned logit per head
     if config.get("query_pre_attn_scalar"):
@@ -287,6 +335,8 @@ def from_hf_config(raw: dict[str, Any], name: str) -> dict[str, Any]:
     spec.update(_window_fields(config, model_type, layers, warnings))
     spec.update(_moe_fields(config, model_type, layers, ffn, warnings))
     spec.update(_mla_fields(config))
+    spec.update(_dsa_fields(config))
+    spec.update(_linear_fields(config, layers, "layer_types" in spec))
     _mtp_warning(config, warnings)
     if isinstance(layers, int):
         spec.update(quantisation_fields(config, spec, warnings))

@@ -22,22 +22,26 @@ FAMILY_OF = {
     "mimo": "qwen2",  # MiMoForCausalLM: Qwen2 layers plus multi-token-prediction layers
     "minimax_m2": "mixtral",  # MiniMaxM2: Mixtral's block_sparse_moe (all layers MoE) with per-layer q/k norms
     "step3p7": "deepseek_v3",  # Step-3.x-Flash: DeepSeek-style MoE (first_k_dense_replace, shared expert), GQA
+    "deepseek_v32": "deepseek_v3",  # DeepSeek-V3.2: V3's MLA + MoE with a DSA indexer (index_topk etc.)
+    "glm_moe_dsa": "deepseek_v3",  # GLM-5 (GlmMoeDsaForCausalLM): DeepSeek-V3-style MLA + MoE with a DSA indexer
+    "qwen3_next": "qwen3_moe",  # Qwen3-Next: Qwen3-MoE layers (q/k norms) with Gated DeltaNet layers between
+    "qwen3_5_text": "qwen3",  # Qwen3.5 dense: Qwen3 layers (q/k norms) with Gated DeltaNet layers between
+    "qwen3_5_moe_text": "qwen3_moe",  # ... and Qwen3.5-MoE
 }
 
 # Layouts the cost model cannot represent, by field: (field, feature). The first present refuses the file.
-# Ordered so that the most specific reason is named (DeepSeek-V4 has index_topk too, but its compressed
-# attention is what is missing first).
+# Ordered so that the most specific reason is named (DeepSeek-V4 has index_topk, which DSA models load with, but
+# its compressed attention is what is missing). Kimi Delta Attention stays refused though its state is Gated
+# DeltaNet's size: its layers are read from linear_attn_config, gate every key channel (not every head) and
+# keep q, k and v convolution windows apart, and its full-attention layers are MLA, which no hybrid here has.
 REFUSED_FIELDS: tuple[tuple[str, str], ...] = (
     ("compress_ratios", "compressed sparse attention with hyper-connections (DeepSeek-V4: compress_ratios, hc_mult)"),
-    ("linear_num_value_heads", "linear attention (Gated DeltaNet layers)"),
-    ("full_attention_interval", "linear attention (Gated DeltaNet layers)"),
     ("linear_attn_config", "linear attention (Kimi Delta Attention layers)"),
     ("hybrid_override_pattern", "state-space (Mamba-2) layers"),
     ("layers_block_type", "state-space (Mamba-2) layers"),
     ("mamba_d_state", "state-space (Mamba) layers"),
     ("ssm_cfg", "state-space (Mamba) layers"),
     ("attn_layer_period", "state-space (Mamba) layers"),
-    ("index_topk", "sparse attention (DSA: an indexer selects index_topk keys per query)"),
     ("sparse_attention_config", "block-sparse attention with index heads (MiniMax-M3)"),
     ("block_configs", "per-layer block_configs (NAS-pruned layers of differing widths)"),
     ("swa_num_key_value_heads", "sliding-window layers with their own head counts"),
@@ -65,7 +69,9 @@ READ = frozenset({
     "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "query_pre_attn_scalar", "quantization_config",
     "torch_dtype", "dtype", "use_qk_norm", "qk_norm_type", "attn_type_list", "parallel_attn", "alibi",
     "num_nextn_predict_layers", "use_mtp", "num_mtp_modules", "mtp_transformer_layers", "text_config",
-    "vision_config", "audio_config",
+    "vision_config", "audio_config", "index_topk", "index_n_heads", "index_head_dim", "indexer_types",
+    "mlp_layer_types", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+    "linear_conv_kernel_dim", "full_attention_interval", "mamba_ssm_dtype", "attn_output_gate", "mtp_num_hidden_layers",
 })
 
 # Fields that change nothing the cost model sees: generation and training settings of PretrainedConfig,
@@ -94,12 +100,16 @@ INERT = frozenset({
     "swiglu_limit", "swiglu_alpha", "final_logit_softcapping", "attn_logit_softcapping", "router_dtype",
     "num_logits_to_keep", "moe_renormalize", "use_grouped_topk", "num_expert_group", "image_token_id",
     "video_token_id", "vision_start_token_id", "vision_end_token_id",
+    # DSA: the indexer's rotary layout; GLM-5's q/k head width (= qk_nope_head_dim + qk_rope_head_dim, read there).
+    "indexer_rope_interleave", "qk_head_dim",
+    # Qwen3.5: whether the MTP module has embeddings of its own (the MTP module is not modelled either way).
+    "mtp_use_dedicated_embeddings",
 })
 
 # Fields inert only at the value given (a different value changes the layers in a way not modelled).
 INERT_AT = {
     "attention_output_gate": False,
-    "attn_output_gate": False,
+    "output_gate_type": "swish",  # Qwen3.6: the gated norm's gate is SiLU, as Gated DeltaNet's always is
     "num_kv_shared_layers": 0,
     "hidden_size_per_layer_input": 0,
     "use_double_wide_mlp": False,
@@ -117,6 +127,10 @@ def refusal(config: dict[str, Any], model_type: str) -> str | None:
             return f"{feature}: not modelled (config.json field {field} = {shown})"
     if model_type in REFUSED_TYPES:
         return f"{REFUSED_TYPES[model_type]}: not modelled (config.json field model_type = {model_type})"
+    indexers = config.get("indexer_types")
+    if isinstance(indexers, list) and any(kind != "full" for kind in indexers):
+        return ("indexers shared between layers (GLM-5.2: indexer_types 'shared' reuse another layer's top-k): not "
+                "modelled (config.json field indexer_types has 'shared'; allowed: all 'full')")
     types = config.get("attn_type_list")
     if isinstance(types, list) and any(t != 1 for t in types):
         return "linear (lightning) attention layers: not modelled (config.json field attn_type_list has 0s; " \

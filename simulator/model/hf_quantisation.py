@@ -89,7 +89,16 @@ def _is_moe_layer(spec: dict[str, Any], index: int) -> bool:
     return (index + 1) % int(spec.get("moe_layer_step") or 1) == 0
 
 
+# Gated DeltaNet's linears (Qwen3.5's checkpoint names, and the fused ones of Qwen3-Next), costed as 'attention':
+# in a linear layer these are what a quantisation config excludes or keeps.
+_LINEAR_ATTENTION = (("linear_attn.in_proj_qkv", "linear_attn.in_proj_z", "linear_attn.in_proj_b",
+                      "linear_attn.in_proj_a", "linear_attn.out_proj"),
+                     ("linear_attn.in_proj_qkvz", "linear_attn.in_proj_ba", "linear_attn.out_proj"))
+
+
 def _attention_names(spec: dict[str, Any]) -> tuple[tuple[str, ...], ...]:
+    if spec.get("linear_value_heads"):
+        return _ATTENTION_MHA + _LINEAR_ATTENTION
     if not spec.get("kv_lora_rank"):
         return _ATTENTION_MHA
     query = ("self_attn.q_a_proj", "self_attn.q_b_proj") if spec.get("q_lora_rank") else ("self_attn.q_proj",)

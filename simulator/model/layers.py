@@ -1,5 +1,8 @@
 """Layer specs: the operators of one forward pass, with weight shapes per GPU.
 
+Why this module is over 600 lines: one builder makes every kind of layer (attention, MLA with DSA's indexer,
+Gated DeltaNet, MLP, MoE), and its methods share the fusion, precision and tensor-parallel rules written here once.
+
 ``build_operators`` turns a ModelSpec + Precision + tensor-parallel degree into a tuple of
 operators. Each operator knows *what it does* for a :class:`~simulator.model.step.Step`
 (``work``: FLOPs and bytes by kind); :mod:`simulator.cost.step_cost` alone turns that into seconds.
@@ -122,6 +125,7 @@ from simulator.model.routing import (
     local_probabilities,
     remote_gpus_per_token,
 )
+from simulator.model.sparse_linear_operators import GatedDeltaNet, Indexer, state_bytes_per_element
 
 
 def flash_query_tile_rows(gpu: GPUSpec, head_dim: int, activation_bytes: float) -> int:
@@ -129,10 +133,6 @@ def flash_query_tile_rows(gpu: GPUSpec, head_dim: int, activation_bytes: float) 
     sram_elements = gpu.sram_bytes_per_sm / activation_bytes
     column_tile = math.ceil(sram_elements / (4 * head_dim))
     return max(1, min(column_tile, head_dim))
-
-
-
-
 
 
 def build_operators(
@@ -321,6 +321,8 @@ class _Builder:
             self.norm("attn_norm"),
         ]
         ops += self.latent_attention() if model.is_mla else self.attention()
+        if model.linear_layers:
+            ops += self.linear_attention()
         if not model.parallel_attention:
             if tp > 1:
                 ops.append(self.allreduce("attn_allreduce"))
@@ -361,29 +363,37 @@ class _Builder:
     def attention(self) -> list[Operator]:
         """QKV projection, q/k norms, rotary, attention (full and sliding-window layers apart), output projection."""
         model, tp, dp = self.model, self.attention_tp, self.attention_dp
-        H, d, L = model.hidden_size, model.head_dim, model.num_layers
+        # A hybrid model's linear layers have no attention of this kind (linear_attention).
+        H, d, L = model.hidden_size, model.head_dim, model.attention_layers
         n, g = model.num_heads, model.num_kv_heads
         n_gpu, g_gpu = n // tp, kv_heads_per_gpu(model, tp)
+        # Qwen3-Next/3.5's output gate: q_proj yields n d more columns, sigmoid(gate) * output before o_proj.
+        gate, gate_gpu = (n * d, n_gpu * d) if model.attention_output_gate else (0, 0)
         # Under full fusion q stays on chip and k, v go straight into the KV cache (charged by attention).
-        ops: list[Operator] = [self.gemm("qkv_proj", H, (n_gpu + 2 * g_gpu) * d, H * (n + 2 * g) * d,
-                                         (n + 2 * g) * d, (n_gpu + 2 * g_gpu) * d,
+        ops: list[Operator] = [self.gemm("qkv_proj", H, (n_gpu + 2 * g_gpu) * d + gate_gpu, H * ((n + 2 * g) * d + gate),
+                                         (n + 2 * g) * d + gate, (n_gpu + 2 * g_gpu) * d + gate_gpu, count=L,
                                          write=0 if self.fused_block else None, data_parallel=dp)]
         # per-token elementwise work: all heads for 1/dp of the tokens = 1/dp of the heads for all of them
         width = (n_gpu + g_gpu) * d // dp
         if model.qk_norm:
             # Per-head RMSNorm of q and k (one weight vector of d each), in the QKV epilogue when fused.
-            ops.append(self.elementwise("qk_norm", width, width, NORM_FLOPS_PER_ELEMENT * width, weights=2 * d))
+            ops.append(self.elementwise("qk_norm", width, width, NORM_FLOPS_PER_ELEMENT * width, weights=2 * d,
+                                        count=L))
         if model.position_embedding == "rotary":
-            ops.append(self.elementwise("rotary", width, width, ROTARY_FLOPS_PER_ELEMENT * width))
+            ops.append(self.elementwise("rotary", width, width, ROTARY_FLOPS_PER_ELEMENT * width, count=L))
         sliding = model.sliding_layers
         if sliding in (0, L):
             ops.append(self.attention_op("attention", L, model.sliding_window if sliding else None))
         else:
             ops.append(self.attention_op("attention", L - sliding, None))
             ops.append(self.attention_op("attention_local", sliding, model.sliding_window))
+        if gate:
+            out = gate_gpu // dp  # reads the gate and the output, writes the gated output: a sigmoid and a multiply
+            ops.append(self.elementwise("attn_output_gate", 2 * out, out,
+                                        (ACTIVATION_FLOPS_PER_ELEMENT + 1) * out, count=L))
         # Row-parallel projections: every GPU holds the whole bias, added after the all-reduce.
         ops.append(self.gemm("o_proj", n_gpu * d, H, n * d * H, H, H, read=0 if self.fused_block else None,
-                             launches=0.0 if self.fused_block else 1.0, data_parallel=dp))
+                             launches=0.0 if self.fused_block else 1.0, data_parallel=dp, count=L))
         return ops
 
     def attention_op(self, name: str, count: int, window: int | None) -> Attention:
@@ -432,6 +442,8 @@ class _Builder:
         ops.append(self.norm("kv_a_norm", width=r))
         rotary_width = (n_gpu + 1) * d_r // dp
         ops.append(self.elementwise("rotary", rotary_width, rotary_width, ROTARY_FLOPS_PER_ELEMENT * rotary_width))
+        if model.index_topk:
+            ops += self.indexer()
         p = self.precision.for_module("attention")
         ops.append(
             LatentAttention(
@@ -453,11 +465,64 @@ class _Builder:
                 resident_bytes=r * n_gpu * (d_n + d_v) * (p.weight_bytes_per_element + p.scale_bytes_per_weight),
                 data_parallel=dp,
                 cache_write_kernel=self.separate_cache_write,
+                topk=model.index_topk,
             )
         )
         ops.append(self.gemm("o_proj", n_gpu * d_v, H, n * d_v * H, H, H, read=0 if self.fused_block else None,
                              launches=0.0 if self.fused_block else 1.0, data_parallel=dp))
         return ops
+
+    def indexer(self) -> list[Operator]:
+        """DSA's lightning indexer (DeepSeek-V3.2's ``Indexer``): its projections and the scoring, replicated on every
+        GPU as vLLM runs it (ReplicatedLinear), for the sequences this GPU attends.
+
+        wq_b maps the query latent (or the hidden state without one) to n_i x d_i index queries, wk the hidden state
+        to one d_i key, normed by a LayerNorm (weight and bias), weights_proj the hidden state to n_i head weights.
+        """
+        model, dp = self.model, self.attention_dp
+        H, n_i, d_i = model.hidden_size, model.index_heads, model.index_head_dim
+        source, count = model.q_lora_rank or H, model.index_layers
+        # The scores run on FP8 tensor cores where the GPU has them (DeepGEMM's fp8_mqa_logits), else at the
+        # activation dtype.
+        dtype = "fp8" if "fp8" in self.gpu.peak_flops else self.precision.activation_dtype
+        return [
+            self.gemm("indexer_q_proj", source, n_i * d_i, source * n_i * d_i, 0, 0, count=count, data_parallel=dp),
+            self.gemm("indexer_k_proj", H, d_i, H * d_i, 0, 0, count=count, data_parallel=dp),
+            self.elementwise("indexer_k_norm", d_i, d_i, NORM_FLOPS_PER_ELEMENT * d_i, weights=2 * d_i, count=count),
+            self.gemm("indexer_weights_proj", H, n_i, H * n_i, 0, 0, count=count, data_parallel=dp),
+            Indexer(name="indexer", count=count, heads=n_i, head_dim=d_i, topk=model.index_topk,
+                    activation_bytes_per_element=self.b_a, compute_dtype=dtype, data_parallel=dp,
+                    cache_write_kernel=self.separate_cache_write),
+        ]
+
+    def linear_attention(self) -> list[Operator]:
+        """The Gated DeltaNet layers of a hybrid model (Qwen3-Next, Qwen3.5), split by heads over ``tp`` as vLLM does.
+
+        in_proj_qkvz (hidden -> q, k of key heads x d_k, v and the output gate z of value heads x d_v) and in_proj_ba
+        (the per-value-head write strength b and decay a) are column-parallel, out_proj row-parallel; the convolution
+        weights (one K-wide filter per q/k/v channel), A_log and dt_bias (one per value head) and the gated norm's
+        weight (d_v) belong to the recurrence operator.
+        """
+        model, tp, dp = self.model, self.attention_tp, self.attention_dp
+        H, count = model.hidden_size, model.linear_layers
+        n_k, n_v = model.linear_key_heads, model.linear_value_heads
+        d_k, d_v, K = model.linear_key_head_dim, model.linear_value_head_dim, model.linear_conv_kernel
+        if n_k % tp:
+            raise InputError(f"--tp: {tp} does not divide the {n_k} linear-attention key heads of {model.name}")
+        key, value = n_k * d_k, n_v * d_v
+        conv = 2 * key + value
+        params = conv * K + 2 * n_v + d_v
+        b_state = state_bytes_per_element(model.linear_state_dtype, self.b_a)
+        return [
+            self.gemm("linear_in_proj_qkvz", H, (conv + value) // tp, H * (conv + value), 0, 0, count=count,
+                      data_parallel=dp),
+            self.gemm("linear_in_proj_ba", H, 2 * n_v // tp, H * 2 * n_v, 0, 0, count=count, data_parallel=dp),
+            GatedDeltaNet(name="linear_attention", count=count, key_heads=n_k // tp, value_heads=n_v // tp,
+                          key_head_dim=d_k, value_head_dim=d_v, conv_kernel=K, state_bytes_per_element=b_state,
+                          activation_bytes_per_element=self.b_a, compute_dtype=self.precision.activation_dtype, params=params,
+                          resident_bytes=((conv * K + 2 * n_v) // tp + d_v) * self.b_a, data_parallel=dp),
+            self.gemm("linear_out_proj", value // tp, H, value * H, 0, 0, count=count, data_parallel=dp),
+        ]
 
     def mlp(self, prefix: str, F: int, F_gpu: int, count: int, module: str) -> list[Operator]:
         """A dense MLP (or the shared experts, ``prefix`` 'shared_') of width F, F_gpu per GPU, on ``count`` layers."""
@@ -555,17 +620,3 @@ class _Builder:
             # them so (ModelSpec.shared_expert_module).
             ops += self.mlp("shared_", F_s, F_s // tp, count, model.shared_expert_module)
         return ops
-
-
-
-
-
-
-
-
-
-
-
-
-
-

@@ -9,7 +9,7 @@ are in that module's docstring.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import ClassVar, Literal, NamedTuple
+from typing import ClassVar, Literal
 
 import numpy as np
 
@@ -18,7 +18,12 @@ from simulator.model.routing import (
     row_tile,
     row_tiles,
 )
+from simulator.model.sparse_linear_operators import GatedDeltaNet, Indexer, topk_step
 from simulator.model.step import Number, Step, ceil_div
+from simulator.model.work import Work
+from simulator.model.work import active as _active
+from simulator.model.work import maximum as _max
+from simulator.model.work import minimum as _min
 
 AttentionKernel = Literal["flash", "naive", "per-head"]
 
@@ -49,45 +54,6 @@ ACTIVATION_FLOPS_PER_ELEMENT = 4.0
 
 
 SOFTMAX_FLOPS_PER_SCORE = 5.0
-
-
-class Work(NamedTuple):
-    """What an operator computes and moves in one step, on one GPU, per instance.
-
-    A NamedTuple rather than a dataclass: the engine builds ~15 of these per simulated
-    iteration, and tuple construction is several times cheaper.
-    """
-
-    flops: Number
-    weight_bytes: Number = 0.0
-    kv_read_bytes: Number = 0.0
-    kv_write_bytes: Number = 0.0
-    activation_bytes: Number = 0.0
-    link_bytes: Number = 0.0
-    launches: Number = 0.0
-    dequant_ops: Number = 0.0
-    """weight-only dequantisation operations (CUDA-core work, not model FLOPs)"""
-    padding_flops: Number = 0.0
-    """tensor-core FLOPs spent on the padding rows of grouped GEMMs (time, not model FLOPs)"""
-
-
-def _max(a: Number, b: Number) -> Number:
-    """np.maximum, without its per-call overhead (~1 us) when both are plain numbers (the engine's scalar steps)."""
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return np.maximum(a, b)
-    return a if a >= b or a != a else b
-
-
-def _min(a: Number, b: Number) -> Number:
-    """np.minimum, without its per-call overhead when both are plain numbers."""
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return np.minimum(a, b)
-    return a if a <= b or a != a else b
-
-
-def _active(tokens: Number) -> Number:
-    """1 where a step has tokens for this operator, else 0 (a kernel that does not run costs nothing)."""
-    return 1.0 * (tokens > 0)
 
 
 @dataclass(frozen=True)
@@ -398,6 +364,8 @@ class LatentAttention:
     cache_write_kernel: bool = False
     """the new tokens' latent goes into the cache by a kernel of their own (vLLM's ``concat_and_cache_mla``, SGLang's
     ``set_kv_buffer``; fusion none and kernels)"""
+    topk: int = 0
+    """DSA: keys each query attends, chosen by the indexer (0: all); then prefill runs absorbed too (work)"""
     kind: str = "attention"
     works_from_tokens: ClassVar[bool] = False
     """False: ``work(step)`` reads the context and attention pairs of the step"""
@@ -408,19 +376,28 @@ class LatentAttention:
     def work(self, step: Step) -> Work:
         n, r, d_r, d_n, d_v = self.q_heads, self.kv_lora_rank, self.rope_dim, self.nope_dim, self.v_dim
         b_a, b_kv = self.activation_bytes_per_element, self.kv_bytes_per_element
-        decode_tokens = step.tokens - step.prefill_tokens
-        decode_pairs = step.attention_pairs - step.prefill_attention_pairs
-        prefill_keys = step.context_tokens - decode_pairs
+        if self.topk:
+            # DSA: attention over the selected keys only; every token, prefill too, runs in the absorbed (MQA)
+            # form over the latent, since each selected latent serves all heads (DeepSeek-V3.2-Exp report, 2.1;
+            # FlashMLA's sparse kernels), so nothing is decompressed.
+            step = topk_step(step, self.topk)
+            decode_tokens, decode_pairs = step.tokens, step.attention_pairs
+            prefill_keys, prefill_pairs, prefill_tokens = 0.0 * step.tokens, 0.0 * step.tokens, 0.0 * step.tokens
+        else:
+            decode_tokens = step.tokens - step.prefill_tokens
+            decode_pairs = step.attention_pairs - step.prefill_attention_pairs
+            prefill_keys = step.context_tokens - decode_pairs
+            prefill_pairs, prefill_tokens = step.prefill_attention_pairs, step.prefill_tokens
         latent_bytes = (r + d_r) * b_kv
         expanded = n * (d_n + d_r + d_v)
         flops = (
             decode_pairs * 2.0 * n * (2 * r + d_r)
             + decode_tokens * 2.0 * n * r * (d_n + d_v)
             + prefill_keys * 2.0 * r * n * (d_n + d_v)
-            + step.prefill_attention_pairs * 2.0 * n * (d_n + d_r + d_v)
+            + prefill_pairs * 2.0 * n * (d_n + d_r + d_v)
             + SOFTMAX_FLOPS_PER_SCORE * n * step.attention_pairs
         )
-        expanded_traffic = (2.0 * prefill_keys + step.prefill_attention_pairs / self.query_tile_rows) * expanded * b_a
+        expanded_traffic = (2.0 * prefill_keys + prefill_pairs / self.query_tile_rows) * expanded * b_a
         io = 0.0 if self.io_fused else step.tokens * n * (d_n + d_r + d_v) * b_a
         kv_b = r * n * (d_n + d_v) * (self.weight_bytes_per_element + self.scale_bytes_per_weight)
         share = 1.0 / self.data_parallel  # attention data parallelism: this GPU's share of the sequences
@@ -431,7 +408,7 @@ class LatentAttention:
             kv_write_bytes=latent_bytes * step.tokens * share,
             activation_bytes=(io + expanded_traffic) * share,
             # decode: the W_UK bmm, the latent attention kernel, the W_UV bmm; prefill: kv_b GEMM, attention
-            launches=3.0 * _active(decode_tokens) + 2.0 * _active(step.prefill_tokens)
+            launches=3.0 * _active(decode_tokens) + 2.0 * _active(prefill_tokens)
             + (_active(step.tokens) if self.cache_write_kernel else 0.0 * step.tokens),
         )
 
@@ -575,4 +552,5 @@ class AllToAll:
         )
 
 
-Operator = Gemm | ExpertGemm | Attention | LatentAttention | Elementwise | Embedding | AllReduce | AllToAll
+Operator = (Gemm | ExpertGemm | Attention | LatentAttention | Indexer | GatedDeltaNet | Elementwise | Embedding | AllReduce
+            | AllToAll)
