@@ -11,7 +11,9 @@ from simulator.plan.run import simulate_settings
 
 # 6 requests of prompt 32 and output 49 tokens, a cache of 10 blocks of 16 tokens (160 tokens).
 BASE = {"model": "llama2-7b", "gpu": "a100", "input_len": 32, "output_len": 49, "num_prompts": 6,
-        "request_rate": math.inf, "kv_blocks": 10, "block_size": 16, "engine": "vllm"}
+        "request_rate": math.inf, "kv_blocks": 10, "block_size": 16, "engine": "vllm",
+        # The bare engine: every request reaches it at t = 0 (no client path spreading the arrivals).
+        "client_path": "off"}
 
 
 def test_reserve_admits_only_whole_requests_and_never_preempts():

@@ -72,7 +72,7 @@ def test_launch_commands_carry_the_simulated_settings():
     # Weights 128.5 GiB; KV 327,680 B/token x 64 x 4096 = 80 GiB. TP 2: 64.2 + 40 > 80 GiB per GPU;
     # TP 4: 32.1 + 20 GiB holds the whole batch, so the planner picks 4.
     command = launch_command(run, "vllm")
-    for part in ("vllm serve llama2-70b", "--tensor-parallel-size 4", "--max-num-seqs 128",
+    for part in ("vllm serve meta-llama/Llama-2-70b-hf", "--tensor-parallel-size 4", "--max-num-seqs 128",
                  "--max-num-batched-tokens 4096", "--enable-chunked-prefill"):
         assert part in command
     sglang = launch_command(run, "sglang")
@@ -101,7 +101,9 @@ def test_cli_save_result_writes_json_and_checks_the_path_first(tmp_path):
 def test_launch_commands_carry_speculative_decoding():
     run = simulate_settings({"model": "llama3-70b", "gpu": "h100", "batch": 1, "ctx": 2176, "gen": 128,
                              "speculative": "draft:llama3-8b", "num_speculative_tokens": 3, "acceptance": 0.7})
-    assert '"num_speculative_tokens": 3' in launch_command(run, "vllm") and '"model": "llama3-8b"' in launch_command(run, "vllm")
+    # The draft is served by its Hugging Face id, as the target is (configs/models/llama3-8b.yaml: hf_id).
+    assert ('"num_speculative_tokens": 3' in launch_command(run, "vllm")
+            and '"model": "meta-llama/Meta-Llama-3-8B"' in launch_command(run, "vllm"))
     # SGLang verifies k drafted tokens plus the one the target emits: k + 1 = 4 draft tokens per step.
     sglang = launch_command(run, "sglang")
     assert "--speculative-num-steps 3" in sglang and "--speculative-num-draft-tokens 4" in sglang

@@ -230,6 +230,38 @@ def _point_cells(row: dict[str, Any], axes: list[str]) -> list[str]:
     return [str(row["point"]), *(_fmt(row.get(f"input.{name}"), "") for name in axes)]
 
 
+def _layout(row: dict[str, Any]) -> str:
+    """A fitting point's parallel layout in words: ``tp 2`` or ``tp 8 x pp 2``."""
+    pp = row.get("pp")
+    return f"tp {row.get('tp')}" + (f" x pp {pp}" if pp not in (None, "", 1, "1") else "")
+
+
+def layout_note(scenario: Scenario, rows: list[dict[str, Any]]) -> list[str]:
+    """A loud line when the planner gave fitting points different tensor-parallel (or pipeline) degrees although the
+    scenario set none: a precision or GPU comparison would otherwise compare different GPU counts silently."""
+    named = {axis.name for axis in scenario.axes} | {name for name, value in scenario.base.items() if value is not None}
+    if named & {"tp", "tensor_parallel_size", "pp", "pipeline_parallel_size"}:
+        return []  # asked for: the degrees are the scenario's own
+    fitting = [r for r in rows if r.get("fits") is True and r.get("tp") not in (None, "")]
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in fitting:
+        groups.setdefault(_layout(row), []).append(row)
+    if len(groups) < 2:
+        return []
+    axes = [axis.name for axis in scenario.axes]
+
+    def points(members: list[dict[str, Any]]) -> str:
+        shown = members[:4]
+        inputs = "; ".join(" ".join(f"{name}={_fmt(r.get(f'input.{name}'), '')}" for name in axes) for r in shown)
+        more = f" and {len(members) - len(shown)} more" if len(members) > len(shown) else ""
+        return f"point{'s' if len(members) > 1 else ''} {', '.join(str(r['point']) for r in shown)}{more} ({inputs})"
+
+    parts = [f"{layout} at {points(members)}" for layout, members in sorted(groups.items())]
+    return [f"  WARNING  the points ran at different parallel degrees: {'; '.join(parts)}. The scenario sets no tp, so "
+            "each point took the smallest degree whose KV cache holds its batch; their latency and throughput compare "
+            "different GPU counts. Set base.tp (or a tp axis) to compare like for like."]
+
+
 def summary_text(scenario: Scenario, outcome: SweepOutcome, where: str, limit: int = 12) -> str:
     rows = outcome.rows
     axes = [axis.name for axis in scenario.axes]
@@ -247,6 +279,7 @@ def summary_text(scenario: Scenario, outcome: SweepOutcome, where: str, limit: i
         limits = ", ".join(f"p99 {m.upper()} <= {fmt_seconds(v)}" for m, v in scenario.slo.limits().items())
         met = sum(1 for r in rows if r.get("slo.met") is True)
         lines.append(f"  SLO      {limits}  ({met} of {len(rows)} points meet it)")
+    lines += layout_note(scenario, rows)
     front = pareto_front(fitting, THROUGHPUT_KEY, "p99.e2e_seconds")
     if front:
         lines += ["", f"Pareto front: output throughput vs p99 end-to-end latency ({len(front)} of {len(fitting)} fitting points)"]

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import simpy
 
+from simulator.cost.client_path import engine_arrivals
 from simulator.cost.pipeline import PipelineSystem
 from simulator.cost.system import System
 from simulator.engine.engine import PER_REQUEST, Engine, simulate
@@ -57,7 +58,9 @@ def _subset(workload: Workload, ids: np.ndarray, label: str) -> Workload:
     return Workload(workload.arrival_seconds[ids], workload.prompt_tokens[ids], workload.output_tokens[ids],
                     workload.kind, f"{workload.description} ({label})",
                     prefix_id=None if prefix_id is None else prefix_id[ids],
-                    prefix_tokens=None if prefix_tokens is None else prefix_tokens[ids])
+                    prefix_tokens=None if prefix_tokens is None else prefix_tokens[ids],
+                    client_seconds=None if workload.client_seconds is None else workload.client_seconds[ids],
+                    response_seconds=workload.response_seconds)
 
 
 class Replica(Engine):
@@ -69,6 +72,7 @@ class Replica(Engine):
                          cluster.workload.kind, "")
         super().__init__(system, empty, config, kv_blocks)
         self.arrival = self.arrival.copy()
+        self.response = cluster.workload.response_seconds
         self.cluster, self.index = cluster, index
         self.capacity = capacity
         self.n = 0
@@ -167,7 +171,9 @@ class Cluster:
         self.workload = workload
         self.router = Router(router, replicas)
         self.order = np.flatnonzero(admitted)
-        self.arrival = workload.arrival_seconds
+        # The router sees a request when it reaches the engines, after its client path (simulator.cost.client_path).
+        self.arrival = (workload.arrival_seconds if workload.client_seconds is None
+                        else engine_arrivals(workload.arrival_seconds, workload.client_seconds))
         self.next = 0  # index into self.order of the next request to route
         self.assignment = np.full(len(workload), -1, dtype=np.int64)
         capacity = max(64, int(1.25 * len(self.order) / replicas) + 64)
@@ -226,6 +232,9 @@ def _merge_totals(parts: list[Totals]) -> Totals:
         merged.decode_iterations += part.decode_iterations
         merged.decode_flops += part.decode_flops
         merged.decode_bytes += part.decode_bytes
+        merged.decode_only_iterations += part.decode_only_iterations
+        merged.decode_only_flops += part.decode_only_flops
+        merged.decode_only_bytes += part.decode_only_bytes
         merged.busy_seconds += part.busy_seconds / count
         merged.compute_bound_seconds += part.compute_bound_seconds / count
         merged.memory_bound_seconds += part.memory_bound_seconds / count
@@ -293,6 +302,8 @@ def simulate_cluster(
     if replicas < 1:
         raise InputError(f"--replicas: must be >= 1 (got {replicas})")
     check_router(router)
+    if workload.concurrency is not None and replicas > 1:
+        raise InputError(f"--max-concurrency: a closed loop is simulated on one replica; run with --replicas 1 (got {replicas})")
     if records is not None and replicas > 1:
         raise InputError(f"--records: streams the records of one replica; run with --replicas 1 (got {replicas})")
     if replicas == 1:

@@ -134,7 +134,8 @@ def transfer_schedule(ready: np.ndarray, sender: np.ndarray, kv_bytes: np.ndarra
 def _combine_totals(prefill: Totals, decode: Totals, p: int, d: int) -> Totals:
     """Counts, FLOPs and bytes summed; busy and bound seconds averaged over all p + d replicas (as a cluster's)."""
     merged = Totals()
-    for name in ("flops", "bytes", "iterations", "cost_calls", "decode_iterations", "decode_flops", "decode_bytes"):
+    for name in ("flops", "bytes", "iterations", "cost_calls", "decode_iterations", "decode_flops", "decode_bytes",
+                 "decode_only_iterations", "decode_only_flops", "decode_only_bytes"):
         setattr(merged, name, getattr(prefill, name) + getattr(decode, name))
     for name in ("busy_seconds", "compute_bound_seconds", "memory_bound_seconds", "communication_seconds"):
         setattr(merged, name, (p * getattr(prefill, name) + d * getattr(decode, name)) / (p + d))

@@ -36,13 +36,14 @@ from __future__ import annotations
 import heapq
 import time
 from collections import OrderedDict, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Generator
 
 import numpy as np
 import simpy
 
+from simulator.cost.client_path import engine_arrivals
 from simulator.cost.system import System
 from simulator.cost.tracing import trace_scalar
 from simulator.engine.engine_result import EngineResult, Totals
@@ -68,6 +69,7 @@ from simulator.engine.scheduler import (
     plan_static,
 )
 from simulator.engine.workload import Workload
+from simulator.errors import InputError
 from simulator.model.step import Step
 
 if TYPE_CHECKING:
@@ -227,6 +229,7 @@ class Engine:
         self._prompts = workload.prompt_tokens.astype(np.int64, copy=False)
         self._outputs = workload.output_tokens.astype(np.int64, copy=False)
         self._reasons = self._reject_reasons(kv_blocks)
+        self._arrivals = self._client_arrivals(workload, records)
         if config.prefix_cache_warm:
             self._warm_prefix_cache(kv_blocks)
         # A request waited for KV if the queue head was refused for lack of free blocks while it was queued:
@@ -275,6 +278,38 @@ class Engine:
         self.first_decode: list[tuple | None] = [None, None]
         self.last_decode: list[tuple | None] = [None, None]
 
+    def _client_arrivals(self, workload: Workload, records: Path | str | None) -> np.ndarray:
+        """When each request reaches this engine (seconds): its send time plus its client path
+        (simulator.cost.client_path), in the order sent. A closed loop (simulator.engine.closed_loop) knows only
+        its first ``concurrency`` sends, at t = 0; the others are sent as requests finish (:meth:`_send_next`)."""
+        self.response = workload.response_seconds  # engine token -> client's chunk, added to every token time
+        self.concurrency = workload.concurrency
+        n = len(workload)
+        pre = np.zeros(n) if workload.client_seconds is None else workload.client_seconds.astype(float)
+        if self.concurrency is None:
+            return workload.arrival_seconds if workload.client_seconds is None else engine_arrivals(workload.arrival_seconds, pre)
+        if records is not None:
+            raise InputError("--records: a closed loop (--max-concurrency) is held in memory; run it without --records")
+        first = min(self.concurrency, n)
+        arrivals = np.full(n, np.inf)  # not sent yet
+        arrivals[:first] = engine_arrivals(np.zeros(first), pre[:first])
+        self._pre = pre.tolist()
+        self.sent = [0.0] * first + [np.nan] * (n - first)
+        self.next_send = first
+        self.handed = float(arrivals[first - 1]) if first else 0.0  # the latest request handed to the engine
+        return arrivals
+
+    def _send_next(self, when: float) -> None:
+        """Closed loop: a client got its answer at ``when`` and sends the next request at once; it reaches the
+        engine after its client path, never before the request sent ahead of it."""
+        k = self.next_send
+        if k >= self.n:
+            return
+        self.next_send = k + 1
+        self.sent[k] = when
+        self.handed = max(when + self._pre[k], self.handed)
+        self.arrival[k] = self.handed
+
     def _warm_prefix_cache(self, kv_blocks: int) -> None:
         """Every prefix of the workload starts resident and unreferenced (the server served these prompts before)."""
         workload = self.workload
@@ -294,7 +329,7 @@ class Engine:
         workload = self.workload
         prompt = self._prompts[lo:hi]
         state: dict[str, list] = {
-            "arrival": workload.arrival_seconds[lo:hi].tolist(), "prompt": prompt.tolist(),
+            "arrival": self._arrivals[lo:hi].tolist(), "prompt": prompt.tolist(),
             "output": self._outputs[lo:hi].tolist(), "reject_reason": self._reasons[lo:hi].tolist(),
         }
         prefix_id, prefix_blocks = [-1] * count, [0] * count
@@ -376,6 +411,8 @@ class Engine:
             if self.reject_reason[rid]:
                 self.status[rid] = REJECTED
                 self.done += 1
+                if self.concurrency is not None:
+                    self._send_next(now + self.response)  # the client gets its error and sends the next request
                 continue
             self.status[rid] = WAITING
             self.target[rid] = self.prompt[rid]
@@ -490,7 +527,7 @@ class Engine:
         emitted = self.emitted[rid] + 1
         self.emitted[rid] = emitted
         if emitted == 1:
-            self.first_token[rid] = now
+            self.first_token[rid] = now + self.response  # as the client sees it (simulator.cost.client_path)
         else:
             self.itl.add(now - self.last_token[rid], 1)
         self.last_token[rid] = now
@@ -529,7 +566,9 @@ class Engine:
     def _finish(self, rid: int, now: float, blocks: int) -> None:
         """``rid`` is done: its own ``blocks`` are freed (a shared prefix's only when its last user leaves)."""
         self.status[rid] = DONE
-        self.finish[rid] = now
+        self.finish[rid] = now + self.response  # as the client sees it (simulator.cost.client_path)
+        if self.concurrency is not None:
+            self._send_next(now + self.response)
         self.alloc.release(blocks)
         self._drop_prefix(rid)
         self.running -= 1
@@ -688,7 +727,9 @@ class Engine:
         self.last_decode[kind] = step
 
     def _charge(self, seconds, flops, moved, compute_bound, memory_bound, communication, iterations: int,
-                decode: bool) -> None:
+                decode: bool, mixed: bool = False) -> None:
+        """Add ``iterations`` iterations to the totals; ``decode``: they decode, ``mixed``: they also prefill
+        (counted apart so that a decode step's FLOPs are not averaged with prefill chunks')."""
         t = self.totals
         if isinstance(seconds, np.ndarray):  # arrays over the iterations of a stretch
             # Summed in tick order (cumsum), as the scalar path adds tick by tick: both paths agree bit for bit.
@@ -699,6 +740,10 @@ class Engine:
             t.decode_iterations += iterations
             t.decode_flops += flops
             t.decode_bytes += moved
+            if not mixed:
+                t.decode_only_iterations += iterations
+                t.decode_only_flops += flops
+                t.decode_only_bytes += moved
         t.busy_seconds += seconds
         t.flops += flops
         t.bytes += moved
@@ -718,7 +763,7 @@ class Engine:
         if decoders:
             self._note_decode_step(fields, mixed=bool(chunks))
         seconds, flops, moved, compute_bound, memory_bound, communication = self._cost_scalar(fields)
-        self._charge(seconds, flops, moved, compute_bound, memory_bound, communication, 1, decoders > 0)
+        self._charge(seconds, flops, moved, compute_bound, memory_bound, communication, 1, decoders > 0, bool(chunks))
         yield env.timeout(seconds)
         now = env.now
         self._now = now
@@ -1010,12 +1055,16 @@ class Engine:
                     continue
                 if chunks is not None:
                     idle_queue = not self.waiting
-                    yield from self._stretch(env, cut_at_arrival=idle_queue, across_completions=idle_queue)
+                    # In a closed loop a completion sends the next request: a stretch stops at each one.
+                    yield from self._stretch(env, cut_at_arrival=idle_queue,
+                                             across_completions=idle_queue and self.concurrency is None)
                     continue
             else:
                 if self.decoding and not self.partials and not self._head_admissible():
                     idle_queue = not self.waiting
-                    yield from self._stretch(env, cut_at_arrival=idle_queue, across_completions=idle_queue)
+                    # In a closed loop a completion sends the next request: a stretch stops at each one.
+                    yield from self._stretch(env, cut_at_arrival=idle_queue,
+                                             across_completions=idle_queue and self.concurrency is None)
                     continue
                 preempted = self._make_room_for_decode()
                 chunks = plan_chunked(self, admit=preempted == 0 or not self.decoding)
@@ -1033,13 +1082,18 @@ class Engine:
         """When the next request not yet seen arrives (None: no more are known)."""
         if self.next_arrival >= self.n and not self._load_more():
             return None
-        return float(self.arrival[self.next_arrival])
+        upcoming = float(self.arrival[self.next_arrival])
+        return None if upcoming == np.inf else upcoming  # inf: a closed loop's request not sent yet
 
     def _idle_event(self, env: simpy.Environment, now: float) -> simpy.Event | None:
         """What an idle engine waits for (the next arrival), or None when the run is over."""
         if self.next_arrival >= self.n and not self._load_more():
             return None
-        return env.timeout(float(self.arrival[self.next_arrival]) - now)
+        upcoming = float(self.arrival[self.next_arrival])
+        if upcoming == np.inf:
+            # A closed loop sends a request whenever one finishes, so an idle engine has nothing unsent.
+            raise RuntimeError("closed loop stalled with requests unsent")  # a bug, not bad input
+        return env.timeout(upcoming - now)
 
     def run(self) -> EngineResult:
         env = simpy.Environment()
@@ -1061,8 +1115,11 @@ class Engine:
 
     def result(self, wall_seconds: float = 0.0) -> EngineResult:
         """What the run produced so far (the whole run once its simpy process has returned)."""
+        workload = self.workload
+        if self.concurrency is not None:  # the send times the closed loop chose (NaN: never sent)
+            workload = replace(workload, arrival_seconds=np.array(self.sent, dtype=float))
         return EngineResult(
-            workload=self.workload,
+            workload=workload,
             config=self.config,
             kv_blocks=self.alloc.total,
             status=self._array("status"),

@@ -29,8 +29,17 @@ class Totals:
     iterations: int = 0
     cost_calls: int = 0
     decode_iterations: int = 0
+    """iterations with at least one decoding sequence, mixed ones (prefill chunks + decodes) included"""
     decode_flops: float = 0.0
+    """FLOPs of those iterations, the prefill chunks of mixed ones included"""
     decode_bytes: float = 0.0
+    """HBM bytes of those iterations, the prefill chunks of mixed ones included"""
+    decode_only_iterations: int = 0
+    """iterations that only decode (no prefill chunk): what a "decode step" means in the report"""
+    decode_only_flops: float = 0.0
+    """FLOPs of the decode-only iterations (one GPU)"""
+    decode_only_bytes: float = 0.0
+    """HBM bytes of the decode-only iterations (one GPU)"""
 
 
 @dataclass

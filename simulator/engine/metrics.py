@@ -16,7 +16,7 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -270,6 +270,21 @@ class Aggregates:
     overhead_share: float = 0.0
     """share of busy time the GPU waited for the host: the engine loop (simulator.cost.engine_overhead) and kernel
     launches outside CUDA graphs (simulator.cost.step_cost.launch_wait)"""
+    decode_tokens: int = 0
+    """sequence decodes over all iterations (one per decoding sequence per iteration; tokens without speculation)"""
+    mixed_decode_tokens: int = 0
+    """the part of ``decode_tokens`` that rode in mixed iterations (ones that also ran a prefill chunk)"""
+    mixed_iterations: int = 0
+    """iterations that ran prefill chunks and decodes together (chunked prefill)"""
+    mixed_iteration_seconds: float = 0.0
+    """mean duration of a mixed iteration, seconds (0 when there is none)"""
+    decode_only_iteration_seconds: float = 0.0
+    """mean duration of an iteration that only decodes, seconds (0 when there is none)"""
+
+    @property
+    def mixed_decode_share(self) -> float:
+        """Share of decode tokens that rode in mixed iterations: what makes TPOT exceed a decode step's time."""
+        return self.mixed_decode_tokens / self.decode_tokens if self.decode_tokens else 0.0
 
     def _rate(self, count: float) -> float:
         return count / self.duration_seconds if self.duration_seconds > 0 else 0.0
@@ -358,6 +373,7 @@ def aggregate(result, tp: int, peak_flops: float, hbm_bandwidth: float,
         ttft_summary, e2e_summary, queue_summary = summarize_rows(ttft, e2e, queue)
     totals = result.totals
     busy = totals.busy_seconds
+    mix = _mixed_iterations(result.log)
     share = (lambda s: s / busy) if busy > 0 else (lambda s: 0.0)
     return Aggregates(
         requests=len(workload),
@@ -388,4 +404,24 @@ def aggregate(result, tp: int, peak_flops: float, hbm_bandwidth: float,
         # Iteration time includes the engine's exposed host time, which is in none of the bound columns.
         overhead_share=share(max(0.0, busy - totals.compute_bound_seconds - totals.memory_bound_seconds
                                  - totals.communication_seconds)),
+        **mix,
     )
+
+
+def _mixed_iterations(log: Columns) -> dict[str, Any]:
+    """Decode tokens in all and in mixed iterations, and the mean durations (s) of mixed and decode-only ones,
+    from the iteration log (its ``prefill_tokens``, ``decode_seqs`` and ``seconds`` columns)."""
+    if not log.size:
+        return {}
+    seconds, prefill, decodes = log["seconds"], log["prefill_tokens"], log["decode_seqs"]
+    decoding = decodes > 0
+    mixed = decoding & (prefill > 0)
+    only = decoding & (prefill == 0)
+    mixed_count, only_count = int(np.count_nonzero(mixed)), int(np.count_nonzero(only))
+    return {
+        "decode_tokens": int(decodes.sum()),
+        "mixed_decode_tokens": int(decodes[mixed].sum()),
+        "mixed_iterations": mixed_count,
+        "mixed_iteration_seconds": float(seconds[mixed].sum()) / mixed_count if mixed_count else 0.0,
+        "decode_only_iteration_seconds": float(seconds[only].sum()) / only_count if only_count else 0.0,
+    }

@@ -70,6 +70,16 @@ class Workload:
     """per request, the shared prefix its prompt starts with (-1: none); None when no request has one"""
     prefix_tokens: np.ndarray | None = None
     """per request, that prefix's length in tokens (part of ``prompt_tokens``); see simulator.engine.prefix_cache"""
+    client_seconds: np.ndarray | None = None
+    """per request, seconds from the client's send to the engine's receipt (HTTP, tokenisation, hand-off:
+    simulator.cost.client_path); None: the engine receives each request when it is sent"""
+    response_seconds: float = 0.0
+    """seconds from the engine's emission of a token to the client's receipt of it (first chunk streaming)"""
+    concurrency: int | None = None
+    """a closed loop of this many clients (simulator.engine.closed_loop): ``arrival_seconds`` are then
+    filled in by the engine as requests are sent; None: the arrivals are given"""
+    warmup: int = 0
+    """the first ``warmup`` requests are sent first and not scored (closed loops)"""
 
     def __len__(self) -> int:
         return len(self.arrival_seconds)

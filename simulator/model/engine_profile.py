@@ -39,6 +39,8 @@ engine before 0.6, ``vllm-v0.6.yaml`` the V0 engine of 0.6 and 0.7):
   GeForce parts run at twice their FP32-accumulate tensor rate (``GPUSpec.fp16_accumulate_flops``).
 - ``scheduler``: the engine's defaults (kind, max sequences, token budget, KV block size, the most
   tokens one forward pass carries).
+- ``client``: the client path a benchmark client's TTFT holds beyond the engine (HTTP and hand-off to
+  the engine core, tokenisation per prompt token, first streamed chunk; :mod:`simulator.cost.client_path`).
 
 Every number carries its source in the YAML. :mod:`simulator.cost.engine_overhead` turns a
 profile into seconds; units are SI (seconds, bytes, tokens).
@@ -80,6 +82,33 @@ class CpuOverhead(HostWork):
     kernels_per_sampled_sequence: float = Field(default=0.0, ge=0.0, le=1000.0)
     """more such kernels for each sequence that samples its next token rather than taking the argmax
     (a run's ``sampling`` setting; :attr:`EngineProfile.sampling`)"""
+
+
+class ClientPath(BaseModel):
+    """What a benchmark client's TTFT holds beyond the engine: the API server's work on each request (seconds).
+
+    See :mod:`simulator.cost.client_path` for how it is charged; every shipped value cites its source in the
+    profile YAML. All zero (the default, and ``ideal``): the engine is measured bare.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    http_seconds: float = Field(default=0.0, ge=0.0, le=10.0)
+    """per request: HTTP parsing, request validation and the hand-off to the engine core (seconds)"""
+    tokenize_seconds_per_token: float = Field(default=0.0, ge=0.0, le=1e-3)
+    """per prompt token: tokenisation on the API server (seconds per token)"""
+    first_chunk_seconds: float = Field(default=0.0, ge=0.0, le=10.0)
+    """per request: the engine's first token to the client's first streamed chunk (seconds)"""
+    detokenize_seconds_per_token: float = Field(default=0.0, ge=0.0, le=1e-2)
+    """detokenising one output token before its chunk is sent (seconds); charged to the first and the last token
+    only, since later tokens are detokenised while the engine computes the next step in every shipped profile"""
+    jitter_cv: float = Field(default=0.0, ge=0.0, le=10.0)
+    """coefficient of variation of a request's client-path time (lognormal, mean 1)"""
+
+    @property
+    def is_zero(self) -> bool:
+        return not (self.http_seconds or self.tokenize_seconds_per_token or self.first_chunk_seconds
+                    or self.detokenize_seconds_per_token)
 
 
 class GraphCapture(BaseModel):
@@ -181,6 +210,9 @@ class EngineProfile(BaseModel):
     or ``of_free``, the memory left after weights, activations and runtime (TensorRT-LLM's
     KvCacheConfig.free_gpu_memory_fraction, default 0.9)"""
     scheduler: SchedulerDefaults = Field(default_factory=SchedulerDefaults)
+    client: ClientPath = Field(default_factory=ClientPath)
+    """the client path a benchmark client measures in TTFT (API server, tokenisation, first chunk);
+    :mod:`simulator.cost.client_path`"""
 
     def for_gpu(self, name: str, hbm_bytes: float) -> EngineProfile:
         """This profile with the scheduler defaults the engine picks on this GPU (``scheduler.large_gpu``)."""

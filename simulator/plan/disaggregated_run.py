@@ -25,6 +25,7 @@ import numpy as np
 from simulator.cost.deployment import Deployment
 from simulator.cost.kv_transfer import KVLink, kv_link
 from simulator.cost.memory import kv_bytes_per_sequence
+from simulator.engine.closed_loop import with_client_path
 from simulator.engine.disaggregated import PoolResults, serve_disaggregated
 from simulator.engine.kvcache import KVCapacity, kv_capacity
 from simulator.engine.metrics import Aggregates, Summary, aggregate, summarize
@@ -103,6 +104,11 @@ def simulate_disaggregated(settings: RunSettings, progress: Callable[[int, int],
     workload = build_workload(settings, max_context)
     if settings.shared_prefix_tokens is not None:
         workload = with_shared_prefix(workload, settings.shared_prefix_tokens, settings.shared_prefix_ratio, settings.seed)
+    if settings.client_path == "on":
+        # The request side of the client path (simulator.cost.client_path) delays each arrival at the prefill pool. Its
+        # response side is not charged here: the prefill pool's first token also starts the KV transfer.
+        client = with_client_path(workload, prefill.deployment.system.engine.client, settings.seed)
+        workload = replace(client, response_seconds=0.0)
     prompt = workload.prompt_tokens.astype(np.int64)
     _check_fits(workload, prefill, prompt)
     _check_fits(workload, decode, np.maximum(prompt + workload.output_tokens - 1, prompt))

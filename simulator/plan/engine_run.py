@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from simulator.cost.deployment import Deployment
+from simulator.engine.closed_loop import closed_loop, scored, with_client_path
 from simulator.engine.cluster import simulate_cluster
 from simulator.engine.engine_result import EngineResult
 from simulator.engine.kvcache import KVCapacity, kv_capacity
@@ -31,7 +32,7 @@ from simulator.engine.workload import (
     trace_workload,
 )
 from simulator.errors import InputError
-from simulator.model.engine_profile import EngineProfile
+from simulator.model.engine_profile import ClientPath, EngineProfile
 from simulator.plan.deployment_planner import engine_from_options
 from simulator.plan.placement import admission_notes, plan_serving
 from simulator.plan.settings import RunSettings, parse_settings
@@ -82,6 +83,10 @@ def build_workload(settings: RunSettings, max_tokens: int) -> Workload:
     seed = settings.seed
     if settings.trace is not None:
         trace = with_trace_prefixes(read_trace(settings.trace))
+        if settings.max_concurrency is not None:  # the trace's requests, in order, sent by a closed loop
+            return closed_loop(settings.max_concurrency, settings.requests or len(trace.arrival_seconds),
+                               settings.warmup_requests, prompt or trace.prompt_tokens, output or trace.output_tokens,
+                               seed, max_tokens)
         if settings.qps is None:
             return trace_workload(trace, settings.trace_speedup, prompt, output, seed, max_tokens,
                                   settings.trace_start, settings.trace_duration)
@@ -94,6 +99,9 @@ def build_workload(settings: RunSettings, max_tokens: int) -> Workload:
         return replace(workload, notes=(*trace.notes, *workload.notes))
     prompt = prompt or LengthSpec("fixed", settings.ctx - settings.gen)
     output = output or LengthSpec("fixed", settings.gen)
+    if settings.max_concurrency is not None:
+        return closed_loop(settings.max_concurrency, settings.requests or OPEN_LOOP_REQUESTS, settings.warmup_requests,
+                           prompt, output, seed, max_tokens)
     if settings.qps is None:
         return closed_batch(settings.closed_batch_size, prompt, output, seed, max_tokens)
     n = settings.requests or OPEN_LOOP_REQUESTS
@@ -152,6 +160,8 @@ def prepare(settings: RunSettings | dict[str, Any]) -> Prepared:
     settings = as_settings(settings)
     config = scheduler_config(settings, engine_from_options(settings.model_dump()))
     planned_batch = settings.closed_batch_size if settings.qps is None and settings.trace is None else settings.batch
+    if settings.max_concurrency is not None:
+        planned_batch = settings.max_concurrency  # the clients keep this many requests in flight
     # No more than max_num_seqs sequences ever run at once, so no more are planned to fit at once.
     planned_batch = min(planned_batch, config.max_num_seqs)
     # Only the weights and one ctx-token sequence must fit; the paged cache queues the rest (plan/placement.py).
@@ -164,6 +174,9 @@ def prepare(settings: RunSettings | dict[str, Any]) -> Prepared:
     if settings.shared_prefix_tokens is not None:
         workload = with_shared_prefix(workload, settings.shared_prefix_tokens, settings.shared_prefix_ratio, settings.seed)
     _check_some_request_fits(workload, capacity, deployment)
+    # What a benchmark client measures beyond the engine (simulator.cost.client_path), unless asked for the bare engine.
+    client = deployment.system.engine.client if settings.client_path == "on" else ClientPath()
+    workload = with_client_path(workload, client, settings.seed)
     return Prepared(settings, deployment, workload, capacity, config)
 
 
@@ -200,6 +213,7 @@ def simulate_prepared(prep: Prepared, progress: Callable[[int, int], None] | Non
     replicas = prep.settings.replicas
     result = simulate_cluster(system, prep.workload, prep.config, prep.capacity.blocks, replicas,
                               prep.settings.router, progress, records=records)
+    result = scored(result)  # a closed loop's warm-up requests are not scored
     slo = (prep.settings.slo_ttft, prep.settings.slo_tpot, prep.settings.slo_e2e)
     peak, bandwidth = system.peak_flops, system.gpu.hbm_bandwidth_bytes_per_second
     # The merged result's FLOPs and bytes are sums over replicas: utilisation is per GPU over all of them.

@@ -2,8 +2,9 @@
 
 A band is the (10th, 90th) percentile of the signed out-of-sample relative errors,
 (predicted - measured) / measured, of the validation rows of one class, with the row count.
-It reads "the measurement was typically between -low and -high of the prediction's error":
-a band of -12%..+30% means 8 of 10 such predictions were between 12% too low and 30% too high.
+A band of -12%..+30% means 8 of 10 such predictions were between 12% below and 30% above the
+measurement. For a time (TTFT, TPOT, e2e) below means the simulator was too fast; for a rate
+(throughput) above does: :func:`band_reading` says which in words.
 
 Classes, finest first (:func:`lookup_band` takes the first with at least :data:`MIN_ROWS` rows):
 
@@ -76,8 +77,9 @@ class Band:
         return " / ".join(parts)
 
     def text(self) -> str:
-        """``-12%..+30% from 14 validation rows (hopper / serving / ttft)``."""
-        return f"typical error {100 * self.low:+.0f}%..{100 * self.high:+.0f}%, from {self.rows} validation rows ({self.label})"
+        """``typical error -12%..+30%, from 14 validation rows (hopper / serving / ttft): the prediction ran ...``."""
+        return (f"typical error {100 * self.low:+.0f}%..{100 * self.high:+.0f}%, from {self.rows} validation rows "
+                f"({self.label}): {band_reading(self.low, self.high, self.metric_kind)}")
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -189,11 +191,32 @@ def run_error_bands(gpu: str, engine: str | None, batch: int, context_tokens: in
     return out
 
 
+RATE_KINDS = frozenset({"throughput"})
+"""Metric kinds that are rates: a prediction above the measurement is the simulator being too fast (for a time,
+too slow)."""
+
+
+def _end(error: float, kind: str) -> str:
+    """One end of a band in words: ``46% below (too fast)``. ``error``: (predicted - measured) / measured."""
+    side = "below" if error < 0 else "above"
+    too_fast = (error > 0) == (kind in RATE_KINDS)  # a low time or a high rate flatters the deployment
+    return f"{abs(100 * error):.0f}% {side} ({'too fast' if too_fast else 'too slow'})"
+
+
+def band_reading(low: float, high: float, kind: str) -> str:
+    """The band as a sentence whose sign cannot be misread: ``the prediction ran 46% below (too fast) to 19%
+    above (too slow) the measurement``; 'too fast' means the simulator promised more speed than was measured."""
+    return f"the prediction ran {_end(low, kind)} to {_end(high, kind)} the measurement"
+
+
 def band_text(band: dict[str, Any]) -> str:
-    """``typical error -12%..+30% from 14 validation rows`` or the reason there is none (for reports)."""
+    """``the prediction ran 46% below (too fast) to 19% above (too slow) the measurement (10th-90th percentile,
+    40 validation rows)`` or the reason there is none (for reports)."""
     if band.get("low") is None:
         return f"no error band: {band.get('reason', 'unknown')}"
-    return f"typical error {100 * band['low']:+.0f}%..{100 * band['high']:+.0f}% from {band['rows']} validation rows"
+    low, high = (round(q * 100) for q in band.get("quantiles", [q / 100 for q in QUANTILES]))
+    return (f"{band_reading(band['low'], band['high'], band.get('metric_kind', ''))} "
+            f"({low}th-{high}th percentile, {band['rows']} validation rows)")
 
 
 def error_bands_for_run(run: Any, path: Path | None = None) -> dict[str, dict[str, Any]]:

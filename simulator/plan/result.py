@@ -6,11 +6,13 @@ from typing import Any
 
 import numpy as np
 
+from simulator.cost.client_path import breakdown
 from simulator.cost.engine_overhead import per_sequence_seconds
 from simulator.cost.step_cost import StepCost
-from simulator.engine.metrics import REJECTED
+from simulator.engine.metrics import REJECT_REASONS, REJECTED, STATE_NAMES
 from simulator.errors import InputError
 from simulator.model.parameters import moe_facts, parameter_counts
+from simulator.model.step import Step
 from simulator.plan.disaggregated_run import disaggregation_summary
 from simulator.plan.engine_run import EngineRun
 from simulator.plan.error_bands import error_bands_for_run
@@ -98,6 +100,28 @@ def architecture_dict(system: Any, tokens: float) -> dict[str, Any]:
         "moe": None if facts is None else {**facts._asdict(), "routing_skew": system.routing_skew,
                                             "touched_tokens": tokens},
     }
+
+
+def step_shape(step: Step | None) -> dict[str, Any] | None:
+    """What a remembered step holds: ``sequences``, ``prefill_tokens`` (0 for a decode-only step) and
+    ``context_tokens_per_sequence`` (keys each sequence attends, on average, its new token included); None: no step."""
+    if step is None:
+        return None
+    sequences = float(step.sequences)
+    return {"sequences": int(sequences), "prefill_tokens": int(float(step.prefill_tokens)),
+            "context_tokens_per_sequence": float(step.context_tokens) / sequences if sequences else 0.0}
+
+
+def planned_decode_step(run: "EngineRun") -> dict[str, Any] | None:
+    """The decode step at the batch and context the deployment was planned for (the memory plan's sequences x
+    context tokens), costed by the System like every engine iteration: ``sequences``,
+    ``context_tokens_per_sequence``, ``seconds``; None when the plan holds no sequence."""
+    memory, system = run.deployment.memory, run.deployment.system
+    if memory.sequences < 1 or memory.context_tokens < 1:
+        return None
+    cost = system.step_cost(Step.decode(memory.sequences, memory.context_tokens))
+    return {"sequences": int(memory.sequences), "context_tokens_per_sequence": float(memory.context_tokens),
+            "seconds": float(cost.seconds)}
 
 
 def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
@@ -197,7 +221,10 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
             "seed": int(opts.seed),
             "prompt_tokens_mean": float(workload.prompt_tokens.mean()),
             "output_tokens_mean": float(workload.output_tokens.mean()),
+            "max_concurrency": opts.max_concurrency,
+            "warmup_requests": int(opts.warmup_requests),
         },
+        "client_path": client_path_dict(run),
         "scheduler": {
             "name": run.config.scheduler,
             "max_num_seqs": run.config.max_num_seqs,
@@ -220,15 +247,32 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
             "bytes": float(prefill_cost.bytes) * tp if prefill_cost else 0.0,
         },
         "decode": {
+            # iterations that decoded at least one sequence, the mixed ones (prefill chunks + decodes) included
             "steps": decode_steps,
+            "decode_only_steps": totals.decode_only_iterations,
+            "mixed_iterations": m.mixed_iterations,
+            # sequence decodes (one per decoding sequence per iteration) in all iterations and in the mixed ones
+            "decode_tokens": m.decode_tokens,
+            "mixed_decode_tokens": m.mixed_decode_tokens,
+            # share of all sequence decodes that rode in a mixed iteration (why TPOT exceeds a decode step)
+            "mixed_decode_token_share": m.mixed_decode_share,
+            "mixed_iteration_seconds_mean": m.mixed_iteration_seconds,
+            "decode_only_step_seconds_mean": m.decode_only_iteration_seconds,
+            "planned_step": planned_decode_step(run),
+            "first_step": step_shape(result.first_decode_step),
+            "last_step": step_shape(result.last_decode_step),
             "first_step_seconds": float(first_cost.seconds) if first_cost else 0.0,
             "last_step_seconds": float(last_cost.seconds) if last_cost else 0.0,
             "last_step_communication_seconds": float(last_cost.communication_seconds) if last_cost else 0.0,
             "last_step_launch_seconds": float(last_cost.launch_seconds) if last_cost else 0.0,
             "last_step_launch_wait_seconds": float(last_cost.launch_wait_seconds) if last_cost else 0.0,
             "last_step_overhead_seconds": float(last_cost.overhead_seconds) if last_cost else 0.0,
+            # averages over ``steps``, so a mixed iteration's prefill chunk is in them (kept for old readers);
+            # the *_per_decode_only_step keys average over iterations that only decode
             "flops_per_step": totals.decode_flops / max(decode_steps, 1) * tp,
             "bytes_per_step": totals.decode_bytes / max(decode_steps, 1) * tp,
+            "flops_per_decode_only_step": totals.decode_only_flops / max(totals.decode_only_iterations, 1) * tp,
+            "bytes_per_decode_only_step": totals.decode_only_bytes / max(totals.decode_only_iterations, 1) * tp,
         },
         "latency": {
             "ttft_seconds": m.ttft.as_dict(),
@@ -405,6 +449,16 @@ def replica_summaries(run: "EngineRun") -> list[dict[str, Any]]:
     ]
 
 
+def client_path_dict(run: "EngineRun") -> dict[str, Any]:
+    """The client path charged to each request (simulator.cost.client_path): the profile's values and the mean
+    request's parts, seconds (all 0 with --client-path off)."""
+    on = run.settings.client_path == "on"
+    client = run.deployment.system.engine.client
+    tokens = float(run.result.workload.prompt_tokens.mean()) if len(run.result.workload) else 0.0
+    parts = breakdown(client, tokens) if on else dict.fromkeys(breakdown(client, tokens), 0.0)
+    return {"on": on, **client.model_dump(), "prompt_tokens_mean": tokens, **parts}
+
+
 def per_request_arrays(run: "EngineRun") -> dict[str, np.ndarray]:
     """One array per column, one element per request in arrival order (seconds; NaN where a request never got there).
 
@@ -413,7 +467,7 @@ def per_request_arrays(run: "EngineRun") -> dict[str, np.ndarray]:
     queue_seconds, ttft_seconds, tpot_seconds, e2e_seconds, finish_seconds, preemptions, replica (the
     replica that served it, -1 if rejected; see ``simulator.engine.cluster``).
     """
-    result, workload = run.result, run.workload
+    result, workload = run.result, run.result.workload  # the result's: a closed loop's send times, warm-up cut
     arrival = workload.arrival_seconds
     outputs = workload.output_tokens
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -433,6 +487,15 @@ def per_request_arrays(run: "EngineRun") -> dict[str, np.ndarray]:
         "preemptions": result.preemptions,
         "replica": result.extra.get("replica", np.where(result.status == REJECTED, -1, 0)),
     }
+
+
+def status_strings(arrays: dict[str, np.ndarray]) -> tuple[list[str], list[str]]:
+    """The ``status`` and ``reject_reason`` columns of :func:`per_request_arrays` in words, as the per-request CSV
+    writes them: a state name ("done", "rejected", ...) and the reason of a rejected request ('' for the others)."""
+    rejected = arrays["status"] == REJECTED
+    states = [STATE_NAMES[code] for code in arrays["status"].tolist()]
+    reasons = [REJECT_REASONS[code] if gone else "" for code, gone in zip(arrays["reject_reason"].tolist(), rejected.tolist())]
+    return states, reasons
 
 
 class SimulationResult:
@@ -465,12 +528,16 @@ class SimulationResult:
         return per_request_arrays(self.run)
 
     def to_frame(self) -> Any:
-        """Per-request records as a pandas DataFrame (needs pandas: pip install pandas)."""
+        """Per-request records as a pandas DataFrame (needs pandas: pip install pandas); ``status`` and
+        ``reject_reason`` in words, as in the per-request CSV (``per_request`` keeps the integer codes)."""
         try:
             import pandas as pd
         except ImportError:
             raise InputError("to_frame() needs pandas, which is not installed (pip install pandas)") from None
-        return pd.DataFrame(self.per_request)
+        arrays: dict[str, Any] = self.per_request
+        # The same words as the per-request CSV (--per-request), not the engine's integer codes.
+        arrays["status"], arrays["reject_reason"] = status_strings(arrays)
+        return pd.DataFrame(arrays)
 
     def __repr__(self) -> str:
         system = self.run.deployment.system

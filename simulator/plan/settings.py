@@ -340,6 +340,19 @@ class ServingSettings(BaseModel):
         default=None, description="End-to-end latency objective in seconds (for goodput).",
     )
     seed: Annotated[Int, Field(ge=0, le=2**32 - 1)] = Field(default=0, description="Seed of arrivals and sampled lengths.")
+    max_concurrency: Annotated[Int | None, Field(ge=1, le=MAX_BATCH)] = Field(
+        default=None, description="Closed loop: this many clients, each sending its next request as soon as its last "
+        "one finishes (vllm bench serve --max-concurrency); --num-prompts counts the scored requests. [default: none]",
+    )
+    warmup_requests: Annotated[Int, Field(ge=0, le=MAX_REQUESTS)] = Field(
+        default=0, description="With --max-concurrency: requests sent first through the same clients and not scored "
+        "(genai-perf --warmup-request-count).",
+    )
+    client_path: Literal["on", "off"] = Field(
+        default="on", description="Charge the engine profile's client path (HTTP and hand-off to the engine core, "
+        "tokenisation, first streamed chunk) to TTFT and end-to-end latency, as a benchmark client measures them; off: "
+        "the bare engine.",
+    )
     replicas: Annotated[Int, Field(ge=1, le=1024)] = Field(
         default=1,
         description="Data-parallel copies of the deployment (each tp x pp GPUs) behind one router; GPUs in all = replicas x tp x pp.",
@@ -607,6 +620,25 @@ class RunSettings(DisaggregationSettings, SpeculativeSettings, ServingSettings, 
             raise ValueError(f"arrival: {self.arrival} arrivals need qps")
         if "shared_prefix_ratio" in given and self.shared_prefix_tokens is None:
             raise ValueError("shared_prefix_ratio: applies only with shared_prefix_tokens")
+        if self.max_concurrency is not None:
+            # A closed loop's load is its clients: one meaning each for the settings that also set a load.
+            if self.qps is not None:
+                raise ValueError("max_concurrency: a closed loop sends each request when one finishes; it does not "
+                                 "apply with qps (give one or the other)")
+            if given & {"trace_speedup", "trace_start", "trace_duration"}:
+                raise ValueError("max_concurrency: a closed loop takes only the trace's lengths (in order), not its "
+                                 "times; a window or speed-up of the trace does not apply")
+            if "batch" in given:
+                raise ValueError("batch: sizes a closed batch at t=0; with max_concurrency the load is the clients "
+                                 "(max_concurrency) and requests counts what they send")
+            for name, other in (("replicas", self.replicas != 1), ("disaggregate", self.disaggregate is not None),
+                                ("speculative", self.speculative is not None)):
+                if other:
+                    raise ValueError(f"max_concurrency: a closed loop runs on one replica without {name}; "
+                                     f"drop {name} or max_concurrency")
+        elif self.warmup_requests:
+            raise ValueError("warmup_requests: applies only with max_concurrency (warm-up requests go through the "
+                             "closed loop's clients)")
         if self.prefix_cache_warm and not self.prefix_caching:
             raise ValueError("prefix_cache_warm: applies only with prefix_caching (a warm cache is the prefix cache's)")
         return self

@@ -8,13 +8,22 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
+from simulator.cost.client_path import breakdown
+from simulator.cost.collectives import collective_path
 from simulator.cost.engine_overhead import per_sequence_launches, per_sequence_seconds
 from simulator.cost.step_cost import OperatorCost
-from simulator.engine.metrics import REJECT_KEYS, REJECT_REASONS, REJECTED, STATE_NAMES
+from simulator.engine.metrics import REJECT_KEYS, REJECT_REASONS
 from simulator.files import atomic_write
 from simulator.plan.error_bands import band_text, error_bands_for_run
 from simulator.plan.placement import queued_counts
-from simulator.plan.result import architecture_dict, kernels_dict, per_request_arrays
+from simulator.plan.result import (
+    architecture_dict,
+    kernels_dict,
+    per_request_arrays,
+    planned_decode_step,
+    status_strings,
+    step_shape,
+)
 from simulator.report import serving_modes
 from simulator.units import fmt_bytes, fmt_count, fmt_rate, fmt_seconds
 
@@ -98,9 +107,16 @@ def time_model_lines(system: Any) -> list[str]:
            if engine.scheduler_steps > 1 else "")
         + (f"; each of the {system.tp} attention-DP ranks runs this loop for its own sequences"
            if system.dp_attention else "") + f"; {capture}" + (" per rank" if system.dp_attention else ""),
-        f"  time model   collectives {system.collectives} over {system.gpu.interconnect}, "
+        f"  time model   collectives {system.collectives} over {_collective_path(system)}, "
         f"kernel efficiency {system.kernel_efficiency}, " + _overlap_text(system),
     ]
+
+
+def _collective_path(system: Any) -> str:
+    """The links the widest collective group (tp, or ep under expert parallelism) crosses: nvlink4 [+ infiniband]."""
+    gpu = system.gpu
+    group = max(int(getattr(system, "tp", 1)), int(getattr(system, "ep", 1) or 1))
+    return collective_path(gpu.interconnect, gpu.network, group, gpu.max_gpus_per_node)
 
 
 def kernel_source_lines(system: Any, prefill_cost: Any, prefill_step: Any, last_cost: Any, last_step: Any) -> list[str]:
@@ -141,6 +157,22 @@ def _overlap_text(system: Any) -> str:
     if overlap <= 0.0:
         return "loads and MMAs in series (overlap 0)"
     return f"overlap {overlap:g} of the shorter of loads and MMAs"
+
+
+def client_path_line(run: "EngineRun") -> str:
+    """What the client path (simulator.cost.client_path) adds to each request's TTFT, by part."""
+    if run.settings.client_path == "off":
+        return "  client path  off (--client-path off: the bare engine; a benchmark client would measure more)"
+    client = run.deployment.system.engine.client
+    if client.is_zero:
+        return f"  client path  0 s (the {run.deployment.system.engine.name} profile has none)"
+    tokens = float(run.result.workload.prompt_tokens.mean()) if len(run.result.workload) else 0.0
+    parts = breakdown(client, tokens)
+    response = f", first chunk {fmt_seconds(parts['response_seconds'])}" if parts["response_seconds"] else ""
+    jitter = f"; lognormal jitter, CV {client.jitter_cv:g}" if client.jitter_cv else ""
+    return (f"  client path  {fmt_seconds(parts['total_seconds'])} per request (HTTP+hand-off "
+            f"{fmt_seconds(parts['http_seconds'])}, tokenisation {fmt_seconds(parts['tokenize_seconds'])} for "
+            f"{tokens:,.0f} tokens{response}{jitter}), in TTFT and end to end")
 
 
 def _latency_row(name: str, summary) -> list[str]:
@@ -249,14 +281,15 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         f"  prefill      {fmt_seconds(float(prefill_cost.seconds)) if prefill_cost else '-'}  (first prefill iteration: "
         f"{_count(int(first_step.sequences) if first_step else 0, 'sequence')}, "
         f"{_count(int(first_step.prefill_tokens) if first_step else 0, 'token')})",
-        f"  decode step  {fmt_seconds(float(first_cost.seconds)) if first_cost else '-'} at first, "
-        f"{fmt_seconds(float(last_cost.seconds)) if last_cost else '-'} at last",
+        *decode_step_lines(run, first_cost, last_cost),
+        client_path_line(run),
         *("  " + line for line in _table(
             ["", "mean", "p50", "p90", "p99"],
             [_latency_row("TTFT", m.ttft), _latency_row("TPOT", m.tpot), _latency_row("ITL", m.itl),
              _latency_row("end to end", m.e2e), _latency_row("queueing", m.queue)],
             align_right={1, 2, 3, 4},
         )),
+        *tpot_itl_lines(run),
         "",
         "Throughput",
         f"  output       {fmt_rate(m.output_tokens_per_second, 'tokens/s')}",
@@ -265,7 +298,7 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         f"  requests     {fmt_rate(m.requests_per_second, 'requests/s')}",
         f"  goodput      {fmt_rate(m.goodput_requests_per_second, 'requests/s')} " + _goodput_note(opts, m.slo_attainment),
         "",
-        "Typical error (out-of-sample validation of this class; docs/readme-validation.md)",
+        "Typical error (out-of-sample validation of this class, predicted vs measured; docs/readme-validation.md)",
         *(f"  {label:<12} {band_text(band)}" for label, band in _bands(run)),
         "",
         "Utilisation",
@@ -279,17 +312,72 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
     if last_cost is not None:
         wait = float(last_cost.launch_wait_seconds)
         waits = f"; {fmt_seconds(wait)} waiting for the host to launch them" if wait else ""
-        lines += ["", f"Top operators, last decode step (ridge {ridge:.0f} FLOP/byte; "
+        lines += ["", f"Top operators, last decode step: {step_words(result.last_decode_step)} "
+                  f"(ridge {ridge:.0f} FLOP/byte; "
                   f"kernel launches {fmt_seconds(float(last_cost.launch_seconds))} of it{waits})",
                   *("  " + line for line in operator_table(last_cost.operators, tp, top,
                                                              float(last_cost.overhead_seconds),
                                                              float(last_cost.launch_wait_seconds)))]
     if prefill_cost is not None:
-        lines += ["", "Top operators, first prefill",
+        lines += ["", f"Top operators, first prefill iteration: {step_words(result.first_prefill_step)}",
                   *("  " + line for line in operator_table(prefill_cost.operators, tp, top,
                                                              float(prefill_cost.overhead_seconds),
                                                              float(prefill_cost.launch_wait_seconds)))]
     return "\n".join(lines)
+
+
+def step_words(step: Any) -> str:
+    """A step's batch and context in words: ``64 sequences at 4,031 tokens`` (keys each sequence attends, on
+    average, its new token included), with the prefill tokens of an iteration that has any."""
+    shape = step_shape(step)
+    if shape is None:
+        return "none"
+    words = f"{_count(shape['sequences'], 'sequence')} at {round(shape['context_tokens_per_sequence']):,} tokens"
+    return words + (f", {shape['prefill_tokens']:,} of them prefill tokens" if shape["prefill_tokens"] else "")
+
+
+def decode_step_lines(run: "EngineRun", first_cost: Any, last_cost: Any) -> list[str]:
+    """The decode step at the planned batch (costed by the System), then the first and last the run met, each
+    with its batch and context: the last step of a closed batch often holds one sequence."""
+    result = run.result
+    planned = planned_decode_step(run)
+    lines = []
+    if planned is not None:
+        lines.append(f"  decode step  of {_count(planned['sequences'], 'sequence')} at "
+                     f"{round(planned['context_tokens_per_sequence']):,} tokens (the planned batch): "
+                     f"{fmt_seconds(planned['seconds'])}")
+    seen = []
+    for label, step, cost in (("first decode-only step", result.first_decode_step, first_cost),
+                              ("last", result.last_decode_step, last_cost)):
+        if cost is not None and step is not None:
+            mixed = "" if float(step.prefill_tokens) == 0 else " (with a prefill chunk: no decode-only step ran)"
+            seen.append(f"{label}, {step_words(step)}{mixed}: {fmt_seconds(float(cost.seconds))}")
+    if seen:
+        lines.append(("  decode step  " if not lines else "               ") + "; ".join(seen))
+    return lines or ["  decode step  - (no sequence decoded)"]
+
+
+TPOT_LIFT_SHOWN = 0.10
+"""The TPOT-vs-ITL line is printed when mixed iterations lift the mean time per decode token at least this much
+(a fraction of a decode-only step)."""
+
+
+def tpot_itl_lines(run: "EngineRun") -> list[str]:
+    """Why TPOT sits above the decode step and ITL p50, when iterations that mixed prefill chunks with decodes
+    carried part of the decode tokens and took longer than decode-only ones (chunked prefill); else nothing."""
+    m = run.metrics
+    if not m.mixed_decode_tokens or m.mixed_iteration_seconds <= m.decode_only_iteration_seconds:
+        return []
+    only_seconds = m.decode_only_iteration_seconds
+    if only_seconds > 0 and m.mixed_decode_share * (m.mixed_iteration_seconds - only_seconds) < TPOT_LIFT_SHOWN * only_seconds:
+        return []  # the mixed iterations lift the mean time per decode token by less than that: nothing to explain
+    budget = run.config.max_batched_tokens
+    chunk = f"up to {budget:,} tokens of prefill" if budget is not None else "prefill"
+    only = (f" vs {fmt_seconds(m.decode_only_iteration_seconds)} decode-only"
+            if m.decode_only_iteration_seconds else "")
+    return [f"  TPOT vs ITL  {100 * m.mixed_decode_share:.0f}% of decode tokens rode in {m.mixed_iterations:,} mixed "
+            f"iterations ({chunk} each, {run.config.scheduler} scheduler) of {fmt_seconds(m.mixed_iteration_seconds)} on "
+            f"average{only}: they lift TPOT and ITL's mean and tail; ITL p50 is a typical iteration"]
 
 
 def _count(n: int, noun: str) -> str:
@@ -323,15 +411,14 @@ PER_REQUEST_COLUMNS = (
 def write_per_request_csv(run: "EngineRun", path: str) -> None:
     """One row per request (times in seconds; empty where the request never got there)."""
     arrays = per_request_arrays(run)
-    rejected = arrays["status"] == REJECTED
+    states, reasons = status_strings(arrays)
 
     def cells(values: np.ndarray) -> list:
         return [v if math.isfinite(v) else "" for v in values.tolist()]  # NaN (never happened) -> empty
 
     columns = [
         arrays["request"].tolist(), arrays["arrival_seconds"].tolist(), arrays["prompt_tokens"].tolist(),
-        arrays["output_tokens"].tolist(), [STATE_NAMES[code] for code in arrays["status"].tolist()],
-        [REJECT_REASONS[code] if gone else "" for code, gone in zip(arrays["reject_reason"].tolist(), rejected.tolist())],
+        arrays["output_tokens"].tolist(), states, reasons,
         *(cells(arrays[name]) for name in ("queue_seconds", "ttft_seconds", "tpot_seconds", "e2e_seconds", "finish_seconds")),
         arrays["preemptions"].tolist(), arrays["replica"].tolist(),
     ]

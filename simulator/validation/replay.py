@@ -28,6 +28,13 @@ the same figure off the run's aggregates:
   (:func:`whole_run_scale`), unless its requests drain for more than half its arrival span (no
   steady state reached: the capped run's own).
 
+A serving row that states a closed loop (:attr:`Row.concurrency`: ``request_rate`` inf, ``max_num_seqs`` = the
+clients, and the quote or notes say so) is replayed as a closed loop of that many clients
+(:mod:`simulator.engine.closed_loop`), each sending its next request when its last finishes, with the engine
+profile's own ``max_num_seqs``. Serving rows are charged the engine profile's client path (HTTP,
+tokenisation, hand-off: :mod:`simulator.cost.client_path`); static rows, offline benchmarks that call the
+engine in process, are not.
+
 Static metrics: ``ttft_seconds`` mean TTFT, ``tpot_seconds`` mean TPOT, ``e2e_seconds`` the
 whole batch's wall time, ``output_tokens_per_second``/``total_tokens_per_second`` over the run,
 ``decode_tokens_per_second_per_sequence`` output tokens/s divided by the batch,
@@ -51,7 +58,7 @@ import os
 import tempfile
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple, Self
 
@@ -390,7 +397,9 @@ class Replayer:
                 if context > model.max_context:
                     return Replayed(None, skipped=f"input + output = {context} tokens exceed {model.name}'s maximum context "
                                     f"({model.max_context}); the source's engine ran past the model's positions")
-                static = dict(options, scheduler="static", max_num_seqs=batch,
+                # Static rows are offline benchmarks (benchmark_latency, trtllm-bench: the engine called in process,
+                # token ids in): no HTTP, no tokeniser, no client path (simulator.cost.client_path).
+                static = dict(options, scheduler="static", max_num_seqs=batch, client_path="off",
                               prompt_tokens=str(context - row.output_tokens), output_tokens=str(row.output_tokens))
                 try:
                     result = simulate_settings(dict(static, batch=batch))
@@ -424,10 +433,17 @@ class Replayer:
                 replicas = row.replicas
                 stated = None if row.num_prompts is None else -(-row.num_prompts // replicas)
                 at_once = row.request_rate in (None, math.inf)
-                scheduler = scheduler_settings(row, profile)
+                clients = row.concurrency
+                # A closed loop's max_num_seqs stands for its clients: the engine runs with its own default.
+                scheduler = scheduler_settings(row if clients is None else replace(row, max_num_seqs=None), profile)
+                if clients is not None:
+                    scheduler["max_num_seqs"] = max(clients, int(scheduler.get("max_num_seqs", clients)))
                 # All at once, the engine runs up to max_num_seqs together: simulate at least two such waves,
                 # or the capped run would measure a smaller batch than the source's
-                if at_once:
+                if clients is not None:
+                    cap = max(self.max_prompts, 2 * clients)
+                    n = min(stated or cap, cap)
+                elif at_once:
                     cap = max(self.max_prompts, 2 * int(scheduler.get("max_num_seqs", 0)))
                     n = min(stated or cap, cap)
                 else:
@@ -445,6 +461,12 @@ class Replayer:
                 notes.extend(replay.notes)
                 serving: dict[str, Any] = dict(options, trace=str(replay.path), ctx=max(2, replay.longest_tokens), gen=1)
                 serving.update(scheduler)
+                if clients is not None:
+                    # The source's clients, each sending its next request when its last finishes (the trace's
+                    # lengths, in order; its times are not used).
+                    serving.update(max_concurrency=clients, requests=n)
+                    notes.append(f"closed loop of {clients} clients (the source's concurrency), each sending its next "
+                                 "request when its last one finishes, with the engine profile's client path")
                 if row.prompts_cached:
                     serving.update(prefix_caching=True, prefix_cache_warm=True)
                     notes.append("the source's prompts were already cached (served just before): the run starts with "

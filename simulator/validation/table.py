@@ -46,6 +46,10 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
 MODES = ("static", "serving")
 
 
+CLOSED_LOOP_WORDS = ("concurren", "closed loop", "virtual users")
+"""Words with which a row states that its ``max_num_seqs`` is a closed loop's clients (:attr:`Row.concurrency`)."""
+
+
 REGIMES = ("decode_b1", "decode_batch", "long_context", "prefill", "serving")
 
 
@@ -166,6 +170,19 @@ class Row:
             return None, ""
         first_new, kernel, what = older
         return kernel, f"attention kernel {kernel} (engine {self.engine} before {'.'.join(map(str, first_new))}: {what})"
+
+    @property
+    def concurrency(self) -> int | None:
+        """The clients of a closed loop the row states, or None.
+
+        The table encodes a benchmark's closed loop (``--max-concurrency N``, N concurrent client threads, k6
+        virtual users) as ``request_rate`` inf with ``max_num_seqs`` = N, and says so in its words: a serving row
+        so encoded whose quote or notes speak of concurrency, concurrent clients, virtual users or a closed loop
+        is replayed as a closed loop of ``max_num_seqs`` clients (simulator.engine.closed_loop)."""
+        if self.mode != "serving" or self.max_num_seqs is None or self.request_rate not in (None, math.inf):
+            return None
+        words = f"{self.quote} {self.notes}".lower()
+        return self.max_num_seqs if any(w in words for w in CLOSED_LOOP_WORDS) else None
 
     @property
     def is_static_batch(self) -> bool:
