@@ -11,7 +11,8 @@ from simulator.cost.system import System
 from simulator.model import load_model
 from simulator.model.precision import Precision
 from simulator.plan.deployment_planner import plan_deployment
-from simulator.report.explain import explain_run, kernel_choices, ridge_batch
+from simulator.report.explain import explain_run, ridge_batch
+from simulator.report.kernel_choices import kernel_choices
 
 
 @pytest.fixture(scope="module")
@@ -114,3 +115,115 @@ def test_an_engine_that_ignores_the_sliding_window_has_the_window_as_a_lever():
     # an engine that honours the window has no such lever
     honoured = deployment_from_options({**options, "engine": "trtllm"}, 8, 32768)
     assert "sliding window" not in {lv.lever for lv in explain_run(honoured, 8, 32768, 128, configured=mistral).levers}
+
+
+# ---------------------------------------------------------------------------------------
+# explain checks its advice: the run simulated, each lever re-simulated (simulator.report.explain_simulated).
+# The card's run: llama2-70b on 4 A100s, a closed batch of 64 prompts of 3,968 tokens each generating 128.
+
+CARD = {"model": "llama2-70b", "gpu": "a100", "batch": 64, "ctx": 4096}
+
+
+@pytest.fixture(scope="module")
+def card():
+    args = ["explain", *[f"--{key}={value}" for key, value in CARD.items()], "--json"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+@pytest.fixture(scope="module")
+def card_run():
+    from simulator.plan.run import simulate_settings
+
+    return simulate_settings({**CARD, "tp": 4})
+
+
+def _per_gpu(run, gpus: int) -> float:
+    return run.metrics.output_tokens / run.metrics.duration_seconds / gpus
+
+
+def test_a_levers_simulated_gain_is_the_ratio_of_the_two_runs(card, card_run):
+    from simulator.plan.run import simulate_settings
+
+    levers = {lv["change"]: lv for lv in card["levers"]}
+    assert {lv["tp"] for lv in card["levers"] if lv["lever"] != "more GPUs"} == {4}  # the run's own degree
+    fp8 = simulate_settings({**CARD, "tp": 4, "kv": "fp8"})
+    lever = levers["fp8 KV cache"]
+    assert lever["run_change"] == {"kv": "fp8"}
+    assert lever["simulated_throughput_gain"] == pytest.approx(_per_gpu(fp8, 4) / _per_gpu(card_run, 4), rel=1e-9)
+    assert lever["simulated_latency_gain"] == pytest.approx(card_run.metrics.tpot.mean / fp8.metrics.tpot.mean, rel=1e-9)
+    # More GPUs: the same run on tensor parallel 8, per GPU (8 of them against 4).
+    wider = simulate_settings({**CARD, "tp": 8})
+    assert levers["tensor parallel 8"]["simulated_throughput_gain"] == pytest.approx(
+        _per_gpu(wider, 8) / _per_gpu(card_run, 4), rel=1e-9)
+    # The bigger batch: the "1.26x" is a decode step's; on this run, 90% prefill, it is far less.
+    bigger = next(lv for lv in card["levers"] if lv["lever"] == "bigger batch")
+    run = simulate_settings({**CARD, "tp": 4, "batch": bigger["batch"]})
+    assert bigger["simulated_throughput_gain"] == pytest.approx(_per_gpu(run, 4) / _per_gpu(card_run, 4), rel=1e-9)
+    assert bigger["throughput_gain"] > 1.2 > 1.1 > bigger["simulated_throughput_gain"]
+
+
+def test_the_phase_mix_comes_from_the_runs_iterations(card, card_run):
+    # Each iteration's time split between its prefill tokens and its decoding sequences by their counts.
+    log = card_run.result.log
+    prefill = decode = 0.0
+    for seconds, tokens, seqs in zip(log["seconds"], log["prefill_tokens"], log["decode_seqs"]):
+        prefill += seconds * tokens / (tokens + seqs)
+        decode += seconds * seqs / (tokens + seqs)
+    simulated = card["facts"]["simulated"]
+    assert simulated["prefill_share"] == pytest.approx(prefill / (prefill + decode), rel=1e-9)
+    assert simulated["decode_share"] == pytest.approx(decode / (prefill + decode), rel=1e-9)
+    assert simulated["prefill_share"] > 0.5  # long prompts, 128 outputs: mostly prefill
+    assert f"{100 * prefill / (prefill + decode):.0f}% of its GPU time in prefill" in card["paragraph"]
+
+
+def test_the_fit_count_is_the_engines_kv_cache_in_sequences(card, card_run):
+    from simulator.plan.run import simulate_settings
+
+    # A sequence at its longest caches 3,968 + 128 - 1 = 4,095 tokens: ceil(4,095 / 16) = 256 blocks.
+    assert card_run.capacity.block_size == 16
+    fits = card_run.capacity.blocks // 256
+    assert card["facts"]["max_batch_that_fits"] == fits
+    assert card["facts"]["simulated"]["kv_cache_blocks"] == card_run.capacity.blocks
+    assert f"{fits} sequences of 4,096 tokens" in card["paragraph"]
+    # As the engine admits them: with each request's whole length reserved at admission, and outputs long enough
+    # (2,048 tokens) that none finishes before all have started, one request more than that never runs at once.
+    over = simulate_settings({**CARD, "tp": 4, "gen": 2048, "batch": fits + 1, "kv_admission": "reserve"})
+    assert over.capacity.blocks == card_run.capacity.blocks
+    assert over.result.max_running == fits
+    # The bigger-batch lever stops there (the ridge batch, ~129, is beyond it).
+    bigger = next(lv for lv in card["levers"] if lv["lever"] == "bigger batch")
+    assert card["facts"]["ridge_batch"] > fits and bigger["batch"] == fits
+
+
+def test_levers_are_ranked_by_their_simulated_gain(card):
+    levers = card["levers"]
+    throughput = [lv for lv in levers if not lv["latency_only"]]
+    assert levers[: len(throughput)] == throughput  # latency-only levers come last
+    gains = [lv["run_gain"] for lv in throughput]
+    assert gains == sorted(gains, reverse=True)
+    for lv in throughput:  # every lever of this run is a setting: all simulated, ranked by that
+        assert lv["simulated_throughput_gain"] is not None and lv["run_gain"] == lv["simulated_throughput_gain"]
+    best = max(throughput, key=lambda lv: lv["simulated_throughput_gain"])
+    assert f"Biggest lever for throughput: {best['lever']} ({best['change']}: {best['simulated_throughput_gain']:.2f}x" \
+        in card["paragraph"]
+    # int4 weight-only: faster decode steps, but its prefill dequantises every weight: slower on this run.
+    int4 = next(lv for lv in levers if lv["change"].startswith("int4"))
+    assert int4["throughput_gain"] > 1.0 > int4["simulated_throughput_gain"]
+    assert throughput.index(int4) > throughput.index(next(lv for lv in throughput if lv["change"] == "fp8 KV cache"))
+
+
+def test_a_lever_that_is_not_a_setting_is_ranked_by_its_decode_gain_over_the_phase_mix():
+    from simulator.plan.deployment_planner import deployment_from_options
+
+    # mistral-7b's 4096-token window, ignored by TensorRT-LLM 0.x: an engine behaviour, not a setting of a run.
+    options = {"model": "mistral-7b", "gpu": "h100", "engine": "trtllm-v0", "batch": 4, "ctx": 16384, "gen": 256}
+    full = deployment_from_options(options, 4, 16384)
+    explanation = explain_run(full, 4, 16384, 256, configured=load_model("mistral-7b"), simulate=options)
+    window = next(lv for lv in explanation.levers if lv.lever == "sliding window")
+    assert window.simulated_throughput_gain is None and "not simulated" in window.simulated_note
+    mix = explanation.facts["simulated"]
+    assert window.run_gain == pytest.approx(1 / (mix["prefill_share"] + mix["decode_share"] / window.throughput_gain))
+    gains = [lv.run_gain for lv in explanation.levers if not lv.latency_only]
+    assert gains == sorted(gains, reverse=True)

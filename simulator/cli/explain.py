@@ -16,14 +16,10 @@ from simulator.cli.options import (
 )
 from simulator.model.architecture import load_model, with_attention
 from simulator.plan.deployment_planner import deployment_from_options
-from simulator.plan.settings import ExplainSettings
+from simulator.plan.settings import ExplainSettings, SpeculativeSettings
 from simulator.report.compare import text_table
-from simulator.report.explain import (
-    explain_run,
-    kernel_choices,
-    kernel_choices_text,
-    single_stage_system,
-)
+from simulator.report.explain import explain_run, single_stage_system
+from simulator.report.kernel_choices import kernel_choices, kernel_choices_text
 from simulator.tabular import to_json
 from simulator.units import fmt_rate, fmt_seconds
 
@@ -53,7 +49,9 @@ def explain_command(as_json: bool, **options: Any) -> None:
     batch, ctx_tokens, gen = settings.batch, settings.ctx, settings.gen
     deployment = deployment_from_options(settings.model_dump(), batch, ctx_tokens)
     configured = with_attention(load_model(settings.model), settings.attention)
-    explanation = explain_run(deployment, batch, ctx_tokens, gen, settings, configured)
+    # The run itself (without the speculation measured as a lever), to check the advice on by simulation.
+    run = settings.model_dump(exclude_none=True, exclude=set(SpeculativeSettings.model_fields))
+    explanation = explain_run(deployment, batch, ctx_tokens, gen, settings, configured, simulate=run)
     choices = kernel_choices(single_stage_system(deployment), batch, ctx_tokens, gen)
     if as_json:
         click.echo(to_json({**explanation.as_dict(), "kernel_choices": choices}, indent=2))
@@ -62,14 +60,31 @@ def explain_command(as_json: bool, **options: Any) -> None:
     if deployment.note:
         click.echo(f"({deployment.note})")
     click.echo("")
-    click.echo(f"Levers, measured at context {ctx_tokens} (decode step; decode tokens/s per GPU vs this run)")
+    simulated = explanation.facts.get("simulated")
+    if simulated:
+        click.echo(f"Levers, measured on the decode step at context {ctx_tokens} (decode tokens/s per GPU and step time vs "
+                   f"this run) and simulated on the whole run ({simulated['requests']:,} requests: output tokens/s per GPU "
+                   "and mean TPOT vs this run's), ranked by the gain on the whole run")
+    else:
+        click.echo(f"Levers, measured at context {ctx_tokens} (decode step; decode tokens/s per GPU vs this run)")
+
+    def gain(value: float | None, estimate: float | None = None) -> str:
+        if value is not None:
+            return f"{value:.2f}x"
+        return f"~{estimate:.2f}x" if estimate is not None else "-"
+
     rows = [[lv.lever, lv.change, str(lv.batch), str(lv.tp), fmt_seconds(lv.step_seconds),
-             fmt_rate(lv.tokens_per_second_per_gpu, "").strip(), f"{lv.throughput_gain:.2f}x",
-             f"{lv.latency_gain:.2f}x", lv.caveat]
+             fmt_rate(lv.tokens_per_second_per_gpu, "").strip(), f"{lv.throughput_gain:.2f}x", f"{lv.latency_gain:.2f}x",
+             *([gain(lv.simulated_throughput_gain, lv.run_gain), gain(lv.simulated_latency_gain)] if simulated else []),
+             "; ".join(part for part in (lv.caveat, lv.simulated_note) if part)]
             for lv in explanation.levers]
-    headers = ["lever", "change", "batch", "tp", "step", "tokens/s/GPU", "throughput", "speed", "note"]
-    for line in text_table(headers, rows, {2, 3, 4, 5, 6, 7}):
+    headers = ["lever", "change", "batch", "tp", "step", "tokens/s/GPU", "throughput", "speed",
+               *(["run (sim)", "TPOT (sim)"] if simulated else []), "note"]
+    numeric = {2, 3, 4, 5, 6, 7} | ({8, 9} if simulated else set())
+    for line in text_table(headers, rows, numeric):
         click.echo("  " + line)
+    if simulated:
+        click.echo("  (~: not a setting of a run, so not simulated: the decode-step gain diluted by the run's phase mix)")
     click.echo("")
     for line in kernel_choices_text(choices, batch, ctx_tokens, gen):
         click.echo(line)

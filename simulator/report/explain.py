@@ -13,7 +13,12 @@ tensor-parallel degree unless the lever is more GPUs:
 
 The biggest lever for throughput (decode tokens/s of the deployment) and for latency
 (decode step time) are named. ``kernel_choices`` shows, per layer, the attention bytes
-of both kernels and the kernels and activation bytes of each fusion level.
+of both kernels and the kernels and activation bytes of each fusion level
+(simulator.report.kernel_choices).
+
+With the run's settings, explain also checks its advice on the run itself, simulated, and on each
+lever re-simulated (simulator.report.explain_simulated): the run's phase mix, the sequences its
+paged KV cache holds, and each lever's gain on the whole run, by which the levers are ranked.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from simulator.cost.collectives import collective_path
 from simulator.cost.deployment import Deployment
 from simulator.cost.kv_transfer import kv_link, kv_transfer_seconds
 from simulator.cost.memory import kv_bytes_per_sequence
@@ -30,12 +36,21 @@ from simulator.cost.step_cost import StepCost
 from simulator.cost.system import System
 from simulator.errors import InputError
 from simulator.model.architecture import ModelSpec, with_attention
-from simulator.model.operators import ATTENTION_KERNELS, FUSIONS
 from simulator.model.parallelism import check_tensor_parallel
 from simulator.model.step import Step
+from simulator.plan.engine_run import EngineRun
 from simulator.plan.settings import SpeculativeSettings
 from simulator.plan.speculative_run import draft_system
 from simulator.report.compare import max_batch_that_fits
+from simulator.report.explain_simulated import (
+    PhaseMix,
+    diluted_gain,
+    figures,
+    phase_mix,
+    sequences_that_fit,
+    simulate_base,
+    simulate_lever,
+)
 from simulator.units import fmt_bytes, fmt_seconds
 
 # Operators outside the repeated decoder layer.
@@ -62,6 +77,16 @@ class Lever:
     caveat: str = ""
     latency_only: bool = False
     """measured for latency only (disaggregation: its tokens/s per GPU depends on the pools, not on one step)"""
+    run_change: dict[str, Any] | None = None
+    """the settings a run changes to pull this lever (None: not a setting of a run, e.g. an engine's own behaviour)"""
+    simulated_throughput_gain: float | None = None
+    """output tokens/s per GPU of the whole run with the lever over without, both simulated (None: not simulated)"""
+    simulated_latency_gain: float | None = None
+    """mean TPOT of the run without the lever over with it, both simulated (None: not simulated)"""
+    run_gain: float | None = None
+    """the gain on the whole run explain ranks by: the simulated one, else the decode-step gain diluted by the
+    run's phase mix (only the decode share of its time gets faster); None when the run was not simulated"""
+    simulated_note: str = ""
 
     @property
     def tokens_per_second_per_gpu(self) -> float:
@@ -125,6 +150,11 @@ def _lever(name: str, change: str, system: System, batch: int, ctx: int, base_st
     return Lever(name, change, batch, system.tp, step, rate, (rate / system.tp) / base_rate, base_step / step, caveat)
 
 
+def _changed(lever: Lever | None, **change: Any) -> Lever | None:
+    """``lever`` with the settings a run changes to pull it."""
+    return None if lever is None else replace(lever, run_change=change)
+
+
 def _usable_step(seconds: float, system: System) -> float:
     """``seconds`` if it is a positive finite time; else InputError (only absurd efficiencies get here)."""
     if math.isfinite(seconds) and seconds > 0:
@@ -136,7 +166,7 @@ def _usable_step(seconds: float, system: System) -> float:
     )
 
 
-def _rebuild(system: System, **changes: Any) -> System | None:
+def rebuild_system(system: System, **changes: Any) -> System | None:
     """The system with some fields changed, or None where that combination is not valid."""
     fields = {"model": system.model, "gpu": system.gpu, "precision": system.precision, "tp": system.tp,
               "attention_kernel": system.attention_kernel, "fusion": system.fusion, "engine": system.engine,
@@ -169,16 +199,17 @@ def measure_levers(deployment: Deployment, batch: int, ctx: int, largest_batch: 
     levers: list[Lever | None] = []
     target = min(largest_batch, max(2 * batch, ridge or 0))
     if target > batch:
-        levers.append(_lever("bigger batch", f"batch {target}", system, target, ctx, base_step, base_rate,
-                             "raises each token's latency"))
+        levers.append(_changed(_lever("bigger batch", f"batch {target}", system, target, ctx, base_step, base_rate,
+                                      "raises each token's latency"), batch=target))
     g, n = model.num_kv_heads, model.num_heads
     fewer = 8 if g > 8 and n % 8 == 0 else 1 if g > 1 else None
     if fewer is not None:
-        variant = with_attention(model, "mqa" if fewer == 1 else f"gqa:{fewer}")
-        other = _rebuild(system, model=variant)
+        spelled = "mqa" if fewer == 1 else f"gqa:{fewer}"
+        variant = with_attention(model, spelled)
+        other = rebuild_system(system, model=variant)
         if other is not None:
-            levers.append(_lever("fewer KV heads", variant.attention_kind, other, batch, ctx, base_step, base_rate,
-                                 "a model change: needs a model trained or uptrained that way"))
+            levers.append(_changed(_lever("fewer KV heads", variant.attention_kind, other, batch, ctx, base_step, base_rate,
+                                          "a model change: needs a model trained or uptrained that way"), attention=spelled))
     options = []
     if precision.weight_bytes_per_element >= 2:
         options.append(("int4 weights (weight-only)", {"weights": "int4"}))
@@ -187,15 +218,16 @@ def measure_levers(deployment: Deployment, batch: int, ctx: int, largest_batch: 
     if precision.kv_bytes_per_element >= 2:
         options.append(("fp8 KV cache", {"kv": "fp8"}))
     for label, change in options:
-        other = _rebuild(system, precision=precision.model_copy(update=change))
+        other = rebuild_system(system, precision=precision.model_copy(update=change))
         if other is not None:
-            levers.append(_lever("lower precision", label, other, batch, ctx, base_step, base_rate,
-                                 "accuracy to be checked"))
-    wider = _rebuild(system, tp=2 * system.tp) if 2 * system.tp <= gpu.max_gpus_per_node else None
+            levers.append(_changed(_lever("lower precision", label, other, batch, ctx, base_step, base_rate,
+                                          "accuracy to be checked"), **change))
+    wider = rebuild_system(system, tp=2 * system.tp) if 2 * system.tp <= gpu.max_gpus_per_node else None
     if wider is not None:
         lever = _lever("more GPUs", f"tensor parallel {2 * system.tp}", wider, batch, ctx, base_step, base_rate)
         if lever is not None:
-            levers.append(replace(lever, caveat=f"{2 * lever.throughput_gain:.2f}x the deployment's tokens/s on 2x the GPUs"))
+            levers.append(replace(lever, caveat=f"{2 * lever.throughput_gain:.2f}x the deployment's tokens/s on 2x the GPUs",
+                                  run_change={"tp": 2 * system.tp}))
     levers.append(window_lever(system, configured, batch, ctx, base_step, base_rate))
     levers.append(speculative_lever(system, batch, ctx, base_step, base_rate, speculative))
     levers.append(disaggregation_lever(system, batch, ctx, gen, base_step))
@@ -208,7 +240,7 @@ def window_lever(system: System, configured: ModelSpec | None, batch: int, ctx: 
     if configured is None or configured.sliding_window is None or system.engine.honours_sliding_window:
         return None
     honouring = system.engine.model_copy(update={"honours_sliding_window": True})
-    other = _rebuild(system, model=configured, engine=honouring)
+    other = rebuild_system(system, model=configured, engine=honouring)
     if other is None:
         return None
     return _lever("sliding window", f"attend {configured.name}'s {configured.sliding_window}-token window", other, batch,
@@ -243,7 +275,9 @@ def speculative_lever(system: System, batch: int, ctx: int, base_step: float, ba
     caveat = (f"{tokens:.2f} tokens per {fmt_seconds(iteration)} iteration"
               + ("" if given else "; assumes a trained draft head accepted 85% of the time (DeepSeek-V3's MTP: 85-90%)"))
     return Lever("speculative decoding", f"{what}, k {spec.tokens}", batch, system.tp, step, rate,
-                 (rate / system.tp) / base_rate, base_step / step, caveat)
+                 (rate / system.tp) / base_rate, base_step / step, caveat,
+                 run_change={"speculative": chosen.speculative, "num_speculative_tokens": spec.tokens,
+                             "acceptance": chosen.acceptance})
 
 
 def disaggregation_lever(system: System, batch: int, ctx: int, gen: int, base_step: float) -> Lever | None:
@@ -272,10 +306,10 @@ def disaggregation_lever(system: System, batch: int, ctx: int, gen: int, base_st
               f"needs prefill GPUs of its own (--disaggregate P:D) and sends {fmt_bytes(moved)} of KV per request "
               f"({fmt_seconds(float(kv_transfer_seconds(moved, link)))} over {link.name})")
     return Lever("disaggregate prefill", "prefill on separate GPUs", batch, system.tp, base_step, batch / base_step,
-                 1.0, stalled / base_step, caveat, latency_only=True)
+                 1.0, stalled / base_step, caveat, latency_only=True, run_change={"disaggregate": "1:1"})
 
 
-def _count(n: int, noun: str) -> str:
+def count_of(n: int, noun: str) -> str:
     return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
@@ -296,7 +330,9 @@ def beyond_roofline(system: System, decode: StepCost, step: float) -> dict[str, 
     parts = []
     if communication >= BEYOND_ROOFLINE_SHARE:
         calls = sum(int(op.count) for op in decode.operators if op.kind in ("allreduce", "alltoall"))
-        parts.append(f"{100 * communication:.0f}% in {_count(calls, 'collective')} over {system.gpu.interconnect} "
+        gpu = system.gpu
+        path = collective_path(gpu.interconnect, gpu.network, max(system.tp, system.ep), gpu.max_gpus_per_node)
+        parts.append(f"{100 * communication:.0f}% in {count_of(calls, 'collective')} over {path} "
                      f"({system.collectives}; each about {fmt_seconds(float(decode.communication_seconds) / max(calls, 1))}, "
                      f"mostly fixed latency at this size)")
     if launch >= BEYOND_ROOFLINE_SHARE:
@@ -311,9 +347,14 @@ def beyond_roofline(system: System, decode: StepCost, step: float) -> dict[str, 
 
 
 def explain_run(deployment: Deployment, batch: int, ctx: int, gen: int,
-                speculative: SpeculativeSettings | None = None, configured: ModelSpec | None = None) -> Explanation:
+                speculative: SpeculativeSettings | None = None, configured: ModelSpec | None = None,
+                simulate: dict[str, Any] | None = None) -> Explanation:
     """One paragraph on the run's last decode step and prefill, with the levers measured (``configured``: see
-    :func:`measure_levers`)."""
+    :func:`measure_levers`).
+
+    ``simulate``: the settings of the run (RunSettings fields) to check the advice on: the run is simulated,
+    the sequences that fit come from its paged KV cache, each lever is re-simulated and the levers are ranked
+    by their simulated gain on the whole run (simulator.report.explain_simulated)."""
     if gen >= ctx:
         raise InputError(f"--gen: {gen} must be < --ctx {ctx} (the prompt is ctx - gen tokens)")
     system = single_stage_system(deployment)
@@ -336,8 +377,16 @@ def explain_run(deployment: Deployment, batch: int, ctx: int, gen: int,
     prefill_intensity = gemm_intensity(prefill)
     prefill_bound = "compute-bound" if prefill_intensity >= achievable_ridge else "memory-bound"
     reach = ridge_batch(system, ctx)
-    largest = max_batch_that_fits(model, precision, gpu, system.tp, ctx, system)
+    checked = _simulate_run(simulate, system, batch, ctx, gen)
+    if checked.run is not None:
+        largest = sequences_that_fit(checked.run, ctx)
+        memory_words = "the engine's KV cache"
+    else:
+        largest = max_batch_that_fits(model, precision, gpu, system.tp, ctx, system)
+        memory_words = "memory"
     levers = measure_levers(deployment, batch, ctx, largest, reach, speculative, gen, configured)
+    if checked.run is not None:
+        levers = _verified(levers, checked)
 
     where = f"{model.name} on {system.tp}x {gpu.name} ({precision.weights} weights, {precision.kv} KV cache)"
     text = [
@@ -356,8 +405,9 @@ def explain_run(deployment: Deployment, batch: int, ctx: int, gen: int,
     if reach is None:
         text.append("No batch up to 65536 makes them compute-bound.")
     elif reach > batch:
-        fits = (f"which fits in memory (up to {_count(largest, 'sequence')} of {_count(ctx, 'token')})" if reach <= largest
-                else f"more than the {_count(largest, 'sequence')} of {_count(ctx, 'token')} that fit in memory")
+        fits = (f"which fits in {memory_words} (up to {count_of(largest, 'sequence')} of {count_of(ctx, 'token')})"
+                if reach <= largest
+                else f"more than the {count_of(largest, 'sequence')} of {count_of(ctx, 'token')} that fit in {memory_words}")
         limit = " (dequantising the weights on the CUDA cores becomes the limit)" if precision.weight_only_quant else ""
         text.append(f"They would turn compute-bound near batch {reach}{limit}, {fits}.")
     text.append(
@@ -366,32 +416,15 @@ def explain_run(deployment: Deployment, batch: int, ctx: int, gen: int,
         f"(GQA/MQA) or a smaller KV dtype can."
     )
     text.append(
-        f"Prefill of {batch} x {_count(ctx - gen, 'token')} takes {fmt_seconds(float(prefill.seconds))} and is {prefill_bound} "
+        f"Prefill of {batch} x {count_of(ctx - gen, 'token')} takes {fmt_seconds(float(prefill.seconds))} and is {prefill_bound} "
         f"(GEMMs at {prefill_intensity:.0f} FLOP/byte)."
     )
     beyond = beyond_roofline(system, decode, step)
     if beyond["text"]:
         text.append(beyond["text"])
+    text.extend(_simulated_text(checked, largest, ctx))
     if levers:
-        by_throughput = sorted((lv for lv in levers if not lv.latency_only), key=lambda lv: lv.throughput_gain, reverse=True)
-        if by_throughput:
-            best = by_throughput[0]
-            text.append(
-                f"Biggest lever for throughput: {best.lever} ({best.change}: {best.throughput_gain:.2f}x decode tokens/s per GPU, "
-                f"step {fmt_seconds(best.step_seconds)}" + (f"; {best.caveat}" if best.caveat else "") + ")"
-            )
-            if len(by_throughput) > 1:
-                runner = by_throughput[1]
-                text[-1] += f", then {runner.lever} ({runner.change}: {runner.throughput_gain:.2f}x)"
-            text[-1] += "."
-        by_latency = sorted((lv for lv in levers if lv.lever != "bigger batch"), key=lambda lv: lv.latency_gain, reverse=True)
-        if by_latency and by_latency[0].latency_gain > 1.0:
-            fast = by_latency[0]
-            if fast.latency_only:
-                text.append(f"For latency: {fast.lever}: {fast.caveat} ({fast.latency_gain:.2f}x).")
-            else:
-                text.append(f"For latency: {fast.lever} ({fast.change}) cuts the step to {fmt_seconds(fast.step_seconds)} "
-                            f"({fast.latency_gain:.2f}x faster).")
+        text.extend(_lever_text(levers, simulated=checked.run is not None))
     facts = {
         "decode_step_seconds": step,
         "memory_bound_share": memory_share,
@@ -401,6 +434,7 @@ def explain_run(deployment: Deployment, batch: int, ctx: int, gen: int,
         "achievable_ridge_flop_per_byte": achievable_ridge,
         "ridge_batch": reach,
         "max_batch_that_fits": largest,
+        "max_batch_that_fits_from": "engine KV cache" if checked.run is not None else "memory plan",
         "attention_kv_read_bytes": kv_read_total,
         "attention_share": attention_share,
         "prefill_seconds": float(prefill.seconds),
@@ -408,70 +442,122 @@ def explain_run(deployment: Deployment, batch: int, ctx: int, gen: int,
         "communication_share": beyond["communication_share"],
         "launch_share": beyond["launch_share"],
         "engine_overhead_share": beyond["engine_overhead_share"],
+        **_simulated_facts(checked),
     }
     return Explanation(" ".join(text), facts, tuple(levers))
 
 
 @dataclass(frozen=True)
-class LayerProfile:
-    """Per decoder layer, per GPU, one step: kernels launched, activation and attention HBM bytes, and the step's time."""
+class _Checked:
+    """The run explain checks its advice on (None where not asked for or it cannot run, with why)."""
 
-    kernels: float
-    activation_bytes: float
-    attention_bytes: float
-    step_seconds: float
-
-
-def layer_profile(system: System, step: Step) -> LayerProfile:
-    """Sum over the operators of one decoder layer (one instance each) of ``op.work(step)``."""
-    layer = [op for op in system.operators if op.name not in NOT_IN_LAYER]
-    works = [(op, op.work(step)) for op in layer]
-    attention = next(w for op, w in works if op.kind == "attention")
-    return LayerProfile(
-        kernels=float(sum(w.launches for _, w in works)),
-        activation_bytes=float(sum(w.activation_bytes for _, w in works)),
-        attention_bytes=float(attention.kv_read_bytes + attention.kv_write_bytes + attention.activation_bytes),
-        step_seconds=float(system.step_seconds(step)),
-    )
+    run: EngineRun | None = None
+    settings: dict[str, Any] | None = None
+    mix: PhaseMix | None = None
+    note: str = ""
 
 
-def kernel_choices(system: System, batch: int, ctx: int, gen: int) -> dict[str, Any]:
-    """Attention bytes per layer for both kernels, kernels and activation bytes per layer for each fusion level."""
-    steps = {"prefill": Step.prefill(batch, ctx - gen), "decode": Step.decode(batch, ctx)}
-    attention = {}
-    for kernel in ATTENTION_KERNELS:
-        other = _rebuild(system, attention_kernel=kernel, fusion="elementwise" if system.fusion == "full" and kernel != "flash" else system.fusion)
-        attention[kernel] = {phase: asdict(layer_profile(other, s)) for phase, s in steps.items()} if other else None
-    fusion = {}
-    for level in FUSIONS:
-        other = _rebuild(system, fusion=level, attention_kernel="flash" if level == "full" else system.attention_kernel)
-        fusion[level] = {phase: asdict(layer_profile(other, s)) for phase, s in steps.items()} if other else None
-    return {"attention_kernel": attention, "fusion": fusion, "current": {"attention_kernel": system.attention_kernel,
-                                                                        "fusion": system.fusion}}
+def _simulate_run(simulate: dict[str, Any] | None, system: System, batch: int, ctx: int, gen: int) -> _Checked:
+    if simulate is None:
+        return _Checked()
+    settings = {**simulate, "tp": system.tp, "pp": 1, "batch": batch, "ctx": ctx, "gen": gen}
+    try:
+        run = simulate_base(settings)
+    except InputError as exc:
+        return _Checked(note=str(exc))
+    return _Checked(run, settings, phase_mix(run))
 
 
-def kernel_choices_text(choices: dict[str, Any], batch: int, ctx: int, gen: int) -> list[str]:
-    from simulator.report.compare import text_table
+def _verified(levers: list[Lever], checked: _Checked) -> list[Lever]:
+    """Each lever re-simulated on the run's workload, ranked: throughput levers by their gain on the whole run
+    (simulated, else the decode-step gain diluted by the phase mix), then those for latency only."""
+    assert checked.run is not None and checked.settings is not None and checked.mix is not None
+    out = []
+    for lever in levers:
+        result = simulate_lever(checked.run, checked.settings, lever.run_change)
+        estimate = result.throughput_gain
+        if estimate is None and not lever.latency_only:
+            estimate = diluted_gain(lever.throughput_gain, checked.mix)
+        out.append(replace(lever, simulated_throughput_gain=result.throughput_gain,
+                           simulated_latency_gain=result.latency_gain, run_gain=estimate, simulated_note=result.note))
+    return sorted(out, key=lambda lv: (lv.latency_only, -(lv.run_gain or 0.0)))
 
-    mark = choices["current"]
-    lines = [f"Attention kernel (per layer, per GPU; prefill {batch} x {_count(ctx - gen, 'token')}, decode at context {ctx})"]
-    rows = []
-    for kernel, phases in choices["attention_kernel"].items():
-        rows.append([kernel + (" *" if kernel == mark["attention_kernel"] else ""),
-                     fmt_bytes(phases["prefill"]["attention_bytes"]), fmt_seconds(phases["prefill"]["step_seconds"]),
-                     fmt_bytes(phases["decode"]["attention_bytes"]), fmt_seconds(phases["decode"]["step_seconds"])])
-    lines += ["  " + line for line in text_table(
-        ["kernel", "prefill attention bytes", "prefill", "decode attention bytes", "decode step"], rows, {1, 2, 3, 4})]
-    lines += ["", "Fusion (per layer, per GPU)"]
-    rows = []
-    for level, phases in choices["fusion"].items():
-        if phases is None:
-            continue
-        rows.append([level + (" *" if level == mark["fusion"] else ""), f"{phases['decode']['kernels']:.0f}",
-                     fmt_bytes(phases["prefill"]["activation_bytes"]), fmt_seconds(phases["prefill"]["step_seconds"]),
-                     fmt_bytes(phases["decode"]["activation_bytes"]), fmt_seconds(phases["decode"]["step_seconds"])])
-    lines += ["  " + line for line in text_table(
-        ["fusion", "kernels", "prefill activation bytes", "prefill", "decode activation bytes", "decode step"],
-        rows, {1, 2, 3, 4, 5})]
-    lines.append("  (* = this run; 'full' fuses the attention block and always uses flash attention)")
-    return lines
+
+def _simulated_text(checked: _Checked, largest: int, ctx: int) -> list[str]:
+    if checked.run is None:
+        return [f"(The run itself could not be simulated: {checked.note})"] if checked.note else []
+    run, mix = checked.run, checked.mix
+    assert mix is not None
+    cap = run.capacity
+    requests = len(run.workload)
+    shape = f"this closed batch of {count_of(requests, 'request')}"
+    text = [f"Simulated, {shape} spends {100 * mix.prefill_share:.0f}% of its GPU time in prefill and "
+            f"{100 * mix.decode_share:.0f}% in decode"]
+    if mix.prefill_share > 0:
+        text[0] += f", so a lever on the decode step alone moves the whole run by at most {1 / mix.prefill_share:.2f}x"
+    text[0] += (f"; the engine's paged KV cache ({cap.blocks:,} blocks of {cap.block_size} tokens) holds "
+                f"{count_of(largest, 'sequence')} of {count_of(ctx, 'token')} at once.")
+    return text
+
+
+def _lever_text(levers: list[Lever], simulated: bool) -> list[str]:
+    text = []
+    if simulated:
+        by_throughput = [lv for lv in levers if not lv.latency_only and lv.run_gain is not None]  # already ranked
+    else:
+        by_throughput = sorted((lv for lv in levers if not lv.latency_only), key=lambda lv: lv.throughput_gain,
+                               reverse=True)
+    if by_throughput:
+        best = by_throughput[0]
+        if simulated:
+            how = ("simulated" if best.simulated_throughput_gain is not None
+                   else "estimated from the decode step and the phase mix")
+            text.append(f"Biggest lever for throughput: {best.lever} ({best.change}: {best.run_gain:.2f}x output "
+                        f"tokens/s per GPU on the whole run, {how}; {best.throughput_gain:.2f}x on the decode step alone"
+                        + (f"; {best.caveat}" if best.caveat else "") + ")")
+            if len(by_throughput) > 1:
+                runner = by_throughput[1]
+                text[-1] += f", then {runner.lever} ({runner.change}: {runner.run_gain:.2f}x)"
+        else:
+            text.append(
+                f"Biggest lever for throughput: {best.lever} ({best.change}: {best.throughput_gain:.2f}x decode tokens/s "
+                f"per GPU, step {fmt_seconds(best.step_seconds)}" + (f"; {best.caveat}" if best.caveat else "") + ")"
+            )
+            if len(by_throughput) > 1:
+                runner = by_throughput[1]
+                text[-1] += f", then {runner.lever} ({runner.change}: {runner.throughput_gain:.2f}x)"
+        text[-1] += "."
+
+    def latency(lv: Lever) -> float:
+        return lv.simulated_latency_gain if simulated and lv.simulated_latency_gain is not None else lv.latency_gain
+
+    by_latency = sorted((lv for lv in levers if lv.lever != "bigger batch"), key=latency, reverse=True)
+    if by_latency and latency(by_latency[0]) > 1.0:
+        fast = by_latency[0]
+        if simulated and fast.simulated_latency_gain is not None:
+            text.append(f"For latency: {fast.lever} ({fast.change}) cuts the mean TPOT {fast.simulated_latency_gain:.2f}x, "
+                        f"simulated ({fast.latency_gain:.2f}x on the decode step alone).")
+        elif fast.latency_only:
+            text.append(f"For latency: {fast.lever}: {fast.caveat} ({fast.latency_gain:.2f}x).")
+        else:
+            text.append(f"For latency: {fast.lever} ({fast.change}) cuts the step to {fmt_seconds(fast.step_seconds)} "
+                        f"({fast.latency_gain:.2f}x faster).")
+    return text
+
+
+def _simulated_facts(checked: _Checked) -> dict[str, Any]:
+    if checked.run is None:
+        return {"simulated": None, "simulated_note": checked.note or None}
+    run, mix = checked.run, checked.mix
+    assert mix is not None
+    return {"simulated": {
+        "requests": len(run.workload),
+        "prefill_share": mix.prefill_share,
+        "decode_share": mix.decode_share,
+        "prefill_seconds": mix.prefill_seconds,
+        "decode_seconds": mix.decode_seconds,
+        "kv_cache_blocks": run.capacity.blocks,
+        "block_size": run.capacity.block_size,
+        "output_tokens_per_second_per_gpu": figures(run).tokens_per_second_per_gpu,
+        "tpot_mean_seconds": figures(run).tpot_seconds,
+    }, "simulated_note": None}
