@@ -241,3 +241,18 @@ def test_glm52_shared_indexers_and_kimi_delta_attention_stay_refused():
         load("zai-org--GLM-5.2")
     with pytest.raises(InputError, match="Kimi Delta Attention"):
         load("moonshotai--Kimi-K3")
+
+
+def test_engine_runs_no_more_sequences_than_the_state_pool_holds():
+    from simulator.plan.engine_run import prepare
+
+    path = str(DATA / "Qwen--Qwen3.5-27B_config.json")
+    prep = prepare({"model": path, "gpu": "h200", "tp": 2, "batch": 8, "ctx": 4096, "max_num_seqs": 4096})
+    state = linear_state_bytes_per_sequence(prep.deployment.system.model, prep.deployment.system.precision, tp=2)
+    # 4,096 states of 77 MB would take 315 GB per GPU: the pool holds what half the budget allows, and the
+    # scheduler runs no more sequences than that.
+    budget = prep.capacity.budget_bytes_per_gpu + prep.capacity.state_bytes_per_gpu
+    assert prep.capacity.state_sequences == int(budget / 2 // state) < 4096
+    assert prep.config.max_num_seqs == prep.capacity.state_sequences
+    small = prepare({"model": path, "gpu": "h200", "tp": 2, "batch": 8, "ctx": 4096, "max_num_seqs": 8})
+    assert small.config.max_num_seqs == small.capacity.state_sequences == 8

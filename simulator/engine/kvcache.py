@@ -22,8 +22,8 @@ beside its blocks. The budget first sets aside a state pool, as SGLang does (a M
 beside the KV pool, its size capping the running requests): one state for each of ``max_num_seqs``
 sequences, but no more than half the budget, ``states = min(max_num_seqs, floor(budget / 2 / state))``
 (``KVCapacity.state_sequences``), so a large ``max_num_seqs`` does not leave the tokens nothing.
-``budget -= states * state bytes per sequence per GPU``. The engine admits by blocks; capping its
-running sequences at ``state_sequences`` is left to it.
+``budget -= states * state bytes per sequence per GPU``. The engine admits by blocks; a run caps its
+scheduler's ``max_num_seqs`` at ``state_sequences`` (simulator.plan.engine_run.prepare).
 """
 
 from __future__ import annotations

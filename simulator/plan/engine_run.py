@@ -170,6 +170,9 @@ def prepare(settings: RunSettings | dict[str, Any]) -> Prepared:
         deployment, config.block_size, settings.gpu_memory_utilization, config.max_batched_tokens,
         config.max_num_seqs, settings.kv_blocks,
     )
+    if 0 < capacity.state_sequences < config.max_num_seqs:
+        # A linear-attention model runs no more sequences than its state pool holds (engine/kvcache.py).
+        config = replace(config, max_num_seqs=capacity.state_sequences)
     workload = build_workload(settings, deployment.system.model.max_context)
     if settings.shared_prefix_tokens is not None:
         workload = with_shared_prefix(workload, settings.shared_prefix_tokens, settings.shared_prefix_ratio, settings.seed)
