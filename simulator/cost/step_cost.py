@@ -82,8 +82,10 @@ from simulator.cost.engine_overhead import (
     has_overhead,
     iteration_overhead_seconds,
 )
+from simulator.cost.kernel_tables.attention import AttentionCurve
 from simulator.cost.kernel_tables.collective import MessageCurve
 from simulator.cost.kernel_tables.gemm import GemmCurve
+from simulator.cost.kernel_tables.moe import MoeShareCurve
 from simulator.cost.kernel_tables.source import ROOFLINE, KernelSource
 from simulator.cost.kernels import GEMM_TILES, WEIGHT_ONLY_TILES, gemm_shape_efficiency, memory_half_bytes
 from simulator.errors import InputError
@@ -259,9 +261,9 @@ class OperatorRates(NamedTuple):
     """communication operators: the group, its links and the algorithm"""
     overlap: float = 1.0
     """fraction of the shorter of compute and memory time hidden under the longer (1: the roofline's max)"""
-    measured: GemmCurve | MessageCurve | None = None
+    measured: GemmCurve | MessageCurve | AttentionCurve | MoeShareCurve | None = None
     """a measured kernel table's latency, by rows for a GEMM (the roofline then only says its bound), by message
-    bytes for an all-reduce"""
+    bytes for an all-reduce, by the step for attention"""
 
 
 def rates_vary_with_tokens(op: Operator, gpu: GPUSpec) -> bool:
@@ -335,10 +337,17 @@ def kernel_overlap(gpu: GPUSpec, model: TimeModel) -> float:
 
 def system_rates(operators: tuple[Operator, ...], gpu: GPUSpec,
                  model: TimeModel | None = None) -> tuple[OperatorRates | None, ...]:
-    """Each operator's rates, or None where an overlay makes them depend on the step."""
+    """Each operator's rates, or None where an overlay makes them depend on the step.
+
+    A measured MoE table times a layer's whole routed-expert block, so its curves are looked up over the operator
+    list (simulator.cost.kernel_tables.moe) and replace the block operators' own (which are None)."""
     model = model or TimeModel()
     check_algorithm(model.collectives)
-    return tuple(None if rates_vary_with_tokens(op, gpu) else operator_rates(op, gpu, model=model) for op in operators)
+    rates = tuple(None if rates_vary_with_tokens(op, gpu) else operator_rates(op, gpu, model=model) for op in operators)
+    moe = model.kernels.moe_curves(operators, gpu) if model.kernels.measured else {}
+    if moe and all(rates[i] is not None for i in moe):
+        rates = tuple(r._replace(measured=moe[i]) if i in moe and r is not None else r for i, r in enumerate(rates))
+    return rates
 
 
 def host_launch_seconds(launches: Number, rates: OperatorRates, captured: Number) -> Number:
@@ -357,11 +366,12 @@ def launch_wait(gpu_seconds: Number, host_seconds: Number) -> Number:
 
 
 def roofline(work: Work, rates: OperatorRates, count: int, rows: Number = 0.0,
-             captured: Number = True) -> tuple[Number, Number, Number, Number, Number]:
+             captured: Number = True, step: Step | None = None) -> tuple[Number, Number, Number, Number, Number]:
     """(compute, memory, total, launch, host) seconds of ``count`` instances of a non-communication operator.
 
     ``rows``: the GEMM's row count (tokens) for the shape model; ``captured``: the step is replayed
-    from a CUDA graph (see :func:`simulator.cost.engine_overhead.graph_captured`). The one roofline
+    from a CUDA graph (see :func:`simulator.cost.engine_overhead.graph_captured`); ``step``: the step itself,
+    which a measured attention curve reads (batch, context, prefill). The one roofline
     formula (module docstring): :func:`operator_cost` and :func:`operator_totals` both call it.
     """
     flops = work.flops
@@ -393,7 +403,11 @@ def roofline(work: Work, rates: OperatorRates, count: int, rows: Number = 0.0,
     if rates.measured is not None:
         # The table's latency is the kernel's device time in a CUDA graph, its GPU-side launch included: it
         # replaces the busy time and the launch term; the roofline's split only says what bounds it.
-        measured = rates.measured.seconds(rows)
+        if isinstance(rates.measured, AttentionCurve):
+            assert step is not None  # operator_cost and operator_totals pass the step
+            measured = rates.measured.step_seconds(step)
+        else:
+            measured = rates.measured.seconds(rows)
         scale = measured / _maximum(busy, 1e-300)
         compute_seconds, memory_seconds, busy = compute_seconds * scale, memory_seconds * scale, measured
         seconds = busy
@@ -407,7 +421,7 @@ def communication_seconds(op: Operator, work: Work, rates: OperatorRates, count:
     """Seconds of ``count`` instances of a communication operator (simulator.cost.collectives)."""
     net = rates.network
     assert net is not None  # operator_rates gives every communication operator its network
-    if rates.measured is not None and net.algorithm != "off":
+    if rates.measured is not None and not isinstance(rates.measured, AttentionCurve) and net.algorithm != "off":
         # The engine's own all-reduce kernel, measured inside a CUDA graph (simulator.cost.kernel_tables.collective).
         seconds = rates.measured.seconds(work.link_bytes)
     elif op.kind == "alltoall":
@@ -440,7 +454,7 @@ def operator_cost(op: Operator, step: Step, gpu: GPUSpec, rates: OperatorRates |
             host_seconds=count * host_launch_seconds(work.launches, rates, captured), measured=rates.measured is not None,
         )
     compute_seconds, memory_seconds, seconds, launch_seconds, host_seconds = roofline(
-        work, rates, count, op.tokens(step), captured)
+        work, rates, count, op.tokens(step), captured, step)
     no_link = 0.0 * memory_seconds
     return OperatorCost(
         name=op.name,
@@ -615,7 +629,7 @@ def operator_totals(op: Operator, step: Step, gpu: GPUSpec, rates: OperatorRates
     if op.kind in COMMUNICATION_KINDS:
         link_seconds = communication_seconds(op, work, rates, count)
         return link_seconds, 0.0, 0.0, 0.0, link_seconds, count * host_launch_seconds(work.launches, rates, captured)
-    compute_seconds, memory_seconds, seconds, _, host = roofline(work, rates, count, op.tokens(step), captured)
+    compute_seconds, memory_seconds, seconds, _, host = roofline(work, rates, count, op.tokens(step), captured, step)
     moved = (count * work.weight_bytes + count * work.kv_read_bytes + count * work.kv_write_bytes
              + count * work.activation_bytes)
     compute_wins = compute_seconds >= memory_seconds

@@ -7,7 +7,10 @@ where there are none. ``roofline``: the roofline path for every operator.
 A table is chosen by the GPU (measured as itself: see
 :data:`simulator.cost.kernel_tables.aiconfigurator.SYSTEMS`), the engine family (TensorRT-LLM, vLLM,
 SGLang: each times its own kernels) and the release nearest the engine profile's, which the run's
-notes name. An operator whose class or format no table measures (attention, MoE experts,
+notes name. Attention (:class:`~simulator.model.operators.Attention`, flash kernel) is timed by the context
+and generation tables (:mod:`.attention`); an MoE layer's routed-expert block by the MoE tables (:mod:`.moe`,
+through :meth:`KernelSource.moe_curves`, which :func:`simulator.cost.step_cost.system_rates` applies). An operator
+whose class or format no table measures (MLA, MoE shapes or layouts not measured,
 weight-only formats the GPU's table lacks, engines without tables) is timed by the roofline, and
 the report says which share of the step time was measured.
 """
@@ -19,14 +22,16 @@ import re
 from dataclasses import dataclass, field
 
 from simulator.cost.kernel_tables import aiconfigurator
+from simulator.cost.kernel_tables.attention import AttentionCurve, AttentionShape, AttentionTables, measured_attention
 from simulator.cost.kernel_tables.collective import MessageCurve
 from simulator.cost.kernel_tables.csv_format import read_kernel_table
 from simulator.cost.kernel_tables.gemm import GemmCurve, GemmShape, gemm_curve
+from simulator.cost.kernel_tables.moe import MoeShareCurve, MoeTable, measured_moe, moe_curves
 from simulator.cost.kernel_tables.table import GemmTable, TableOrigin
 from simulator.errors import InputError
 from simulator.model.engine_profile import EngineProfile
 from simulator.model.gpu import GPUSpec
-from simulator.model.operators import AllReduce, Gemm, Operator
+from simulator.model.operators import AllReduce, Attention, Gemm, Operator
 
 KERNEL_MODES: tuple[str, ...] = ("auto", "measured", "roofline")
 
@@ -65,14 +70,21 @@ class KernelSource:
     """the release whose all-reduce was measured, where it differs from the GEMMs' (``origin.version``)"""
     note: str = ""
     """why the roofline times everything, or which release was chosen and why"""
+    attention: AttentionTables | None = None
+    """measured context- and generation-attention tables (simulator.cost.kernel_tables.attention), or None"""
+    moe: MoeTable | None = None
+    """measured MoE expert-block latencies (simulator.cost.kernel_tables.moe), or None; they time a whole layer's
+    routed experts, so they are looked up over the operator list (:meth:`moe_curves`), not one operator"""
     _curves: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def measured(self) -> bool:
         return self.origin is not None
 
-    def curve(self, op: Operator, gpu: GPUSpec) -> GemmCurve | MessageCurve | None:
+    def curve(self, op: Operator, gpu: GPUSpec) -> GemmCurve | MessageCurve | AttentionCurve | None:
         """The measured curve that times ``op`` on ``gpu``, or None (the roofline times it)."""
+        if type(op) is Attention:
+            return self.attention_curve(op, gpu)
         if type(op) is AllReduce:
             # Only the group sizes and the message dtype measured: a larger group, or one across nodes, is not.
             if op.activation_bytes_per_element != aiconfigurator.ALLREDUCE_BYTES_PER_ELEMENT:
@@ -91,6 +103,23 @@ class KernelSource:
                               gpu.hbm_bandwidth_bytes_per_second)
             self._curves[key] = gemm_curve(table, shape)
         return self._curves[key]
+
+    def attention_curve(self, op: Attention, gpu: GPUSpec) -> AttentionCurve | None:
+        """The measured curve of a flash-attention operator (the naive and per-head kernels are no table's)."""
+        if self.attention is None or op.kernel != "flash":
+            return None
+        key = ("attention", op.q_heads, op.kv_heads, op.head_dim, op.kv_bytes_per_element,
+               op.activation_bytes_per_element, op.compute_dtype, op.window, op.data_parallel)
+        if key not in self._curves:
+            shape = AttentionShape(op.q_heads, op.kv_heads, op.head_dim, op.kv_bytes_per_element,
+                                   op.activation_bytes_per_element, gpu.peak(op.compute_dtype),
+                                   gpu.hbm_bandwidth_bytes_per_second, op.window or 0)
+            self._curves[key] = self.attention.curve(shape, op.compute_dtype, op.data_parallel)
+        return self._curves[key]
+
+    def moe_curves(self, operators: tuple[Operator, ...], gpu: GPUSpec) -> dict[int, MoeShareCurve]:
+        """The measured share of each MoE block operator of ``operators``, by index ({} where none is measured)."""
+        return moe_curves(self.moe, operators, gpu)
 
     def describe(self) -> str:
         """``measured, H100 SXM / TensorRT-LLM 1.3.0rc20`` or ``roofline (why)``."""
@@ -156,8 +185,14 @@ def _measured_source(gpu_name: str, engine_name: str, engine_version: str, mode:
         if comm != version:
             allreduce_version = comm
             note = "; ".join(filter(None, [note, f"all-reduce measured under {family} {comm}"]))
+    attention, attention_version = measured_attention(root, folder, display, family, version)
+    if attention is not None and attention_version != version:
+        note = "; ".join(filter(None, [note, f"attention measured under {family} {attention_version}"]))
+    moe, moe_version = measured_moe(root, folder, display, family, version)
+    if moe is not None and moe_version != version:
+        note = "; ".join(filter(None, [note, f"MoE experts measured under {family} {moe_version}"]))
     return KernelSource(mode, next(iter(tables.values())).origin if tables else None, tables, allreduce,
-                        allreduce_version, note)
+                        allreduce_version, note, attention, moe=moe)
 
 
 def file_source(gpu: GPUSpec, path: str) -> KernelSource:
