@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -47,6 +48,42 @@ os.umask(_UMASK)
 
 def _where(what: str, path: Path | str) -> str:
     return f"{what} {path}".strip() if what else str(path)
+
+
+def path_kind(path: str | Path, what: str = "") -> str | None:
+    """What ``path`` names: ``'file'``, ``'folder'``, ``'other'`` (a device, a pipe) or None when nothing is there.
+
+    The one place a user's path-like option (a model or GPU name that may be a file, --trace,
+    --engine, a scenario's paths) is looked at before it is read. ``Path.is_file()`` and
+    friends raise OSError for a name the file system refuses (over 255 bytes: ENAMETOOLONG,
+    a path through a file, a loop of links); here that is one InputError line naming
+    ``what`` and the path, and a NUL in the name (no file system holds one) is None.
+    """
+    text = str(path)
+    if text.strip() == "" or "\x00" in text:
+        return None
+    try:
+        info = os.stat(text)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        shown = text if len(text) <= 80 else f"{text[:60]}...({len(text)} characters)"
+        raise InputError(f"{_where(what, '')}{': ' if what else ''}cannot use '{shown}': {exc.strerror or exc}") from None
+    except ValueError:  # a name the OS call cannot even be given (e.g. surrogates)
+        return None
+    if stat.S_ISDIR(info.st_mode):
+        return "folder"
+    return "file" if stat.S_ISREG(info.st_mode) else "other"
+
+
+def is_file(path: str | Path, what: str = "") -> bool:
+    """``path`` is a regular file; a name the OS refuses is an InputError (see :func:`path_kind`)."""
+    return path_kind(path, what) == "file"
+
+
+def is_folder(path: str | Path, what: str = "") -> bool:
+    """``path`` is a folder; a name the OS refuses is an InputError (see :func:`path_kind`)."""
+    return path_kind(path, what) == "folder"
 
 
 def read_bytes(path: str | Path, what: str = "", max_bytes: int = TEXT_LIMIT_BYTES) -> bytes:

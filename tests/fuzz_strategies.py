@@ -35,6 +35,11 @@ EDGE_NUMBERS = (
     "0.0", "1e-9", "0.5", "1.5", "2147483648", "4294967296", "9223372036854775807", "9223372036854775808",
     "18446744073709551616", "1e20", "1e30", "100000000000", "abc", "", " ", "0x10", "1_000", "1e", "--", "1,5",
 )
+# Names over the file system's 255-byte limit (ENAMETOOLONG), bare and as paths: path-like options must refuse
+# them in one line (issue 37).
+LONG_NAMES = ("a" * 300, "/tmp/" + "b" * 300 + ".yaml", "c" * 300 + "/config.json", "é" * 200)
+# A two-value option (--deploy PLATFORM DIR) is drawn as one text joined by this and split into its values.
+DEPLOY_SEPARATOR = "\x1f"
 EDGE_TEXT = ("", " ", "x", "none", "null", "::", "a:b:c", "é", "\x00", "-", "--json", "1e309", "nan", "💥", "a" * 300)
 
 
@@ -131,6 +136,24 @@ def _scenario(out: str, variant: int = 0) -> dict[str, Any]:
         scenario["sweep"] = {"grid": {"scheduler": ["continuous", "static"]}, "zip": {"gen": {"start": 8, "stop": 16, "step": 8}}}
         scenario["slo"] = {"ttft_p99_seconds": 2.0}
         scenario["search"] = {"max_qps_under_slo": {"low": 0.5, "high": 8.0, "tolerance": 0.25}, "min_gpus_for_qps": {"qps": 10.0}}
+    elif variant == 5:  # replicas behind each router
+        scenario["base"].update({"requests": 20, "qps": 8.0, "replicas": 2, "prefix_caching": True, "shared_prefix_tokens": 64})
+        scenario["sweep"] = {"grid": {"router": ["round_robin", "least_outstanding", "least_kv", "prefix"]}}
+    elif variant == 6:  # disaggregated prefill and decode
+        scenario["base"].update({"requests": 20, "qps": 5.0, "disaggregate": "1:1"})
+        scenario["sweep"] = {"grid": {"decode_tp": [1, 2]}}
+    elif variant == 7:  # speculative decoding
+        scenario["base"].update({"speculative": "eagle", "num_speculative_tokens": 3})
+        scenario["sweep"] = {"grid": {"acceptance": [0.5, 0.8]}}
+    elif variant == 8:  # vLLM's spellings, as the CLI takes them
+        del scenario["base"]["gen"]
+        scenario["base"].update({"enable_prefix_caching": True, "pipeline_parallel_size": 1, "num_prompts": 10,
+                                 "output_len": 16, "request_rate": 4.0})
+        scenario["sweep"] = {"grid": {"tensor_parallel_size": [1, 2]}}
+    elif variant == 9:  # closed loop, a dataset of lengths, the client path
+        del scenario["base"]["ctx"], scenario["base"]["gen"]
+        scenario["base"].update({"requests": 12, "max_concurrency": 4, "dataset": "sharegpt"})
+        scenario["sweep"] = {"grid": {"client_path": ["on", "off"]}}
     return scenario
 
 
@@ -258,7 +281,7 @@ def gpu_file(draw: st.DrawFn, files: FileFactory) -> str:
 
 @st.composite
 def scenario_file(draw: st.DrawFn, files: FileFactory) -> str:
-    base = _scenario(files.out_path(draw(st.sampled_from((".csv", ".jsonl")))), draw(st.integers(0, 4)))
+    base = _scenario(files.out_path(draw(st.sampled_from((".csv", ".jsonl")))), draw(st.integers(0, 9)))
     if draw(st.booleans()):  # clean: the points run
         return files.write(".yaml", _yaml_text(base).encode("utf-8"))
     tricks = (
@@ -279,6 +302,18 @@ def scenario_file(draw: st.DrawFn, files: FileFactory) -> str:
         {"output": {"path": ""}},
         {"output": {"path": str(files.root / "missing" / "dir" / "x.csv")}},
         {"sweep": {"zip": {"batch": [1, 2], "ctx": [256]}}},
+        {"base": {"model": "a" * 300, "gpu": "a100"}},
+        {"base": {"model": "llama2-7b", "gpu": "a100", "trace": "t" * 300}},
+        {"base": {"model": "llama2-7b", "gpu": "a100", "speculative": "draft:" + "d" * 300, "acceptance": 0.7,
+                  "num_speculative_tokens": 2}},
+        {"base": {"model": "llama2-7b", "gpu": "a100", "speculative": "eagle", "acceptance": ",".join(["0.5"] * 1000)}},
+        {"base": {"model": "llama2-7b", "gpu": "a100", "tp": 1, "tensor_parallel_size": 2}},
+        {"base": {"model": "llama2-7b", "gpu": "a100", "request_rate": "abc"}},
+        {"sweep": {"grid": {"enable_chunked_prefill": [True, False]}}},
+        {"sweep": {"grid": {"request_rate": [1.0, "inf"]}}},
+        {"sweep": {"grid": {"goodput": ["ttft:500", "tpot:50"]}}},
+        {"base": {"model": "llama2-7b", "gpu": "a100", "disaggregate": 13}},
+        {"base": {"model": "llama2-7b", "gpu": "a100", "replicas": 10**9}},
     )
     if draw(st.integers(0, 3)) == 0:
         trick = copy.deepcopy(draw(st.sampled_from(tricks)))
@@ -301,9 +336,60 @@ TRACE_CELLS = ("0", "0.5", "1", "10", "100", "-1", "nan", "inf", "1e308", "21474
                "2023-11-16 18:15:46.6805900", "2024-05-10 00:00:00.009930+00:00", "9999-99-99", "1e-320")
 
 
+# One valid row per trace format (simulator/engine/traces.py's table), by header.
+TRACE_FORMATS = (
+    ("arrival_seconds,prompt_tokens,output_tokens", "{t:.3f},{p},{o}"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens", "2023-11-16 18:15:{s:02d}.6805900,{p},{o}"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens", "2024-05-10 00:00:{s:02d}.009930+00:00,{p},{o}"),
+    ("arrived_at,num_prefill_tokens,num_decode_tokens", "{t:.3f},{p},{o}"),
+    ("num_prefill_tokens,num_decode_tokens", "{p},{o}"),
+    ("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type", "{t:.1f},ChatGPT,{p},{o},{n},Conversation log"),
+)
+
+
+@st.composite
+def vllm_result_trace(draw: st.DrawFn, files: FileFactory) -> str:
+    """A vLLM benchmark_serving result JSON (input_lens, output_lens, start_times) read as a trace, maybe mutated."""
+    n = draw(st.integers(1, 6))
+    data: dict[str, Any] = {
+        "completed": n, "input_lens": [draw(st.integers(1, 200)) for _ in range(n)],
+        "output_lens": [draw(st.integers(0, 40)) for _ in range(n)],
+        "start_times": sorted(draw(st.floats(0, 100)) for _ in range(n)),
+    }
+    if draw(st.booleans()):
+        data = draw(mutated_mapping(data, ("errors", "ttfts")))
+    if draw(st.integers(0, 3)) == 0 and isinstance(data, dict):
+        key = draw(st.sampled_from(("input_lens", "output_lens", "start_times")))
+        if isinstance(data.get(key), list) and data[key]:
+            data[key][draw(st.integers(0, len(data[key]) - 1))] = draw(st.sampled_from(EDGE_VALUES))
+    return files.write(".json", draw(encoded(_json_text(data))))
+
+
 @st.composite
 def trace_file(draw: st.DrawFn, files: FileFactory) -> str:
-    if draw(st.integers(0, 4)) == 0:  # JSON Lines
+    """A trace in one of the formats read (CSV by header, JSON Lines, vLLM result JSON, JSON list), often broken."""
+    kind = draw(st.sampled_from(("format", "format", "format", "jsonl", "vllm", "list", "odd")))
+    if kind == "format":
+        header, row = draw(st.sampled_from(TRACE_FORMATS))
+        count = draw(st.integers(1, 8))
+        rows = [row.format(t=i * draw(st.floats(0, 5)), s=i % 60, p=draw(st.integers(1, 200)), o=draw(st.integers(0, 40)),
+                           n=0) for i in range(count)]
+        if draw(st.booleans()):  # one cell broken
+            broken = draw(st.integers(0, count - 1))
+            cells = rows[broken].split(",")
+            cells[draw(st.integers(0, len(cells) - 1))] = draw(st.sampled_from(TRACE_CELLS))
+            rows[broken] = ",".join(cells)
+        return files.write(".csv", draw(encoded("\n".join([header, *rows]) + "\n")))
+    if kind == "vllm":
+        return draw(vllm_result_trace(files))
+    if kind == "list":
+        rows = draw(st.lists(st.fixed_dictionaries({
+            "arrival_seconds": st.sampled_from((0, 0.5, 1.0, -1, "x", None)),
+            "prompt_tokens": st.sampled_from((1, 16, 100, 0, 2**40, 1.5)),
+            "output_tokens": st.sampled_from((1, 8, 32, 0, None)),
+        }), min_size=0, max_size=6))
+        return files.write(".json", draw(encoded(_json_text(rows))))
+    if kind == "jsonl":
         rows = draw(st.lists(st.fixed_dictionaries({
             "arrival_seconds": st.sampled_from((0, 0.5, 1.0, -1, float("nan"), "x", None)),
             "prompt_tokens": st.sampled_from((1, 16, 100, 0, -3, 2**40, 1.5, "7")),
@@ -311,7 +397,7 @@ def trace_file(draw: st.DrawFn, files: FileFactory) -> str:
         }), min_size=0, max_size=6))
         text = "\n".join(_json_text(row) for row in rows) + "\n"
         return files.write(draw(st.sampled_from((".jsonl", ".ndjson"))), draw(encoded(text)))
-    header = draw(st.sampled_from(TRACE_HEADERS))
+    header = draw(st.sampled_from(TRACE_HEADERS))  # "odd": any header, any cells
     valid_row = st.tuples(st.floats(0, 100).map(lambda t: f"{t:.3f}"), ints(1, 200), ints(1, 40)).map(",".join)
     odd_row = st.lists(st.sampled_from(TRACE_CELLS), min_size=1, max_size=4).map(",".join)
     rows = draw(st.lists(st.one_of(valid_row, valid_row, valid_row, odd_row), min_size=0, max_size=8))
@@ -383,6 +469,80 @@ def timings_file(draw: st.DrawFn, files: FileFactory) -> str:
     return files.write(".json", draw(encoded(_json_text(data))))
 
 
+def _serving_result() -> dict[str, Any]:
+    """A vLLM benchmark_serving result (--save-result) of three requests, as calibrate --from-benchmark reads it."""
+    return {"completed": 3, "request_rate": "inf", "max_concurrency": None, "total_input_tokens": 600,
+            "total_output_tokens": 60, "input_lens": [100, 200, 300], "output_lens": [10, 20, 30], "mean_ttft_ms": 25.0,
+            "median_ttft_ms": 20.0, "p99_ttft_ms": 40.0, "mean_tpot_ms": 8.0, "median_tpot_ms": 7.5, "p99_tpot_ms": 12.0,
+            "output_throughput": 150.0, "total_token_throughput": 1650.0, "request_throughput": 2.5}
+
+
+def _throughput_result() -> dict[str, Any]:
+    """A vLLM benchmark_throughput --output-json of 100 requests at once."""
+    return {"elapsed_time": 10.0, "num_requests": 100, "total_num_tokens": 30000, "requests_per_second": 10.0,
+            "tokens_per_second": 3000.0}
+
+
+# The fields the fuzzer found crashing calibrate --from-benchmark (issue 37), and others like them.
+BENCHMARK_EDGES: tuple[Any, ...] = ("inf", "-inf", "nan", "abc", "", None, {}, [], [1], True, -1, 0, 1.5, 10**30, 1e308)
+
+
+@st.composite
+def benchmark_file(draw: st.DrawFn, files: FileFactory) -> str:
+    """A benchmark for calibrate --from-benchmark: serving JSON, throughput JSON or a published.csv-schema CSV."""
+    kind = draw(st.sampled_from(("serving", "serving", "throughput", "csv")))
+    if kind == "csv":
+        return draw(measurements_csv(files))
+    data = _serving_result() if kind == "serving" else _throughput_result()
+    if draw(st.integers(0, 2)) == 0:  # clean
+        return files.write(".json", json.dumps(data).encode("utf-8"))
+    for _ in range(draw(st.sampled_from((1, 1, 1, 2, 3)))):
+        key = draw(st.sampled_from(sorted(data)))
+        if isinstance(data[key], list) and data[key] and draw(st.booleans()):
+            data[key][draw(st.integers(0, len(data[key]) - 1))] = draw(st.sampled_from(BENCHMARK_EDGES))
+        elif draw(st.integers(0, 4)) == 0:
+            data.pop(key)
+        else:
+            data[key] = draw(st.sampled_from(BENCHMARK_EDGES))
+    if draw(st.integers(0, 9)) == 0:
+        data["input_lens"] = [1] * draw(st.sampled_from((0, 2, 5000)))  # lengths that disagree with output_lens
+    text = _json_text(data)
+    return files.write(".json", draw(encoded(text)) if draw(st.integers(0, 3)) == 0 else text.encode("utf-8"))
+
+
+@st.composite
+def lengths_file(draw: st.DrawFn, files: FileFactory) -> str:
+    """A lengths CSV for --dataset (input_tokens,output_tokens pairs), with odd rows, headers and encodings."""
+    header = draw(st.sampled_from(("input_tokens,output_tokens", "output_tokens,input_tokens,x", "input_tokens", "a,b", "")))
+    cell = st.one_of(ints(0, 3000), st.sampled_from(TRACE_CELLS))
+    rows = draw(st.lists(st.lists(cell, min_size=1, max_size=3).map(",".join), max_size=6))
+    comment = "# lengths\n" if draw(st.booleans()) else ""
+    return files.write(".csv", draw(encoded(comment + "\n".join([header, *rows]) + "\n")))
+
+
+KERNEL_TABLE_HEAD = "# memwall kernel table 1\n# gpu: A100-SXM4-80GB\n# engine: torch\nop,dtype,m,n,k,seconds\n"
+KERNEL_CELLS = ("gemm", "conv", "fp16", "bf16", "fp8", "nvfp4", "int4_wo", "fp4", "1", "0", "-1", "4096", "nan", "inf", "1e-320", "x", "", "1e308",
+                "99999999999999999999")
+
+
+@st.composite
+def kernel_table_file(draw: st.DrawFn, files: FileFactory, clean: bool = False) -> str:
+    """A memwall kernel table (what calibrate --kernel-table-out writes), valid or with broken cells and lines."""
+    rows = [f"gemm,bf16,{m},4096,4096,{m * 2e-6:.6e}" for m in (1, 8, 64, 512)]
+    if clean or draw(st.integers(0, 2)) == 0:
+        return files.write(".csv", (KERNEL_TABLE_HEAD + "\n".join(rows) + "\n").encode("utf-8"))
+    head = KERNEL_TABLE_HEAD
+    if draw(st.integers(0, 4)) == 0:
+        head = draw(st.sampled_from(("", "# memwall kernel table 2\n", "# memwall kernel table 1\nop,dtype,m,n,k,seconds\n",
+                                     "# memwall kernel table 1\n# gpu: x\nop,m,n\n")))
+    for _ in range(draw(st.integers(1, 3))):
+        index = draw(st.integers(0, len(rows) - 1))
+        cells = rows[index].split(",")
+        cells[draw(st.integers(0, 5))] = draw(st.sampled_from(KERNEL_CELLS))
+        rows[index] = ",".join(cells[: draw(st.integers(4, 6))] if draw(st.integers(0, 5)) == 0 else cells)
+    return files.write(".csv", draw(encoded(head + "\n".join(rows) + "\n")))
+
+
 # ---------------------------------------------------------------------------------------
 # Command lines
 #
@@ -423,24 +583,34 @@ def option_choices(name: str, param: click.Parameter, files: FileFactory) -> tup
         "launch_overhead": floats(0, 5e-5), "slo_ttft": floats(0.001, 10), "slo_tpot": floats(0.001, 1),
         "slo_e2e": floats(0.01, 100), "workers": st.just("1"), "budget_seconds": floats(1, 10),
         "input_tokens": ints(1, 512), "output_tokens": ints(1, 128),
+        # serving features added after the first fuzz test: replicas and routers, prefixes, sessions, closed loop
+        "replicas": ints(1, 4), "router_staleness": floats(0, 2), "shared_prefix_tokens": ints(1, 128),
+        "shared_prefix_ratio": floats(0.1, 1), "sessions": ints(1, 6), "turns": ints(1, 4), "think_time": floats(0, 2),
+        "turn_tokens": ints(1, 128), "max_concurrency": ints(1, 16), "warmup_requests": ints(0, 8),
+        "num_speculative_tokens": ints(1, 6), "prefill_tp": st.sampled_from(("1", "2")), "decode_tp": st.sampled_from(("1", "2")),
+        "pp": st.sampled_from(("1", "2")), "pipeline_parallel_size": st.sampled_from(("1", "2")),
+        "trace_start": floats(0, 10), "trace_duration": floats(0.1, 100), "num_scheduler_steps": ints(1, 8),
+        "routing_skew": floats(0, 2),
     }
     if name in numbers and name not in ("input_tokens", "output_tokens") or (
         name in ("input_tokens", "output_tokens") and isinstance(param.type, (click.types.IntParamType, click.IntRange))
     ):
+        if name == "num_speculative_tokens":  # 64 at most: the bound's edges too
+            return numbers[name], st.one_of(edge_numbers, st.sampled_from(("64", "65", "1000")))
         return numbers[name], edge_numbers
     # Junk outputs stay inside the fuzz folder: calibrate creates a missing folder for its outputs.
     junk_paths = st.sampled_from(("", ".", "/", str(files.root / "missing" / "x.csv"), "nosuch.yaml", "x.txt"))
     named: dict[str, tuple[st.SearchStrategy[str], st.SearchStrategy[str]]] = {
         "model": (st.one_of(st.sampled_from(MODELS), _valid_model_file(files)),
-                  st.one_of(model_file(files), st.sampled_from(("nosuch", "", "llama", "x.yaml", "/")))),
+                  st.one_of(model_file(files), st.sampled_from(("nosuch", "", "llama", "x.yaml", "/", *LONG_NAMES)))),
         "gpu": (st.one_of(st.sampled_from(GPUS), _valid_gpu_file(files)),
-                st.one_of(gpu_file(files), st.sampled_from(("nosuch", "", "a1000", "x.yaml")))),
+                st.one_of(gpu_file(files), st.sampled_from(("nosuch", "", "a1000", "x.yaml", *LONG_NAMES)))),
         "weights": (st.sampled_from(WEIGHTS), st.sampled_from(("fp4", "", "FP16", "int3", "w4a16"))),
         "attention": (st.sampled_from(("mha", "mqa", "gqa:1", "gqa:2", "gqa:4", "gqa:8")), attention_variants()),
         "engine": (st.sampled_from(("vllm", "vllm-v0.6", "vllm-v0.2", "sglang", "trtllm", "trtllm-v0", "tgi-v1", "tgi-v2", "llamacpp", "ideal")),
-                   st.sampled_from(("tgi", "", "x.yaml"))),
+                   st.sampled_from(("tgi", "", "x.yaml", *LONG_NAMES))),
         "trace": (st.builds(lambda: files.write(".csv", b"arrival_seconds,prompt_tokens,output_tokens\n0,100,10\n0.5,50,20\n")),
-                  trace_file(files)),
+                  st.one_of(trace_file(files), st.sampled_from(LONG_NAMES))),
         "prompt_tokens": (ints(16, 512), length_specs()), "input_len": (ints(16, 512), length_specs()),
         "output_tokens": (ints(1, 64), length_specs()), "output_len": (ints(1, 64), length_specs()),
         "goodput": (st.sampled_from(("ttft:500", "tpot:50", "e2el:1000")),
@@ -454,13 +624,38 @@ def option_choices(name: str, param: click.Parameter, files: FileFactory) -> tup
                      st.sampled_from(("0", "-1", "nan", "", "1e30", "512,,1024", "x", "99999999999"))),
         "csv": (st.just(str(DATA / "published_small.csv")), measurements_csv(files)),
         "measurements": (_valid_timings_file(files), timings_file(files)),
-        "from_benchmark": (_valid_timings_file(files), timings_file(files)),
+        "from_benchmark": (st.builds(lambda: files.write(".json", json.dumps(_serving_result()).encode("utf-8"))),
+                           st.one_of(benchmark_file(files), st.sampled_from(LONG_NAMES))),
         "overlay": (_valid_gpu_file(files), gpu_file(files)),
         "base": (st.sampled_from(GPUS), st.sampled_from(("nosuch", ""))),
         "out": (_out(files, ".csv", ".jsonl", ".yaml"), junk_paths),
         "save_measurements": (_out(files, ".json"), junk_paths),
         "bands_out": (_out(files, ".csv", ".yaml"), junk_paths),
         "launch_command": (st.sampled_from(("vllm", "sglang")), st.sampled_from(("", "x"))),
+        "prefill_gpu": (st.sampled_from(GPUS), st.one_of(gpu_file(files), st.sampled_from(LONG_NAMES + ("nosuch", "")))),
+        "decode_gpu": (st.sampled_from(GPUS), st.one_of(gpu_file(files), st.sampled_from(LONG_NAMES + ("nosuch", "")))),
+        "disaggregate": (st.sampled_from(("1:1", "1:2", "2:1", "1:3")),
+                         st.sampled_from(("0:1", "1:0", "1", "1:2:3", "x:y", "1025:1", "1:1e3", "-1:1", ":", "1:", " 1 : 2 "))),
+        "speculative": (st.one_of(st.sampled_from(("eagle", "mtp")), st.sampled_from(MODELS).map(lambda m: f"draft:{m}")),
+                        st.one_of(st.sampled_from(("draft:", "draft:nosuch", "medusa", "draft", "DRAFT:llama2-7b", "eagle:3",
+                                                   *(f"draft:{n}" for n in LONG_NAMES))),
+                                  model_file(files).map(lambda path: f"draft:{path}"))),
+        # a list: its length is k (a single rate needs --num-speculative-tokens as well)
+        "acceptance": (st.lists(floats(0, 1), min_size=1, max_size=6).map(lambda rates: ",".join(rates + rates[:1])),
+                       st.sampled_from(("1.5", "-0.1", "nan", "inf", ",", "0.5,,0.5", "", "x", "0.5,abc", "1e-320",
+                                        ",".join(["0.5"] * 65), ",".join(["0.7"] * 1000), ",".join(["0.9"] * 20000)))),
+        "kv_offload": (st.sampled_from(("cpu:1", "cpu:16", "nvme:4", "cpu:0.5:25", "nvme:100:3")),
+                       st.sampled_from(("cpu:", "cpu", "cpu:-1", "gpu:1", "cpu:nan", "cpu:1e309", "nvme:1:0", "cpu:inf",
+                                        "cpu:1:nan", "nvme:0", "cpu:1:2:3", ":1"))),
+        "kernel_table": (kernel_table_file(files, clean=True),
+                         st.one_of(kernel_table_file(files), st.sampled_from(LONG_NAMES + ("", "/", "nosuch.csv")))),
+        "dataset": (st.one_of(st.just("sharegpt"), st.builds(lambda: files.write(".csv", b"input_tokens,output_tokens\n100,20\n50,8\n"))),
+                    st.one_of(lengths_file(files), st.sampled_from(("nosuch", "", "sharegpt.csv", "/", *LONG_NAMES)))),
+        "records": (_out(files, ""), junk_paths),
+        "html": (_out(files, ".html"), junk_paths),
+        "deploy": (st.tuples(st.sampled_from(("k8s", "llm-d", "dynamo")), _out(files, "")).map(DEPLOY_SEPARATOR.join),
+                   st.tuples(st.sampled_from(("k8s", "x", "", "K8S", "dynamo")),
+                             st.one_of(junk_paths, _out(files, ""))).map(DEPLOY_SEPARATOR.join)),
     }
     if name in named:
         return named[name]
@@ -507,7 +702,10 @@ def command_line(draw: st.DrawFn, command: click.Command, files: FileFactory, al
         name = str(param.name) if str(param.name) in NAMED_FIRST else flag[2:].replace("-", "_")
         valid, edge = option_choices(name, param, files)
         value = draw(valid if clean or draw(st.booleans()) else edge)
-        if value.startswith("-") or value == "":
+        if param.nargs > 1:  # --deploy PLATFORM DIR: its values as separate words (dropped or added ones are bad input too)
+            parts = value.split(DEPLOY_SEPARATOR) if DEPLOY_SEPARATOR in value else [value] * param.nargs
+            args += [flag, *parts]
+        elif value.startswith("-") or value == "":
             args.append(f"{flag}={value}")  # else click would read it as the next option or drop it
         else:
             args += [flag, value]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
+import math
 import os
 import re
 import signal
@@ -37,13 +38,16 @@ from typing import Any
 
 import click
 import pytest
+import yaml
 from click.testing import CliRunner
 from fuzz_strategies import (
     FileFactory,
+    benchmark_file,
     command_line,
     gpu_file,
     model_file,
     scenario_file,
+    trace_file,
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -54,10 +58,11 @@ LONG = os.environ.get("MEMWALL_FUZZ") == "long"
 CASE_SECONDS = 60
 # Examples per command: bounded (the normal suite, <= 60 s together) and long (~20,000 in all).
 BOUNDED = {"main": 80, "layers": 12, "compare": 12, "roofline": 12, "explain": 12, "sweep": 12, "validate": 8,
-           "calibrate": 12, "models": 4, "gpus": 4, "configs": 30}
-# validate replays each table row through the engine (~2 s a case): fewer of those.
+           "calibrate": 12, "models": 4, "gpus": 4, "configs": 30, "features": 40, "traces": 16, "from-benchmark": 8}
+# validate replays each table row through the engine (~2 s a case): fewer of those. 33,900 cases in all.
 LONG_EXAMPLES = {"main": 10000, "layers": 2000, "compare": 2000, "roofline": 1500, "explain": 2000, "sweep": 1000,
-                 "validate": 300, "calibrate": 2000, "models": 300, "gpus": 300, "configs": 1500}
+                 "validate": 300, "calibrate": 2000, "models": 300, "gpus": 300, "configs": 1500, "features": 8000,
+                 "traces": 2000, "from-benchmark": 1000}
 
 pytestmark = [pytest.mark.fuzz] if LONG else []
 
@@ -93,7 +98,7 @@ def _strict_json(text: str) -> Any:
 
 @dataclass
 class Failure:
-    kind: str  # traceback | hang | non-finite | warning | exit-code | no-message
+    kind: str  # traceback | hang | non-finite | warning | exit-code | no-message | multi-line
     command: str
     args: list[str]
     detail: str
@@ -126,8 +131,32 @@ def _innermost_simulator_frame(tb: Any) -> str:
 
 
 def _written_files(args: list[str], root: Path) -> list[Path]:
-    """Output files this case asked for under the fuzz folder (outputs are named o<N>.<suffix>)."""
-    return [Path(a) for a in args if a.startswith(str(root)) and Path(a).name.startswith("o") and Path(a).is_file()]
+    """Output files this case asked for under the fuzz folder (outputs are named o<N>.<suffix>), and the files
+    in output folders it asked for (--deploy DIR, --records DIR)."""
+    found: list[Path] = []
+    for arg in args:
+        path = Path(arg)
+        if not (arg.startswith(str(root)) and path.name.startswith("o")):
+            continue
+        if path.is_file():
+            found.append(path)
+        elif path.is_dir():
+            found.extend(sorted(p for p in path.rglob("*") if p.is_file()))
+    return found
+
+
+def _non_finite_in(value: Any) -> bool:
+    """A float that is NaN or infinite anywhere in a parsed YAML document (walked without recursion)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _inputs_spell_non_finite(args: list[str], root: Path) -> bool:
@@ -158,6 +187,13 @@ def _check_finite_file(path: Path) -> str | None:
                     return f"{path.suffix} file: {exc}"
     elif path.suffix == ".csv" and NON_FINITE.search(text):
         return f"csv file has {NON_FINITE.search(text).group(0)!r}"  # type: ignore[union-attr]
+    elif path.suffix in (".yaml", ".yml"):  # deployment manifests, GPU overlays
+        try:
+            documents = list(yaml.safe_load_all(text))
+        except yaml.YAMLError:
+            return None  # --out x.yaml of a sweep is its CSV rows under that name: not a YAML document
+        if _non_finite_in(documents):
+            return f"{path.suffix} file holds a NaN or infinite number"
     return None
 
 
@@ -188,6 +224,11 @@ def run_case(command: str, args: list[str], root: Path, env: dict[str, str] | No
         failures.append(Failure("exit-code", command, args, f"exit code {result.exit_code}: {result.output[-300:]}"))
     elif result.exit_code == 2 and "Error" not in result.output:
         failures.append(Failure("no-message", command, args, "exit code 2 without an error message"))
+    elif result.exit_code == 2 and result.output.rstrip("\n").split("Error:", 1)[-1].count("\n"):
+        # bad input is ONE line: "Error: <what, where, what is allowed>" (click's usage lines come before it)
+        message = result.output.split("Error:", 1)[-1].strip()
+        failures.append(Failure("multi-line", command, args, f"error message of {message.count(chr(10)) + 1} lines: "
+                                f"{message.splitlines()[0][:160]}"))
     for warning in caught:
         if issubclass(warning.category, RuntimeWarning):
             failures.append(Failure("warning", command, args, f"{warning.category.__name__}: {warning.message}",
@@ -211,12 +252,15 @@ def run_case(command: str, args: list[str], root: Path, env: dict[str, str] | No
     return failures
 
 
-def check(command: str, args: list[str], root: Path, env: dict[str, str] | None = None) -> None:
-    """Bounded profile: assert the case passes. Long profile: record its failures and go on."""
+def check(command: str, args: list[str], root: Path, env: dict[str, str] | None = None, tally_as: str = "") -> None:
+    """Bounded profile: assert the case passes. Long profile: record its failures and go on.
+
+    ``tally_as``: the class the summary counts the case under (default: the command).
+    """
     started = time.monotonic()
     failures = run_case(command, args, root, env)
-    TALLY.seconds[command] += time.monotonic() - started
-    TALLY.cases[command] += 1
+    TALLY.seconds[tally_as or command] += time.monotonic() - started
+    TALLY.cases[tally_as or command] += 1
     if LONG:
         TALLY.failures.extend(failures)
         return
@@ -304,6 +348,89 @@ def test_main_command(command: str, files: FileFactory) -> None:
     @given(main_args(files))
     def case(args: list[str]) -> None:
         check(command, args, files.root)
+
+    case()
+
+
+# Flags added after the first fuzz test, each family in a mode of its own so that a clean case runs it deep:
+# (flags always given, flags a clean case leaves out). A flag this command lacks (one not added yet) is skipped.
+SERVING = ("--model", "--gpu", "--ctx", "--gen", "--qps", "--requests")
+FEATURE_MODES = {
+    "replicas": ((*SERVING, "--replicas", "--router", "--prefix-caching"),
+                 ("--batch", "--trace", "--request-rate", "--disaggregate", "--sessions", "--max-concurrency", "--dataset")),
+    "disaggregated": ((*SERVING, "--disaggregate", "--prefill-gpu", "--decode-gpu", "--prefill-tp", "--decode-tp"),
+                      ("--batch", "--trace", "--request-rate", "--replicas", "--speculative", "--sessions", "--max-concurrency",
+                       "--pp", "--pipeline-parallel-size", "--tp", "--tensor-parallel-size", "--dataset", "--records")),
+    "speculative": (("--model", "--gpu", "--ctx", "--gen", "--batch", "--speculative", "--acceptance"),
+                    ("--qps", "--trace", "--request-rate", "--disaggregate", "--requests", "--max-concurrency", "--sessions",
+                     "--dataset")),
+    "closed-loop": (("--model", "--gpu", "--ctx", "--gen", "--requests", "--max-concurrency", "--warmup-requests", "--client-path"),
+                    ("--batch", "--qps", "--trace", "--request-rate", "--sessions", "--disaggregate", "--dataset")),
+    "sessions": (("--model", "--gpu", "--ctx", "--gen", "--sessions", "--turns", "--think-time", "--turn-tokens",
+                  "--prefix-caching", "--kv-offload"),
+                 ("--batch", "--qps", "--trace", "--request-rate", "--requests", "--max-concurrency", "--disaggregate",
+                  "--dataset", "--speculative")),
+    "dataset": (("--model", "--gpu", "--dataset", "--qps", "--requests"),
+                ("--batch", "--trace", "--request-rate", "--ctx", "--gen", "--prompt-tokens", "--output-tokens", "--sessions",
+                 "--input-len", "--output-len")),
+    "outputs": ((*ALWAYS, "--save-result", "--launch-command", "--deploy", "--html", "--kernels", "--kernel-table",
+                 "--client-path", "--per-request"),
+                (*CLOSED, "--disaggregate", "--sessions", "--max-concurrency", "--dataset", "--records")),
+}
+
+
+@st.composite
+def feature_args(draw: st.DrawFn, files: FileFactory) -> list[str]:
+    always, exclude = FEATURE_MODES[draw(st.sampled_from(sorted(FEATURE_MODES)))]
+    return draw(command_line(main, files, always=always, most=2, exclude=exclude)) + ["--quiet"]
+
+
+@pytest.mark.parametrize("command", ["features"])
+def test_serving_features(command: str, files: FileFactory) -> None:
+    # replicas and routers, disaggregation, speculative decoding, closed loop, sessions, datasets, outputs
+    @fuzz_settings(command)
+    @given(feature_args(files))
+    def case(args: list[str]) -> None:
+        check("main", args, files.root, tally_as=command)
+
+    case()
+
+
+TRACE_OPTIONS = ("--trace-speedup", "--trace-start", "--trace-duration", "--replicas", "--router", "--max-num-seqs",
+                 "--scheduler", "--json", "--per-request", "--save-result", "--result-format")
+
+
+@pytest.mark.parametrize("command", ["traces"])
+def test_every_trace_format(command: str, files: FileFactory) -> None:
+    # memwall, Azure 2023/2024, Vidur, BurstGPT CSV; JSON Lines; vLLM result JSON; a JSON list of rows
+    allowed = click.Command("main", params=[p for p in main.params if isinstance(p, click.Option) and p.opts[0] in TRACE_OPTIONS])
+
+    @fuzz_settings(command)
+    @given(trace_file(files), st.sampled_from(("llama2-7b", "llama3-8b")), command_line(allowed, files, most=3))
+    def case(trace: str, model: str, args: list[str]) -> None:
+        check("main", ["--model", model, "--gpu", "a100", "--trace", trace, "--quiet", *args], files.root, tally_as=command)
+
+    case()
+
+
+FROM_BENCHMARK_OPTIONS = ("--model", "--base", "--tp", "--weights", "--kv", "--engine", "--input-tokens", "--output-tokens",
+                          "--json", "--out")
+
+
+@pytest.mark.parametrize("command", ["from-benchmark"])
+def test_calibrate_from_benchmark(command: str, files: FileFactory) -> None:
+    # vLLM serving / throughput JSON and published.csv-schema CSV, fields set to what the issue 37 fuzzer used
+    calibrate = _command("calibrate")
+    allowed = click.Command("calibrate", params=[p for p in calibrate.params if p.opts[0] in FROM_BENCHMARK_OPTIONS])
+
+    clean_mostly = st.sampled_from((True, True, False))  # the benchmark file carries most of the edges
+    options = clean_mostly.flatmap(lambda clean: command_line(allowed, files, always=("--model", "--base"), most=3, clean=clean))
+
+    @fuzz_settings(command)
+    @given(benchmark_file(files), st.booleans(), options)
+    def case(benchmark: str, lengths: bool, args: list[str]) -> None:
+        extra = ["--input-tokens", "200", "--output-tokens", "100"] if lengths else []
+        check("calibrate", ["--from-benchmark", benchmark, *extra, *args], files.root, tally_as=command)
 
     case()
 

@@ -10,7 +10,7 @@ import click
 
 from simulator.cli.options import reports_input_errors
 from simulator.errors import InputError
-from simulator.files import check_output_path
+from simulator.files import check_output_path, path_kind
 from simulator.model import GPUSpec, load_gpu
 from simulator.tabular import to_json
 
@@ -88,7 +88,7 @@ def _overlay_gpu(overlay: dict[str, Any]) -> GPUSpec:
 
 def _prepare_output(path: Path, what: str, suffixes: tuple[str, ...]) -> None:
     """Create the output's folder (as writing it would) and check the path is writable with the right suffix."""
-    if path.suffix.lower() in suffixes and not path.parent.exists():
+    if path.suffix.lower() in suffixes and path_kind(path.parent, what) is None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

@@ -105,6 +105,9 @@ def parse_acceptance(text: str | float | Sequence[float], tokens: int | None = N
         raise InputError("--acceptance: expected a rate in [0, 1], got a true/false value")
     else:
         parts = [str(part) for part in text]
+    if len(parts) > MAX_SPECULATIVE_TOKENS:  # before any work: k is at most MAX_SPECULATIVE_TOKENS
+        raise InputError(f"--acceptance: {len(parts)} per-position rates; allowed: one rate, or at most "
+                         f"{MAX_SPECULATIVE_TOKENS} (one per drafted token, as --num-speculative-tokens)")
     rates = []
     for part in parts:
         try:

@@ -12,7 +12,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from simulator.errors import InputError
-from simulator.model.hf_config import from_hf_config
+from simulator.files import is_file, is_folder
+from simulator.model.hf_config import MAX_LAYERS, from_hf_config
 from simulator.model.loader import (
     load_validated,
     looks_like_path,
@@ -28,7 +29,7 @@ from simulator.model.registry import config_files
 # width^2, KV bytes = layers x heads x head_dim x context) stay far inside float64's range. Largest published
 # values: 126 layers (Llama-3.1-405B), hidden 16384 / FFN 53248 (405B), 128 heads, vocab
 # 256k (Gemma), context 10M tokens (Llama 4 Scout), 256 routed experts (DeepSeek-V3).
-MAX_LAYERS = 4096
+# MAX_LAYERS (4096) is hf_config's: it checks it before building any per-layer list from a config.json.
 MAX_WIDTH = 2**20
 MAX_HEADS = 2**14
 MAX_VOCAB = 2**24
@@ -343,8 +344,8 @@ def list_models() -> list[ModelSpec]:
 
 def load_model_file(path: Path) -> ModelSpec:
     """Our model YAML, a HuggingFace config.json (recognised by its field names), or a model folder holding one."""
-    if path.is_dir():
-        if not (path / "config.json").is_file():
+    if is_folder(path, "--model"):
+        if not is_file(path / "config.json", "--model"):
             raise InputError(f"--model: folder {path} has no config.json (a model folder needs its HuggingFace config)")
         path = path / "config.json"
     data = _read_config(path)
@@ -402,12 +403,21 @@ def _quant_config_path(path: Path) -> Path | None:
         candidate = path.with_name(path.name.removesuffix("config.json") + "hf_quant_config.json")
     else:
         return None
-    return candidate if candidate.is_file() else None
+    return candidate if is_file(candidate, "--model") else None
+
+
+def _names_a_folder(name: str) -> bool:
+    """A bare name (no separator, no config suffix) is a model folder only when one is there; a name the
+    file system refuses (over 255 bytes) is none, so it gets the "unknown model" answer with the known names."""
+    try:
+        return is_folder(name, "--model")
+    except InputError:
+        return False
 
 
 def load_model(name_or_path: str) -> ModelSpec:
     """A shipped model by name or alias (case-insensitive), or a YAML / config.json / model folder by path."""
-    if looks_like_path(name_or_path) or Path(name_or_path).is_dir():
+    if looks_like_path(name_or_path) or _names_a_folder(name_or_path):
         return load_model_file(Path(name_or_path))
     wanted = name_or_path.lower()
     known: list[str] = []

@@ -54,6 +54,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.errors import InputError
+from simulator.files import is_file
 from simulator.model.loader import load_validated, looks_like_path, suggest
 from simulator.model.operators import AttentionKernel, Fusion
 from simulator.model.registry import config_files
@@ -269,7 +270,7 @@ def load_engine_profile(name_or_path: str) -> EngineProfile:
     """A shipped engine profile by name or alias (case-insensitive), or a profile YAML by path."""
     if looks_like_path(name_or_path):
         path = Path(name_or_path)
-        if not path.is_file():
+        if not is_file(path, "--engine"):
             raise InputError(f"--engine: no such file {name_or_path}")
         return load_validated(EngineProfile, path)
     wanted = name_or_path.lower()

@@ -59,6 +59,24 @@ NOT_MODELLED_KEYS = {
 
 
 
+# Most layers a model may have (ModelSpec.num_layers' bound; the largest published model has 126). Checked
+# here, before any per-layer list is built from the layer count (a 10^9-layer config would take minutes and GBs).
+MAX_LAYERS = 4096
+# config.json keys that hold one entry per layer (or a layer index per entry).
+PER_LAYER_KEYS = ("layer_types", "moe_layer_freq", "mlp_layer_types", "no_rope_layers", "mlp_only_layers", "moe_layers")
+
+
+def _check_layer_bounds(config: dict[str, Any], layers: Any, name: str) -> None:
+    """InputError naming the field when the layer count, or a per-layer list, is past MAX_LAYERS."""
+    if isinstance(layers, int) and not isinstance(layers, bool) and not 1 <= layers <= MAX_LAYERS:
+        key = next(k for k in ("num_hidden_layers", "n_layer", "num_layers") if config.get(k) is not None)
+        raise InputError(f"{name}: {key} is {layers}; allowed: a whole number of layers in [1, {MAX_LAYERS}]")
+    for key in PER_LAYER_KEYS:
+        value = config.get(key)
+        if isinstance(value, list) and len(value) > MAX_LAYERS:
+            raise InputError(f"{name}: {key} has {len(value)} entries; allowed: at most {MAX_LAYERS}, one per layer")
+
+
 def _first(config: dict[str, Any], *keys: str, default: Any = None) -> Any:
     for key in keys:
         if config.get(key) is not None:
@@ -272,6 +290,7 @@ def from_hf_config(raw: dict[str, Any], name: str) -> dict[str, Any]:
     layers = _first(config, "num_hidden_layers", "n_layer", "num_layers")
     if hidden is None or heads is None or layers is None:
         raise InputError(f"{name}: config.json lacks hidden_size / num_attention_heads / num_hidden_layers")
+    _check_layer_bounds(config, layers, name)
     if model_type not in KNOWN_TYPES:
         warnings.append(f"model_type '{declared}' is not a family the loader knows: read as a Llama-style decoder "
                         "(gated MLP, RMSNorm; check them)")

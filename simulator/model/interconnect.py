@@ -32,6 +32,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from simulator.errors import InputError
+from simulator.files import is_file
 from simulator.model.loader import load_validated, looks_like_path, suggest
 from simulator.model.registry import config_files
 
@@ -87,7 +88,7 @@ def load_interconnect(name_or_path: str) -> InterconnectSpec:
     """A shipped interconnect by name or alias (case-insensitive), or an interconnect YAML by path."""
     if looks_like_path(name_or_path):
         path = Path(name_or_path)
-        if not path.is_file():
+        if not is_file(path, "interconnect"):
             raise InputError(f"interconnect: no such file {name_or_path}")
         return load_validated(InterconnectSpec, path)
     wanted = name_or_path.lower()

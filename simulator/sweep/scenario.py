@@ -22,9 +22,10 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.errors import InputError
+from simulator.files import is_folder
 from simulator.model import load_gpu, load_model
 from simulator.model.loader import read_mapping, suggest
-from simulator.plan.settings import RunSettings, check_field, value_problem
+from simulator.plan.settings import VLLM_ALIASES, RunSettings, check_field, value_problem
 
 # Example on-demand prices in US dollars per GPU-hour, keyed by the GPU config's name.
 # Illustrative round figures in the range of 2024-25 public cloud / GPU-marketplace list
@@ -65,6 +66,10 @@ class SLO(_Strict):
     ttft_p99_seconds: float | None = Field(default=None, gt=0)
     tpot_p99_seconds: float | None = Field(default=None, gt=0)
     e2e_p99_seconds: float | None = Field(default=None, gt=0)
+    confidence: float | None = Field(
+        default=None, gt=0, le=1,
+        description="Meet the limits with at least this chance, given the error band of each point's class "
+                    "(simulator.sweep.confidence); unset: the predicted p99s must meet them (the point estimate).")
 
     def limits(self) -> dict[str, float]:
         """{'ttft': seconds, ...} for the limits that are set."""
@@ -226,7 +231,7 @@ def convert_value(name: str, value: Any, path: str) -> Any:
 def _check_name(name: str, path: str) -> str:
     if name in OPTION_NAMES:
         return name
-    hint = suggest(name, list(OPTION_NAMES))
+    hint = suggest(name, [*OPTION_NAMES, *VLLM_ALIASES])
     raise FieldError(path, f"unknown option '{name}'{hint}; valid options: {', '.join(OPTION_NAMES)}")
 
 
@@ -308,15 +313,50 @@ def _step_range(spec: dict[str, Any], rng: _StepRange, path: str) -> list[Any]:
     return [round(rng.start + i * rng.step, 12) for i in range(count)]
 
 
+def _translate_alias(name: str, value: Any, path: str) -> dict[str, Any]:
+    """A vLLM spelling's value as the settings it stands for (VLLM_ALIASES, the table the CLI and the API use)."""
+    if isinstance(value, (list, dict)) and name != "goodput":
+        raise FieldError(path, f"expected a single value, got a {type(value).__name__} (axes take lists; base takes one value)")
+    try:
+        return VLLM_ALIASES[name](value)
+    except (InputError, ValueError, TypeError, OverflowError) as exc:
+        raise FieldError(path, f"cannot read {value!r} as vLLM's {name} ({_without_option_prefix(str(exc))})") from None
+
+
+def _base_options(given: dict[str, Any]) -> dict[str, Any]:
+    """``base``'s options by setting name, each checked; a vLLM spelling (tensor_parallel_size, ...) translated."""
+    base: dict[str, Any] = {}
+    for name, value in given.items():
+        path = f"base.{name}"
+        if str(name) in VLLM_ALIASES:
+            if value is None:
+                continue  # the settings' defaults, as when the flag is left out
+            for field_name, field_value in _translate_alias(str(name), value, path).items():
+                if field_name in given or field_name in base:
+                    raise FieldError(path, f"sets {field_name}, which base also sets; give one of them")
+                base[field_name] = convert_value(field_name, field_value, path)
+            continue
+        base[str(name)] = convert_value(_check_name(str(name), path), value, path)
+    return base
+
+
 def _axes(block: dict[str, Any], where: str) -> tuple[Axis, ...]:
     axes = []
     for name, spec in block.items():
         path = f"{where}.{name}"
-        _check_name(str(name), path)
-        values = []
+        field_name = str(name) if str(name) in VLLM_ALIASES else _check_name(str(name), path)
+        values: list[Any] = []
         for i, value in enumerate(expand_values(spec, path)):
-            values.append(convert_value(str(name), value, _value_path(spec, path, i, value)))
-        axes.append(Axis(str(name), tuple(values)))
+            value_path = _value_path(spec, path, i, value)
+            if str(name) in VLLM_ALIASES:
+                # A vLLM spelling sweeps the one setting it stands for (tensor_parallel_size -> tp).
+                translated = _translate_alias(str(name), value, value_path)
+                if len(translated) != 1 or (values and next(iter(translated)) != field_name):
+                    raise FieldError(value_path, f"{value!r} does not set one setting; sweep the setting it stands for "
+                                                 f"({', '.join(sorted(translated)) or 'none for this value'})")
+                (field_name, value), = translated.items()
+            values.append(convert_value(field_name, value, value_path))
+        axes.append(Axis(field_name, tuple(values)))
     return tuple(axes)
 
 
@@ -377,11 +417,11 @@ def _output(source: Path, block: OutputBlock, out: str | None) -> tuple[Path, Li
     if out is None and block.format and by_suffix and block.format != by_suffix:
         raise FieldError("output.format", f"{block.format} but output.path '{given}' ends in {path.suffix}")
     fmt = by_suffix or block.format or "csv"
-    if path.is_dir():
+    if is_folder(path, field_name):
         raise FieldError(field_name, f"'{given}' is a folder; give a file path such as {given.rstrip('/')}/results.{fmt}")
     if path.resolve() == source.resolve():
         raise FieldError(field_name, f"'{given}' is the scenario file itself; choose another results path")
-    if not path.parent.is_dir():
+    if not is_folder(path.parent, field_name):
         raise FieldError(field_name, f"folder '{path.parent}' of '{given}' does not exist; create it or choose another path")
     return path, fmt, False
 
@@ -433,9 +473,7 @@ def load_scenario(path: str | Path, out: str | None = None) -> Scenario:
 
 def _build(source: Path, raw: dict[str, Any], out: str | None) -> Scenario:
     data = _validate_model(ScenarioFile, raw, "")
-    base = {}
-    for name, value in data.base.items():
-        base[str(name)] = convert_value(_check_name(str(name), f"base.{name}"), value, f"base.{name}")
+    base = _base_options(data.base)
     zipped = _axes(data.sweep.zipped, "sweep.zip")
     grid = _axes(data.sweep.grid, "sweep.grid")
     if not zipped and not grid:

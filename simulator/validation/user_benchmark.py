@@ -24,6 +24,7 @@ leave one row out.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -33,7 +34,7 @@ import yaml
 
 from simulator.errors import InputError
 from simulator.files import load_json
-from simulator.model import load_gpu
+from simulator.model import load_gpu, load_model
 from simulator.model.gpu_family import family_of
 from simulator.validation.crossval import ErrorSummary, Validation, cross_validate, summarise
 from simulator.validation.replay import Efficiencies, Replayer
@@ -67,18 +68,68 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _number(data: dict[str, Any], key: str, path: Path) -> float:
+# Bounds on a benchmark's fields, checked before any work: a day-long trace is 10^6-10^7 requests and
+# no model takes more than a few million tokens of context, so anything past these is a typo.
+MAX_REQUESTS = 10**7
+MAX_TOKENS_PER_REQUEST = 10**7
+MAX_CONCURRENCY = 10**6
+
+
+def _refuse(path: Path, key: str, value: Any, allowed: str) -> InputError:
+    shown = repr(value) if not isinstance(value, (list, dict)) else f"a {type(value).__name__}"
+    return InputError(f"--from-benchmark: {path}: '{key}' is {shown[:60]}; allowed: {allowed}")
+
+
+def _number(data: dict[str, Any], key: str, path: Path, *, low: float = 0.0, high: float = math.inf,
+            whole: bool = False, inf_ok: bool = False) -> float:
+    """``data[key]`` as a float in [low, high] (an integer when ``whole``); InputError naming file, field, value.
+
+    vLLM writes an unbounded ``request_rate`` as the string ``"inf"``; only where ``inf_ok`` is
+    that (or any infinite value) allowed. Text, booleans, null, lists and NaN are refused.
+    """
     value = data.get(key)
-    if isinstance(value, str) and value.strip().lower() in ("inf", "infinity"):
+    kind = "a whole number" if whole else "a number"
+    shown = (lambda x: f"{x:.0f}") if whole else (lambda x: f"{x:g}")
+    span = f">= {shown(low)}" if math.isinf(high) else f"in [{shown(low)}, {shown(high)}]"
+    allowed = f"a finite {kind[2:]} {span}" + (' or "inf"' if inf_ok else "")
+    if inf_ok and isinstance(value, str) and value.strip().lower() in ("inf", "infinity"):
         return math.inf
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise InputError(f"--from-benchmark: {path}: '{key}' must be a number (got {value!r})")
-    return float(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _refuse(path, key, value, allowed)
+    if isinstance(value, int) and abs(value) > 2**62:  # before float(): a 400-digit integer overflows it
+        raise _refuse(path, key, value, allowed)
+    number = float(value)
+    if math.isinf(number) and inf_ok and number > 0:
+        return math.inf
+    if not math.isfinite(number) or not low <= number <= high or (whole and not number.is_integer()):
+        raise _refuse(path, key, value, allowed)
+    return number
+
+
+def _lengths(data: dict[str, Any], key: str, path: Path) -> list[int] | None:
+    """``data[key]``, a list of per-request token counts, each a whole number in [0, MAX_TOKENS_PER_REQUEST]."""
+    values = data.get(key)
+    if values is None:
+        return None
+    allowed = f"a list of at most {MAX_REQUESTS} whole numbers in [0, {MAX_TOKENS_PER_REQUEST}]"
+    if not isinstance(values, list) or len(values) > MAX_REQUESTS:
+        raise _refuse(path, key, values, allowed)
+    for index, value in enumerate(values):
+        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                or not 0 <= value <= MAX_TOKENS_PER_REQUEST or not float(value).is_integer()):
+            raise _refuse(path, f"{key}[{index}]", value, f"a whole number in [0, {MAX_TOKENS_PER_REQUEST}]")
+    return [int(value) for value in values]
 
 
 def _setup_needs(setup: BenchmarkSetup, path: Path) -> tuple[str, str]:
     if not setup.model or not setup.gpu:
         raise InputError(f"--from-benchmark: {path} does not say where it ran: give --model and --base (the GPU)")
+    # Both load before any replay: an unknown name is bad input, not every row skipped.
+    load_model(setup.model)
+    try:
+        load_gpu(setup.gpu)
+    except InputError as exc:
+        raise InputError(re.sub(r"^--gpu:", "--base:", str(exc))) from None
     return setup.model, setup.gpu
 
 
@@ -96,13 +147,13 @@ def _row(setup: BenchmarkSetup, source: str, number: int, **fields: Any) -> Row:
 def rows_from_serving(data: dict[str, Any], path: Path, setup: BenchmarkSetup, workdir: Path) -> list[Row]:
     """Rows of one vLLM benchmark_serving result (see the module docstring)."""
     _setup_needs(setup, path)
-    completed = int(_number(data, "completed", path))
-    if completed < 1:
+    if data.get("completed") == 0:
         raise InputError(f"--from-benchmark: {path}: no request completed")
-    rate = _number(data, "request_rate", path) if "request_rate" in data else math.inf
-    input_lens, output_lens = data.get("input_lens"), data.get("output_lens")
-    if isinstance(input_lens, list) and isinstance(output_lens, list) and input_lens and len(input_lens) == len(output_lens):
-        pairs = [(int(i), int(o)) for i, o in zip(input_lens, output_lens) if int(o) >= 1]
+    completed = int(_number(data, "completed", path, low=1, high=MAX_REQUESTS, whole=True))
+    rate = _number(data, "request_rate", path, low=1e-9, inf_ok=True) if "request_rate" in data else math.inf
+    input_lens, output_lens = _lengths(data, "input_lens", path), _lengths(data, "output_lens", path)
+    if input_lens and output_lens and len(input_lens) == len(output_lens):
+        pairs = [(i, o) for i, o in zip(input_lens, output_lens) if o >= 1]
         if not pairs:
             raise InputError(f"--from-benchmark: {path}: every request has an output length of 0")
         name = f"bench-{path.stem}".replace(" ", "_")
@@ -113,14 +164,16 @@ def rows_from_serving(data: dict[str, Any], path: Path, setup: BenchmarkSetup, w
         mean_out = round(sum(o for _, o in pairs) / len(pairs))
         dists = {"input_dist": f"dataset:{name}", "output_dist": f"dataset:{name}"}
     else:
-        mean_in = round(_number(data, "total_input_tokens", path) / completed)
-        mean_out = round(_number(data, "total_output_tokens", path) / completed)
+        most = float(completed * MAX_TOKENS_PER_REQUEST)
+        mean_in = round(_number(data, "total_input_tokens", path, high=most, whole=True) / completed)
+        mean_out = round(_number(data, "total_output_tokens", path, high=most, whole=True) / completed)
         dists = {"input_dist": "fixed", "output_dist": "fixed"}
-    concurrency = data.get("max_concurrency")
-    closed_loop = concurrency not in (None, 0)
+    # null or 0: an open-loop run; else the number of clients of a closed loop
+    closed_loop = data.get("max_concurrency") not in (None, 0)
+    concurrency = int(_number(data, "max_concurrency", path, low=1, high=MAX_CONCURRENCY, whole=True)) if closed_loop else None
     common = dict(
         input_tokens=max(mean_in, 1), output_tokens=max(mean_out, 1), request_rate=rate, num_prompts=completed,
-        max_num_seqs=int(concurrency) if closed_loop and concurrency is not None else None, lengths_dirs=(workdir,), **dists,
+        max_num_seqs=concurrency, lengths_dirs=(workdir,), **dists,
     )
     rows: list[Row] = []
     source = path.name
@@ -147,7 +200,9 @@ def rows_from_throughput(data: dict[str, Any], path: Path, setup: BenchmarkSetup
     _setup_needs(setup, path)
     if setup.input_tokens is None or setup.output_tokens is None:
         raise InputError(f"--from-benchmark: {path} (benchmark_throughput) states no lengths: give --input-tokens and --output-tokens")
-    requests = int(_number(data, "num_requests", path))
+    requests = int(_number(data, "num_requests", path, low=1, high=MAX_REQUESTS, whole=True))
+    for key in ("requests_per_second", "tokens_per_second"):
+        _number(data, key, path, low=1e-12)
     common = {"input_tokens": setup.input_tokens, "output_tokens": setup.output_tokens, "request_rate": math.inf,
                   "num_prompts": requests}
     source = path.name
@@ -163,7 +218,10 @@ def rows_from_throughput(data: dict[str, Any], path: Path, setup: BenchmarkSetup
 def rows_from_benchmark(path: Path, setup: BenchmarkSetup, workdir: Path) -> list[Row]:
     """Rows of one benchmark file (see the module docstring)."""
     if path.suffix.lower() == ".csv":
-        return load_table(path)
+        try:
+            return load_table(path)
+        except InputError as exc:  # the table reader names its own option (validate --csv); this file came here
+            raise InputError(re.sub(r"^--csv:? ", "--from-benchmark: ", str(exc))) from None
     data = _read_json(path)
     if "ttfts" in data or "mean_ttft_ms" in data or "completed" in data:
         return rows_from_serving(data, path, setup, workdir)
