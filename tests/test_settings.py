@@ -77,7 +77,7 @@ def test_an_alias_and_its_field_disagreeing_is_an_error():
 def test_every_setting_has_a_cli_option_and_every_cli_option_a_setting():
     params = {p.name for p in main.params}
     presentation = {"top", "as_json", "as_csv", "result_format", "save_result", "metric_percentiles",
-                    "percentile_metrics", "launch_command", "per_request", "quiet", "records", "version"}
+                    "percentile_metrics", "launch_command", "per_request", "quiet", "records", "version", "deploy", "html_path"}
     vllm_only = {"request_rate", "kv_cache_dtype", "enable_chunked_prefill", "goodput"}
     assert set(RunSettings.model_fields) == params - presentation - vllm_only
 

@@ -31,6 +31,9 @@ from simulator.files import atomic_write, check_output_folder, check_output_path
 from simulator.plan.result import engine_run_dict
 from simulator.plan.run import simulate_settings
 from simulator.plan.settings import RunSettings
+from simulator.report.deploy import check_deployable, deployment_text, write_deployment
+from simulator.report.html import check_html_path
+from simulator.report.html.run import write_run_html
 from simulator.report.run_report import engine_run_text, write_per_request_csv
 from simulator.report.vllm_format import (
     launch_command,
@@ -98,7 +101,13 @@ def main(click_ctx: click.Context, **values: Any) -> None:
             check_output_path(path, option, suffixes)
     if shown["records"]:
         check_output_folder(shown["records"], "--records")
+    if shown["html_path"]:
+        check_html_path(shown["html_path"])  # before the run, as the other output paths
+    if shown["deploy"]:
+        check_output_folder(shown["deploy"][1], "--deploy")  # before the run: a long run is never lost to a bad folder
     settings = settings_from_cli(RunSettings, values)
+    if shown["deploy"]:
+        check_deployable(settings, shown["deploy"][0])
     progress = ProgressBar(shown["quiet"])
     try:
         run = simulate_settings(settings, progress.callback(), records=shown["records"])
@@ -113,6 +122,8 @@ def main(click_ctx: click.Context, **values: Any) -> None:
             raise InputError(f"--per-request: cannot write {shown['per_request']}: {exc.strerror}") from None
     if shown["save_result"]:
         atomic_write(shown["save_result"], to_json(vllm_result_json(run, percentiles)), "--save-result")
+    if shown["html_path"]:
+        write_run_html(run, shown["html_path"])
     if shown["as_json"]:
         click.echo(to_json(engine_run_dict(run), indent=2))
     elif shown["as_csv"]:
@@ -126,11 +137,16 @@ def main(click_ctx: click.Context, **values: Any) -> None:
         machine = shown["as_json"] or shown["as_csv"]
         click.echo("", err=machine)
         click.echo(launch_command(run, shown["launch_command"]), err=machine)
+    if shown["deploy"]:
+        platform, folder = shown["deploy"]
+        written, notes = write_deployment(run, platform, folder)
+        # Beside the launch commands; on stderr after --json/--csv, as they are.
+        click.echo(deployment_text(platform, written, notes), err=shown["as_json"] or shown["as_csv"])
 
 
 PRESENTATION_NAMES = (
     "top", "as_json", "as_csv", "result_format", "save_result", "metric_percentiles", "percentile_metrics", "launch_command",
-    "per_request", "quiet", "records",
+    "per_request", "quiet", "records", "deploy", "html_path",
 )
 
 

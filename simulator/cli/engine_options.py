@@ -26,6 +26,13 @@ PRESENTATION_OPTIONS = [
                  help="Latencies with percentile lines in the vLLM block: any of ttft, tpot, itl, e2el."),
     click.option("--launch-command", type=click.Choice(["vllm", "sglang"]), default=None,
                  help="Also print the command that launches this deployment on that engine."),
+    click.option("--deploy", nargs=2, type=(click.Choice(["k8s", "llm-d", "dynamo"]), str), default=None,
+                 metavar="PLATFORM DIR",
+                 help="Also write the manifests that deploy this configuration to DIR: k8s (Deployment + Service), "
+                      "llm-d (model servers, InferencePool, endpoint picker) or dynamo (DynamoGraphDeployment)."),
+    click.option("--html", "html_path", metavar="PATH", default=None,
+                 help="Also write a self-contained HTML report with interactive charts (latency distributions, batch "
+                      "and KV use over time, step time by term) to PATH (.html; needs plotly: pip install 'memwall[html]')."),
     click.option("--per-request", metavar="PATH", default=None, help="Write one CSV row per request to this file."),
     click.option("--records", metavar="DIR", default=None,
                  help="Stream the per-request records and the iteration log to binary columns in DIR while the run "

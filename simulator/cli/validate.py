@@ -16,6 +16,8 @@ from simulator.errors import InputError
 from simulator.files import check_output_path
 from simulator.model.gpu_family import GPU_FAMILIES
 from simulator.plan.error_bands import bands_file
+from simulator.report.html import check_html_path
+from simulator.report.html.validation import write_validation_html
 from simulator.tabular import to_json
 from simulator.validation.bands import bands_document
 from simulator.validation.bands import write_bands as save_bands
@@ -354,6 +356,9 @@ def _text(v: Validation, table: Path, seconds: float, no_rows: bool) -> str:
 @click.option("--no-rows", is_flag=True, help="Text output: leave out the per-row table.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also draw predicted vs measured (out of sample, log-log) to this .png/.svg/.pdf.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write a self-contained HTML report: predicted vs measured by engine with the +-25% lines and "
+                   "the error band of each class (.html; needs plotly: pip install 'memwall[html]').")
 @click.option("--write-bands", is_flag=True, help="Write the out-of-sample error bands (validation/error_bands.json).")
 @click.option("--bands-out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="With --write-bands: write them here instead of the shipped file.")
@@ -364,10 +369,12 @@ def _text(v: Validation, table: Path, seconds: float, no_rows: bool) -> str:
               "an error for a row whose GPU has none) or auto (measured where tables exist).")
 @reports_input_errors
 def validate_command(table: Path | None, as_json: bool, no_rows: bool, plot_path: Path | None, write_bands: bool,
-                     bands_out: Path | None, jobs: int | None, kernels: str) -> None:
+                     bands_out: Path | None, jobs: int | None, kernels: str, html_path: Path | None = None) -> None:
     """Replay published measurements through the engine; in-sample and out-of-sample error."""
     table = default_table() if table is None else table
     _check_outputs(plot_path, bands_out, write_bands)
+    if html_path is not None:
+        check_html_path(html_path)  # before minutes of replaying, as the other outputs
     v, seconds = run_validation(table, jobs or _cpus(), kernels)
     if write_bands:
         target = bands_out or bands_file()
@@ -382,6 +389,9 @@ def validate_command(table: Path | None, as_json: bool, no_rows: bool, plot_path
 
         plot_validation(v.scored, plot_path)
         click.echo(f"wrote {plot_path}", err=True)
+    if html_path is not None:
+        write_validation_html(v, validation_dict(v, table), html_path)
+        click.echo(f"wrote {html_path}", err=True)
     if as_json:
         click.echo(to_json(validation_dict(v, table), indent=1))
         return

@@ -28,6 +28,7 @@ bound of what was held at one time across the cluster).
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Callable, Generator
 from pathlib import Path
@@ -41,11 +42,14 @@ from simulator.cost.system import System
 from simulator.engine.engine import PER_REQUEST, Engine, simulate
 from simulator.engine.engine_result import EngineResult, Totals
 from simulator.engine.iteration import reject_reasons
+from simulator.engine.kv_offload import OffloadTier, TierStats
 from simulator.engine.kvcache import blocks_for
 from simulator.engine.metrics import REJECTED, iteration_log, itl_samples
 from simulator.engine.prefix_cache import PrefixStats
+from simulator.engine.prefix_router import PrefixRouter
 from simulator.engine.router import ReplicaLoad, Router, check_router, round_robin_split
 from simulator.engine.scheduler import SchedulerConfig
+from simulator.engine.sessions import SessionWorkload, is_sessions, sent_workload
 from simulator.engine.workload import Workload
 from simulator.errors import InputError
 
@@ -67,10 +71,13 @@ class Replica(Engine):
     """An engine whose requests are handed over by a :class:`Cluster` router as they arrive."""
 
     def __init__(self, cluster: Cluster, index: int, system: System | PipelineSystem, config: SchedulerConfig, kv_blocks: int,
-                 capacity: int) -> None:
+                 capacity: int, offload: Callable[[], OffloadTier | None] | None = None) -> None:
         empty = Workload(np.zeros(capacity), np.ones(capacity, dtype=np.int64), np.ones(capacity, dtype=np.int64),
                          cluster.workload.kind, "")
-        super().__init__(system, empty, config, kv_blocks)
+        super().__init__(system, empty, config, kv_blocks, offload=offload)
+        # Sessions: a finished turn's blocks join its session's prefix, and its finish sends the next turn.
+        self.grow = self.prefixes is not None and cluster.sessions
+        self.sends_on_finish = cluster.sessions
         self.arrival = self.arrival.copy()
         self.response = cluster.workload.response_seconds
         self.cluster, self.index = cluster, index
@@ -145,10 +152,14 @@ class Replica(Engine):
             return float(self.arrival[self.next_arrival])
         return self.cluster.next_arrival_seconds()
 
+    def _release(self, rid: int, when: float) -> None:
+        if self.cluster.sessions:
+            self.cluster.release(int(self.global_ids[rid]), when)
+
     def _idle_event(self, env: simpy.Environment, now: float) -> simpy.Event | None:
         if self.next_arrival < self.n:
             return env.timeout(max(0.0, float(self.arrival[self.next_arrival]) - now))
-        if self.cluster.next_arrival_seconds() is None:
+        if self.cluster.next_arrival_seconds() is None and not self.cluster.unreleased:
             return None
         self.wake = env.event()
         return self.wake
@@ -167,37 +178,95 @@ class Cluster:
     """The router and the replicas of a co-simulated run (see the module docstring)."""
 
     def __init__(self, system: System | PipelineSystem, workload: Workload, config: SchedulerConfig, kv_blocks: int,
-                 replicas: int, router: str, admitted: np.ndarray) -> None:
+                 replicas: int, router: str, admitted: np.ndarray, offload: Callable[[], OffloadTier | None] | None = None,
+                 staleness: float = 0.0) -> None:
         self.workload = workload
-        self.router = Router(router, replicas)
+        self.router = PrefixRouter(replicas, staleness) if router == "prefix" else Router(router, replicas)
+        self.admitted = admitted
+        # Sessions (simulator.engine.sessions): the first turns arrive in order, each later turn is released when the
+        # turn before it finishes (``release``) and routed from the heap ``released``.
+        self.sessions = is_sessions(workload)
         self.order = np.flatnonzero(admitted)
+        self.released: list[tuple[float, int]] = []
+        self.unreleased = 0
         # The router sees a request when it reaches the engines, after its client path (simulator.cost.client_path).
         self.arrival = (workload.arrival_seconds if workload.client_seconds is None
                         else engine_arrivals(workload.arrival_seconds, workload.client_seconds))
+        if self.sessions:
+            assert isinstance(workload, SessionWorkload) and workload.previous is not None
+            self.arrival = self.arrival.astype(float).copy()
+            self.order = np.flatnonzero(workload.previous < 0)  # not-admitted ones release their next turn at arrival
+            self.follower = workload.followers()
+            self.pre = np.zeros(len(workload)) if workload.client_seconds is None else workload.client_seconds
+            self.sent = np.where(np.isfinite(workload.arrival_seconds), workload.arrival_seconds, np.nan)
+            self.unreleased = int((workload.previous >= 0).sum())
         self.next = 0  # index into self.order of the next request to route
         self.assignment = np.full(len(workload), -1, dtype=np.int64)
-        capacity = max(64, int(1.25 * len(self.order) / replicas) + 64)
-        self.replicas = [Replica(self, r, system, config, kv_blocks, capacity) for r in range(replicas)]
+        capacity = max(64, int(1.25 * len(workload) / replicas) + 64)
+        self.replicas = [Replica(self, r, system, config, kv_blocks, capacity, offload) for r in range(replicas)]
         self.env: simpy.Environment | None = None
 
     def next_arrival_seconds(self) -> float | None:
-        """Arrival time of the next request not yet routed (None: all are)."""
-        return float(self.arrival[self.order[self.next]]) if self.next < len(self.order) else None
+        """Arrival time of the next request not yet routed (None: none is known yet)."""
+        upcoming = float(self.arrival[self.order[self.next]]) if self.next < len(self.order) else None
+        if self.released and (upcoming is None or self.released[0][0] < upcoming):
+            return self.released[0][0]
+        return upcoming
+
+    def release(self, rid: int, when: float) -> None:
+        """Sessions: the client got request ``rid``'s answer at ``when``; the turn after it is sent a think time later."""
+        follower = int(self.follower[rid])
+        if follower < 0:
+            return
+        sent = when + float(self.workload.think_seconds[follower])  # type: ignore[attr-defined]
+        self.sent[follower] = sent
+        self.arrival[follower] = at = sent + float(self.pre[follower])
+        self.unreleased -= 1
+        heapq.heappush(self.released, (at, follower))
+        assert self.env is not None
+        self.env.process(self._route_at(at))
+
+    def _route_at(self, at: float) -> Generator:
+        assert self.env is not None
+        yield self.env.timeout(max(0.0, at - self.env.now))
+        self.route_until(self.env.now)
 
     def route_until(self, now: float) -> None:
         """Route every request that has arrived by ``now``, each by the replicas' state at its arrival."""
-        order, arrival, workload = self.order, self.arrival, self.workload
-        while self.next < len(order) and arrival[order[self.next]] <= now:
-            rid = int(order[self.next])
-            self.next += 1
+        order, arrival, workload, released = self.order, self.arrival, self.workload, self.released
+        while True:
+            if released and released[0][0] <= now and (self.next >= len(order) or released[0][0] < arrival[order[self.next]]):
+                rid = heapq.heappop(released)[1]
+            elif self.next < len(order) and arrival[order[self.next]] <= now:
+                rid = int(order[self.next])
+                self.next += 1
+            else:
+                break
             at = float(arrival[rid])
-            chosen = self.router.choose([replica.load(at) for replica in self.replicas])
-            self.assignment[rid] = chosen
+            if not self.admitted[rid]:  # rejected at the router: its client sends the next turn
+                self.release(rid, at + workload.response_seconds)
+                continue
+            loads = [replica.load(at) for replica in self.replicas]
             prefix, tokens = -1, 0
             if workload.prefix_id is not None and workload.prefix_tokens is not None:
                 prefix, tokens = int(workload.prefix_id[rid]), int(workload.prefix_tokens[rid])
+            if isinstance(self.router, PrefixRouter):
+                wanted = max(0, min(tokens, int(workload.prompt_tokens[rid]) - 1)) // self.replicas[0].bs if prefix >= 0 else 0
+                self.router.observe([replica.prefixes for replica in self.replicas], at)
+                cached = self.router.cached(prefix) if wanted else [0] * len(self.replicas)
+                chosen = self.router.choose_by_prefix(loads, cached, wanted)
+            else:
+                chosen = self.router.choose(loads)
+            self.assignment[rid] = chosen
             self.replicas[chosen].hand_over(rid, at, int(workload.prompt_tokens[rid]), int(workload.output_tokens[rid]),
                                             prefix, tokens)
+        if self.sessions and self.next >= len(order) and not released and not self.unreleased:
+            self._wake_all()  # every request routed: idle replicas wake up to finish
+
+    def _wake_all(self) -> None:
+        for replica in self.replicas:
+            if replica.wake is not None and not replica.wake.triggered:
+                replica.wake.succeed()
 
     def _arrivals(self, env: simpy.Environment) -> Generator:
         while True:
@@ -213,6 +282,7 @@ class Cluster:
 
     def run(self) -> list[EngineResult]:
         env = simpy.Environment()
+        self.env = env
         for replica in self.replicas:
             replica._now = 0.0
             env.process(replica._serve(env))
@@ -267,10 +337,19 @@ def merge(workload: Workload, config: SchedulerConfig, parts: list[EngineResult]
     extra: dict = {"replica": assignment, "replicas": parts}
     if any("prefix_cache" in part.extra for part in parts):
         stats = PrefixStats()
-        for part in parts:
+        cached = np.zeros(n, dtype=np.int64)
+        for part, where in zip(parts, ids):
             if "prefix_cache" in part.extra:
                 stats.add(part.extra["prefix_cache"])
+                cached[where] = part.extra.get("cached_tokens", 0)
         extra["prefix_cache"] = stats
+        extra["cached_tokens"] = cached
+    tiers = [part.extra["offload"] for part in parts if "offload" in part.extra]
+    if tiers:
+        tier = TierStats(tiers[0].kind)
+        for one in tiers:
+            tier.add(one)
+        extra["offload"] = tier
     return EngineResult(
         workload=workload, config=config, kv_blocks=sum(part.kv_blocks for part in parts), status=status,
         reject_reason=reasons, first_scheduled=first_scheduled, first_token=first_token, finish=finish,
@@ -292,6 +371,8 @@ def simulate_cluster(
     progress: Callable[[int, int], None] | None = None,
     cosimulate: bool = False,
     records: Path | str | None = None,
+    offload: Callable[[], OffloadTier | None] | None = None,
+    router_staleness: float = 0.0,
 ) -> EngineResult:
     """Serve ``workload`` on ``replicas`` copies of ``system`` (each with ``kv_blocks`` blocks) behind ``router``.
 
@@ -307,7 +388,7 @@ def simulate_cluster(
     if records is not None and replicas > 1:
         raise InputError(f"--records: streams the records of one replica; run with --replicas 1 (got {replicas})")
     if replicas == 1:
-        result = simulate(system, workload, config, kv_blocks, progress, records)
+        result = simulate(system, workload, config, kv_blocks, progress, records, offload=offload)
         result.extra["replica"] = np.where(result.status == REJECTED, -1, 0)
         result.extra["replicas"] = [result]
         return result
@@ -316,7 +397,7 @@ def simulate_cluster(
     output = workload.output_tokens.astype(np.int64)
     reasons = reject_reasons(prompt, output, config, system.model.max_context, kv_blocks)
     admitted = reasons == 0
-    if router == "round_robin" and not cosimulate:
+    if router == "round_robin" and not cosimulate and not is_sessions(workload) and offload is None:
         assignment = round_robin_split(admitted, replicas)
         ids = [np.flatnonzero(assignment == r) for r in range(replicas)]
         parts = []
@@ -327,10 +408,12 @@ def simulate_cluster(
             parts.append(simulate(system, share, config, kv_blocks, report) if len(where) else _idle(system, share, config, kv_blocks))
             finished += len(where)
     else:
-        cluster = Cluster(system, workload, config, kv_blocks, replicas, router, admitted)
+        cluster = Cluster(system, workload, config, kv_blocks, replicas, router, admitted, offload, router_staleness)
         parts = cluster.run()
         assignment = cluster.assignment
         ids = [replica.global_ids for replica in cluster.replicas]
+        if cluster.sessions:
+            workload = sent_workload(workload, cluster.sent)
     if progress is not None:
         progress(len(workload), len(workload))
     return merge(workload, config, parts, ids, assignment, reasons, time.perf_counter() - started)

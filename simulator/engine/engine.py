@@ -48,6 +48,7 @@ from simulator.cost.system import System
 from simulator.cost.tracing import trace_scalar
 from simulator.engine.engine_result import EngineResult, Totals
 from simulator.engine.iteration import _as_step, _decode_step, _in_order, _prefix_sums, iteration_fields, reject_reasons
+from simulator.engine.kv_offload import OffloadTier
 from simulator.engine.kvcache import BlockAllocator, blocks_for
 from simulator.engine.metrics import (
     DECODING,
@@ -68,6 +69,7 @@ from simulator.engine.scheduler import (
     plan_prefill_first,
     plan_static,
 )
+from simulator.engine.sessions import SessionWorkload, is_sessions
 from simulator.engine.workload import Workload
 from simulator.errors import InputError
 from simulator.model.step import Step
@@ -81,7 +83,7 @@ PER_REQUEST: dict[str, type] = {
     "first_token": np.float64, "finish": np.float64, "last_token": np.float64, "join_time": np.float64,
     "preemptions": np.int32, "queued_mark": np.int64, "waited_for_kv": np.bool_, "emitted": np.int64,
     "target": np.int64, "prefilled": np.int64, "held": np.int64, "base_cached": np.int64, "base_clock": np.int64,
-    "finish_clock": np.int64, "admit_serial": np.int64,
+    "finish_clock": np.int64, "admit_serial": np.int64, "cached_tokens": np.int64,
 }
 """The engine's per-request state (name: dtype of the result array), kept as Python lists during a run: an
 element of a list is read and written several times faster than one of a numpy array."""
@@ -199,6 +201,7 @@ class Engine:
     base_clock: list[int]
     finish_clock: list[int]
     admit_serial: list[int]
+    cached_tokens: list[int]
 
     def __init__(
         self,
@@ -209,6 +212,7 @@ class Engine:
         progress: Callable[[int, int], None] | None = None,
         records: Path | str | None = None,
         window: int = STREAM_WINDOW,
+        offload: Callable[[], OffloadTier | None] | None = None,
     ) -> None:
         n = len(workload)
         self.system, self.workload, self.config = system, workload, config
@@ -225,6 +229,26 @@ class Engine:
         if config.prefix_caching:
             self.prefixes = PrefixCache()
             self.alloc = PrefixAllocator(kv_blocks, self.prefixes)
+            # An offload tier (simulator.engine.kv_offload) keeps evicted prefixes; a load's seconds are due at the
+            # next iteration, overlapped with its compute.
+            self.prefixes.tier = None if offload is None else offload()
+        self.load_due = 0.0
+        # Sessions (simulator.engine.sessions): a later turn is sent when the one it follows finishes; a finished
+        # turn's whole blocks join its session's cached prefix.
+        self.grow = self.prefixes is not None and is_sessions(workload)
+        self.follower: list[int] | None = None
+        # A finish that sends a request (a closed loop's client, a session's next turn) ends a decode stretch.
+        self.sends_on_finish = workload.concurrency is not None or is_sessions(workload)
+        self.released: list[tuple[float, int]] = []  # (engine arrival, rid) of sent followers, earliest first
+        if is_sessions(workload):
+            if records is not None:
+                raise InputError("--records: a session workload is held in memory; run it without --records")
+            assert isinstance(workload, SessionWorkload) and workload.think_seconds is not None
+            self.follower = workload.followers().tolist()
+            self.think = workload.think_seconds.tolist()
+            # Requests are ordered those sent at their arrival first, then the followers (sessions.turn_order): the
+            # arrival walk stops before the followers, which come in through ``released`` as they are sent.
+            self.roots = int(np.count_nonzero(np.asarray(workload.previous) < 0))
         # Whole-workload columns (the engine's own request state is built from them, window by window when streaming).
         self._prompts = workload.prompt_tokens.astype(np.int64, copy=False)
         self._outputs = workload.output_tokens.astype(np.int64, copy=False)
@@ -287,6 +311,9 @@ class Engine:
         n = len(workload)
         pre = np.zeros(n) if workload.client_seconds is None else workload.client_seconds.astype(float)
         if self.concurrency is None:
+            if is_sessions(workload):
+                self._pre = pre.tolist()
+                self.sent = np.where(np.isfinite(workload.arrival_seconds), workload.arrival_seconds, np.nan).tolist()
             return workload.arrival_seconds if workload.client_seconds is None else engine_arrivals(workload.arrival_seconds, pre)
         if records is not None:
             raise InputError("--records: a closed loop (--max-concurrency) is held in memory; run it without --records")
@@ -309,6 +336,19 @@ class Engine:
         self.sent[k] = when
         self.handed = max(when + self._pre[k], self.handed)
         self.arrival[k] = self.handed
+
+    def _release(self, rid: int, when: float) -> None:
+        """Sessions: the client got ``rid``'s answer (or its error) at ``when``; the turn after it is sent a think time
+        later and reaches the engine after its client path."""
+        if self.follower is None:
+            return
+        follower = self.follower[rid]
+        if follower < 0:
+            return
+        sent = when + self.think[follower]
+        self.sent[follower] = sent
+        self.arrival[follower] = sent + self._pre[follower]
+        heapq.heappush(self.released, (self.arrival[follower], follower))
 
     def _warm_prefix_cache(self, kv_blocks: int) -> None:
         """Every prefix of the workload starts resident and unreferenced (the server served these prompts before)."""
@@ -404,22 +444,30 @@ class Engine:
         if self.next_arrival >= self.n and self._load_more():
             self._arrive(now)
             return
-        n, arrival = self.n, self.arrival
+        n, arrival = (self.n if self.follower is None else self.roots), self.arrival
         while self.next_arrival < n and arrival[self.next_arrival] <= now:
             rid = self.next_arrival
             self.next_arrival += 1
-            if self.reject_reason[rid]:
-                self.status[rid] = REJECTED
-                self.done += 1
-                if self.concurrency is not None:
-                    self._send_next(now + self.response)  # the client gets its error and sends the next request
-                continue
-            self.status[rid] = WAITING
-            self.target[rid] = self.prompt[rid]
-            self.queued_mark[rid] = self.kv_refusals
-            self.waiting.append(rid)
+            self._enqueue(rid, now)
+        released = self.released
+        while released and released[0][0] <= now:
+            self._enqueue(heapq.heappop(released)[1], now)
         if self.next_arrival >= n and self._load_more():
             self._arrive(now)
+
+    def _enqueue(self, rid: int, now: float) -> None:
+        """``rid`` has arrived: it waits for admission, or is rejected."""
+        if self.reject_reason[rid]:
+            self.status[rid] = REJECTED
+            self.done += 1
+            if self.concurrency is not None:
+                self._send_next(now + self.response)  # the client gets its error and sends the next request
+            self._release(rid, now + self.response)
+            return
+        self.status[rid] = WAITING
+        self.target[rid] = self.prompt[rid]
+        self.queued_mark[rid] = self.kv_refusals
+        self.waiting.append(rid)
 
     def admission_blocks(self, rid: int) -> int:
         """Free blocks ``rid`` needs to start (less a cached prefix it shares, plus one it takes back from the free pool)."""
@@ -483,13 +531,24 @@ class Engine:
         assert self.waiting[0] == rid
         self.waiting.popleft()
         blocks = self.admission_blocks(rid)
-        hit = retake = 0
+        hit = retake = loaded = 0
         if self.prefixes is not None and self.prefix_blocks[rid]:
             # Claimed before allocating, so the allocation cannot evict the prefix it is about to share.
             hit, retake = self.prefixes.claim(self.prefix_id[rid], self.prefix_blocks[rid], self.bs)
         self.alloc.allocate(blocks)
         self.held[rid] = blocks - retake  # the request's own blocks (the prefix's belong to the cache)
+        tier = None if self.prefixes is None else self.prefixes.tier
+        if not hit and tier is not None and self.prefix_blocks[rid]:
+            # Not on the GPU but in the offload tier: loaded into blocks just allocated, which become the cache's.
+            loaded, seconds = tier.load(self.prefix_id[rid], self.prefix_blocks[rid])
+            if loaded and tier is not None and self.prefixes is not None and self.prefixes.register(self.prefix_id[rid], loaded):
+                self.held[rid] -= loaded
+                self.load_due += seconds
+                hit = loaded
+            else:
+                loaded = 0
         self.shared[rid] = hit
+        self.cached_tokens[rid] = hit * self.bs
         if self.kv_refusals > self.queued_mark[rid]:
             self.waited_for_kv[rid] = True
         self.status[rid] = PREFILLING
@@ -569,6 +628,16 @@ class Engine:
         self.finish[rid] = now + self.response  # as the client sees it (simulator.cost.client_path)
         if self.concurrency is not None:
             self._send_next(now + self.response)
+        self._release(rid, now + self.response)
+        if self.grow and self.prefix_id[rid] >= 0:
+            assert self.prefixes is not None
+            # The KV of prompt + output - 1 tokens was computed (the last token is not fed back): its whole blocks
+            # stay cached under the session's prefix for the next turn.
+            full = (self.prompt[rid] + self.output[rid] - 1) // self.bs
+            moved = self.prefixes.extend(self.prefix_id[rid], self.shared[rid], full, blocks)
+            if moved and not self.shared[rid]:
+                self.shared[rid] = moved  # newly resident, referenced by this request: dropped just below
+            blocks -= moved
         self.alloc.release(blocks)
         self._drop_prefix(rid)
         self.running -= 1
@@ -763,6 +832,13 @@ class Engine:
         if decoders:
             self._note_decode_step(fields, mixed=bool(chunks))
         seconds, flops, moved, compute_bound, memory_bound, communication = self._cost_scalar(fields)
+        if self.load_due:
+            # Offload-tier loads overlap the iteration's compute layer by layer: it lasts max(compute, load).
+            exposed = max(0.0, self.load_due - seconds)
+            assert self.prefixes is not None and self.prefixes.tier is not None
+            self.prefixes.tier.stats.exposed_seconds += exposed
+            seconds += exposed
+            self.load_due = 0.0
         self._charge(seconds, flops, moved, compute_bound, memory_bound, communication, 1, decoders > 0, bool(chunks))
         yield env.timeout(seconds)
         now = env.now
@@ -1057,14 +1133,14 @@ class Engine:
                     idle_queue = not self.waiting
                     # In a closed loop a completion sends the next request: a stretch stops at each one.
                     yield from self._stretch(env, cut_at_arrival=idle_queue,
-                                             across_completions=idle_queue and self.concurrency is None)
+                                             across_completions=idle_queue and not self.sends_on_finish)
                     continue
             else:
                 if self.decoding and not self.partials and not self._head_admissible():
                     idle_queue = not self.waiting
                     # In a closed loop a completion sends the next request: a stretch stops at each one.
                     yield from self._stretch(env, cut_at_arrival=idle_queue,
-                                             across_completions=idle_queue and self.concurrency is None)
+                                             across_completions=idle_queue and not self.sends_on_finish)
                     continue
                 preempted = self._make_room_for_decode()
                 chunks = plan_chunked(self, admit=preempted == 0 or not self.decoding)
@@ -1080,13 +1156,19 @@ class Engine:
 
     def _next_arrival_seconds(self) -> float | None:
         """When the next request not yet seen arrives (None: no more are known)."""
-        if self.next_arrival >= self.n and not self._load_more():
-            return None
+        released = self.released[0][0] if self.released else None
+        if self.next_arrival >= (self.n if self.follower is None else self.roots) and not self._load_more():
+            return released
         upcoming = float(self.arrival[self.next_arrival])
-        return None if upcoming == np.inf else upcoming  # inf: a closed loop's request not sent yet
+        if upcoming == np.inf:  # a closed loop's request, or a session's later turn, not sent yet
+            return released
+        return upcoming if released is None else min(upcoming, released)
 
     def _idle_event(self, env: simpy.Environment, now: float) -> simpy.Event | None:
         """What an idle engine waits for (the next arrival), or None when the run is over."""
+        if self.follower is not None:  # sessions: idle with nothing sent means every turn has been served
+            upcoming_turn = self._next_arrival_seconds()
+            return None if upcoming_turn is None else env.timeout(max(0.0, upcoming_turn - now))
         if self.next_arrival >= self.n and not self._load_more():
             return None
         upcoming = float(self.arrival[self.next_arrival])
@@ -1116,8 +1198,15 @@ class Engine:
     def result(self, wall_seconds: float = 0.0) -> EngineResult:
         """What the run produced so far (the whole run once its simpy process has returned)."""
         workload = self.workload
-        if self.concurrency is not None:  # the send times the closed loop chose (NaN: never sent)
+        if self.concurrency is not None or self.follower is not None:  # the send times chosen (NaN: never sent)
             workload = replace(workload, arrival_seconds=np.array(self.sent, dtype=float))
+        extra: dict = {}
+        if self.prefixes is not None:
+            extra = {"prefix_cache": self.prefixes.stats}
+            if self.records is None:  # per request: prompt tokens served from a cache at its (last) admission
+                extra["cached_tokens"] = self._array("cached_tokens")
+            if self.prefixes.tier is not None:
+                extra["offload"] = self.prefixes.tier.stats
         return EngineResult(
             workload=workload,
             config=self.config,
@@ -1138,7 +1227,7 @@ class Engine:
             last_decode_step=_as_step(self.last_decode[0] or self.last_decode[1]),
             wall_seconds=wall_seconds,
             waited_for_kv=self._array("waited_for_kv"),
-            extra={} if self.prefixes is None else {"prefix_cache": self.prefixes.stats},
+            extra=extra,
         )
 
 
@@ -1149,10 +1238,11 @@ def simulate(
     kv_blocks: int,
     progress: Callable[[int, int], None] | None = None,
     records: Path | str | None = None,
+    offload: Callable[[], OffloadTier | None] | None = None,
 ) -> EngineResult:
     """Serve ``workload`` on ``system`` with ``config`` and a KV cache of ``kv_blocks`` blocks.
 
     ``records``: a folder to stream the per-request records, the iteration log and the inter-token gaps to
     (:mod:`simulator.engine.records`); the result's arrays then map those files. None: all held in memory.
     """
-    return Engine(system, workload, config, kv_blocks, progress, records).run()
+    return Engine(system, workload, config, kv_blocks, progress, records, offload=offload).run()

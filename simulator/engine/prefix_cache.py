@@ -16,6 +16,10 @@ Modelled as vLLM does it:
 - A hit skips the prefill of the cached tokens: the request's prefill starts at that offset and
   its attention still reads the cached keys (the step's ``cached`` tokens).
 
+Sessions (:mod:`simulator.engine.sessions`): a finished turn's whole blocks, prompt and output, join its session's
+prefix (:meth:`PrefixCache.extend`), so the next turn, whose prompt starts with them, reuses them. An offload
+tier (:mod:`simulator.engine.kv_offload`) keeps what is evicted and loads it back on a later miss.
+
 Requests carry a prefix id (-1: none) and its length in tokens (:class:`~simulator.engine.workload.Workload`
 ``prefix_id``/``prefix_tokens``): from a trace's ``prefix_id``/``prefix_tokens`` columns, or a shared
 system prompt drawn for a share of a synthetic workload (:func:`with_shared_prefix`).
@@ -33,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator.engine.kv_offload import OffloadTier
 from simulator.engine.kvcache import BlockAllocator
 from simulator.errors import InputError
 
@@ -66,6 +71,7 @@ class PrefixCache:
         self.idle: OrderedDict[int, None] = OrderedDict()  # resident, unreferenced; least recently released first
         self.idle_blocks = 0
         self.stats = PrefixStats()
+        self.tier: OffloadTier | None = None  # where evicted prefixes go (simulator.engine.kv_offload), if anywhere
 
     def referenced(self, prefix: int) -> bool:
         return self.refs.get(prefix, 0) > 0
@@ -135,6 +141,29 @@ class PrefixCache:
             del self.refs[prefix]
             self.idle_blocks -= blocks
             self.stats.evictions += 1
+            if self.tier is not None:
+                self.tier.store(prefix, blocks)
+
+    def extend(self, prefix: int, shared: int, full: int, own: int) -> int:
+        """A request of ``prefix`` finished holding ``full`` whole blocks of its sequence (prompt and output), ``shared``
+        of them the cache's and ``own`` its own: its blocks past the resident copy join the cache (a session's next
+        turn starts with this whole conversation). Returns how many of its own blocks moved to the cache.
+
+        Only when the request is the prefix's only user (or the prefix is not resident: it then becomes resident,
+        referenced once, and the caller drops that reference as for a shared one).
+        """
+        resident = self.blocks.get(prefix)
+        if resident is None:
+            moved = min(full, own)
+            if moved > 0:
+                self.blocks[prefix] = moved
+                self.refs[prefix] = 1
+            return max(moved, 0)
+        if not shared or self.refs[prefix] != 1 or full <= resident:
+            return 0
+        moved = min(full - resident, own)
+        self.blocks[prefix] = resident + moved
+        return moved
 
 
 class PrefixAllocator(BlockAllocator):

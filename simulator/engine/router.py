@@ -29,7 +29,8 @@ import numpy as np
 
 from simulator.errors import InputError
 
-ROUTERS: tuple[str, ...] = ("round_robin", "least_outstanding", "least_kv")
+ROUTERS: tuple[str, ...] = ("round_robin", "least_outstanding", "least_kv", "prefix")
+"""``prefix``: simulator.engine.prefix_router (cached prefix and load, with a staleness of its view)."""
 
 
 class ReplicaLoad(NamedTuple):

@@ -11,7 +11,11 @@ Azure 2023/2024   TIMESTAMP                    ContextTokens        GeneratedTok
 Vidur             arrived_at (optional)        num_prefill_tokens   num_decode_tokens    row skipped
 BurstGPT          Timestamp                    Request tokens       Response tokens      row skipped
 vLLM result JSON  start_times (if present)     input_lens           output_lens          row skipped
+Mooncake (JSONL)  timestamp (milliseconds)     input_length         output_length        row skipped
 ================  ===========================  ===================  ===================  ===========
+
+A Mooncake (FAST'25) trace's ``hash_ids`` (512-token prefix blocks) are read as conversations by
+:func:`simulator.engine.sessions.with_hash_prefixes` (kvcache-ai/Mooncake ``FAST25-release/README.md``).
 
 Sources: the Azure LLM inference trace schemas (Azure/AzurePublicDataset,
 AzureLLMInferenceDataset2023.md and 2024.md: TIMESTAMP is a date-time, written
@@ -60,6 +64,7 @@ from typing import Any
 import numpy as np
 
 from simulator.errors import InputError
+from simulator.files import path_kind
 
 MAX_TOKENS_EXCLUSIVE = 2**31
 """Token counts must be below this (int32 range, what serving engines index tokens with)."""
@@ -87,6 +92,10 @@ _ISO = re.compile(
 )
 
 
+MOONCAKE = "Mooncake"
+"""The Mooncake (FAST'25) trace format's name."""
+
+
 @dataclass(frozen=True)
 class TraceFormat:
     """Column names of one trace format (normalised: lower case, letters and digits only)."""
@@ -100,6 +109,8 @@ class TraceFormat:
     zero_skips: bool = True
     """a 0 token count marks a failed request: the row is skipped and counted, not an error"""
     arrival_optional: bool = False
+    arrival_seconds_per_unit: float = 1.0
+    """seconds per unit of the arrival column when it holds numbers (Mooncake: milliseconds, 1e-3)"""
 
 
 FORMATS = (
@@ -111,6 +122,10 @@ FORMATS = (
                 "arrived_at, num_prefill_tokens, num_decode_tokens", arrival_optional=True),
     TraceFormat("BurstGPT", ("timestamp",), ("requesttokens",), ("responsetokens",),
                 "Timestamp, Request tokens, Response tokens"),
+    # kvcache-ai/Mooncake FAST25-release/README.md: JSONL, timestamp in milliseconds, hash_ids of 512-token prefix
+    # blocks (read by simulator.engine.sessions.with_hash_prefixes).
+    TraceFormat(MOONCAKE, ("timestamp",), ("inputlength",), ("outputlength",),
+                "timestamp (ms), input_length, output_length, hash_ids", arrival_seconds_per_unit=1e-3),
 )
 VLLM_FORMAT = TraceFormat("vLLM benchmark result", ("starttimes",), ("inputlens",), ("outputlens",),
                           "input_lens, output_lens, start_times", arrival_optional=True)
@@ -367,6 +382,8 @@ def _finish(path: Path, fmt: TraceFormat, columns: _Columns, timed: bool, notes:
         notes.insert(0, f"{path.name}: skipped {columns.skipped:,} of {columns.rows + columns.skipped:,} "
                         f"{columns.skipped_what} (failed requests, as the {fmt.name} format records them)")
     seconds, prompts, outputs = columns.arrays()
+    if fmt.arrival_seconds_per_unit != 1.0 and timed:
+        seconds = seconds * fmt.arrival_seconds_per_unit
     if not len(seconds):
         skipped = f" (all {columns.skipped:,} rows had 0 tokens)" if columns.skipped else ""
         raise InputError(f"{path}: the trace has no requests{skipped}")
@@ -751,8 +768,9 @@ def read_trace(path: str | Path, reader: str = "auto") -> Trace:
     path = Path(path)
     if reader not in ("auto", "arrow", "python"):
         raise InputError(f"trace reader: unknown {reader!r}; allowed: auto, arrow, python")
-    if not path.is_file():
-        raise InputError(f"--trace: cannot read {path}: no such file")
+    kind = path_kind(path, "--trace")
+    if kind != "file":
+        raise InputError(f"--trace: cannot read {path}: " + ("no such file" if kind is None else f"a {kind}, not a file"))
     lines = check_utf8(path)
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):

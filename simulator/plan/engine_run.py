@@ -17,11 +17,15 @@ import numpy as np
 from simulator.cost.deployment import Deployment
 from simulator.engine.closed_loop import closed_loop, scored, with_client_path
 from simulator.engine.cluster import simulate_cluster
+from simulator.engine.datasets import read_dataset, with_dataset
 from simulator.engine.engine_result import EngineResult
+from simulator.engine.kv_offload import offload_tier, parse_offload
 from simulator.engine.kvcache import KVCapacity, kv_capacity
 from simulator.engine.metrics import Aggregates, aggregate
 from simulator.engine.prefix_cache import with_shared_prefix, with_trace_prefixes
 from simulator.engine.scheduler import SchedulerConfig
+from simulator.engine.sessions import as_sessions, is_sessions, session_workload, with_hash_prefixes
+from simulator.engine.traces import MOONCAKE
 from simulator.engine.workload import (
     LengthSpec,
     Workload,
@@ -79,17 +83,25 @@ def _lengths(settings: RunSettings) -> tuple[LengthSpec | None, LengthSpec | Non
 
 def build_workload(settings: RunSettings, max_tokens: int) -> Workload:
     """The workload the settings name (see :class:`RunSettings` for the rules)."""
+    if settings.dataset is not None:  # arrivals (or clients) as without it, then lengths drawn in pairs from the file
+        keep_outputs = settings.output_tokens is not None
+        return with_dataset(build_workload(settings.model_copy(update={"dataset": None}), max_tokens),
+                            read_dataset(settings.dataset, keep_outputs), settings.seed, max_tokens, keep_outputs)
     prompt, output = _lengths(settings)
     seed = settings.seed
+    if settings.sessions is not None:
+        return _sessions(settings, output)
     if settings.trace is not None:
-        trace = with_trace_prefixes(read_trace(settings.trace))
+        trace = with_hash_prefixes(with_trace_prefixes(read_trace(settings.trace)))
         if settings.max_concurrency is not None:  # the trace's requests, in order, sent by a closed loop
             return closed_loop(settings.max_concurrency, settings.requests or len(trace.arrival_seconds),
                                settings.warmup_requests, prompt or trace.prompt_tokens, output or trace.output_tokens,
                                seed, max_tokens)
         if settings.qps is None:
-            return trace_workload(trace, settings.trace_speedup, prompt, output, seed, max_tokens,
-                                  settings.trace_start, settings.trace_duration)
+            replay = trace_workload(trace, settings.trace_speedup, prompt, output, seed, max_tokens,
+                                    settings.trace_start, settings.trace_duration)
+            # A Mooncake trace's conversations: each turn's blocks stay cached for the next (simulator.engine.sessions).
+            return as_sessions(replay) if trace.format == MOONCAKE else replay
         n = settings.requests or len(trace.arrival_seconds)
         workload = open_loop(
             n, settings.qps, prompt or trace.prompt_tokens, output or trace.output_tokens,
@@ -106,6 +118,16 @@ def build_workload(settings: RunSettings, max_tokens: int) -> Workload:
         return closed_batch(settings.closed_batch_size, prompt, output, seed, max_tokens)
     n = settings.requests or OPEN_LOOP_REQUESTS
     return open_loop(n, settings.qps, prompt, output, settings.arrival, settings.burstiness, seed, max_tokens)
+
+
+def _sessions(settings: RunSettings, output: LengthSpec | None) -> Workload:
+    """The session workload of ``--sessions`` (simulator.engine.sessions): fixed new tokens and output per turn."""
+    if output is not None and output.kind != "fixed":
+        raise InputError(f"--output-tokens: a session workload takes a fixed output per turn (got {settings.output_tokens})")
+    turn_tokens = settings.turn_tokens if settings.turn_tokens is not None else settings.ctx - settings.gen
+    answer = settings.gen if output is None else int(output.a)
+    assert settings.sessions is not None
+    return session_workload(settings.sessions, settings.turns, settings.think_time, turn_tokens, answer)
 
 
 def as_settings(settings: RunSettings | dict[str, Any]) -> RunSettings:
@@ -162,6 +184,8 @@ def prepare(settings: RunSettings | dict[str, Any]) -> Prepared:
     planned_batch = settings.closed_batch_size if settings.qps is None and settings.trace is None else settings.batch
     if settings.max_concurrency is not None:
         planned_batch = settings.max_concurrency  # the clients keep this many requests in flight
+    if settings.sessions is not None:
+        planned_batch = settings.sessions  # at most one turn of each session is in flight
     # No more than max_num_seqs sequences ever run at once, so no more are planned to fit at once.
     planned_batch = min(planned_batch, config.max_num_seqs)
     # Only the weights and one ctx-token sequence must fit; the paged cache queues the rest (plan/placement.py).
@@ -214,8 +238,13 @@ def simulate_prepared(prep: Prepared, progress: Callable[[int, int], None] | Non
     """
     system = prep.deployment.system
     replicas = prep.settings.replicas
+    spec = None if prep.settings.kv_offload is None else parse_offload(prep.settings.kv_offload)
+    capacity = prep.capacity
+    offload = None if spec is None else (
+        lambda: offload_tier(spec, system.gpu.name, capacity.bytes_per_block_per_gpu, system.tp))
     result = simulate_cluster(system, prep.workload, prep.config, prep.capacity.blocks, replicas,
-                              prep.settings.router, progress, records=records)
+                              prep.settings.router, progress, records=records, offload=offload,
+                              router_staleness=prep.settings.router_staleness)
     result = scored(result)  # a closed loop's warm-up requests are not scored
     slo = (prep.settings.slo_ttft, prep.settings.slo_tpot, prep.settings.slo_e2e)
     peak, bandwidth = system.peak_flops, system.gpu.hbm_bandwidth_bytes_per_second
@@ -225,5 +254,7 @@ def simulate_prepared(prep: Prepared, progress: Callable[[int, int], None] | Non
     # One replica's result is the run's own, aggregated just above with the same arguments.
     per_replica = (metrics,) if len(parts) == 1 and parts[0] is result else tuple(
         aggregate(part, system.tp, peak, bandwidth, *slo) for part in parts)
-    return EngineRun(prep.settings, prep.deployment, prep.workload, prep.capacity, prep.config, result, metrics,
+    # Sessions: the run chose when later turns were sent; the run's workload carries those send times.
+    workload = result.workload if is_sessions(prep.workload) else prep.workload
+    return EngineRun(prep.settings, prep.deployment, workload, prep.capacity, prep.config, result, metrics,
                      per_replica)

@@ -304,6 +304,7 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
         "preemptions": m.preemptions,
         "replica_summaries": replica_summaries(run),
         "prefix_cache": prefix_cache_dict(run),
+        "sessions": sessions_dict(run),
         "mfu": m.mfu,
         "mbu": m.mbu,
         "time": {
@@ -406,7 +407,21 @@ def prefix_cache_dict(run: "EngineRun") -> dict[str, Any]:
         "hit_rate": 0.0 if stats is None else stats.hit_rate,
         "saved_prefill_tokens": 0 if stats is None else stats.saved_tokens,
         "evictions": 0 if stats is None else stats.evictions,
+        # Hits per tier: the GPU's own cache, and an offload tier's loads (simulator.engine.kv_offload).
+        "hits_by_tier": {"gpu": 0 if stats is None else stats.hits,
+                         **({run.result.extra["offload"].kind: run.result.extra["offload"].hits}
+                            if "offload" in run.result.extra else {})},
+        "offload": run.result.extra["offload"].as_dict() if "offload" in run.result.extra else None,
     }
+
+
+def sessions_dict(run: "EngineRun") -> dict[str, Any] | None:
+    """Per-turn prompt tokens, cached tokens, hit rate, recomputed tokens and mean TTFT of a session workload
+    (simulator.engine.sessions), or None for other workloads."""
+    from simulator.engine.sessions import by_turn
+
+    rows = by_turn(run.result)
+    return {"by_turn": [row.as_dict() for row in rows]} if rows else None
 
 
 def pipeline_dict(run: "EngineRun") -> dict[str, Any] | None:

@@ -34,6 +34,8 @@ import pydantic
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from simulator.cost.speculation import MAX_SPECULATIVE_TOKENS, parse_acceptance, parse_method
+from simulator.engine.datasets import read_dataset
+from simulator.engine.kv_offload import parse_offload
 from simulator.engine.scheduler import SCHEDULERS
 from simulator.engine.workload import MAX_REQUESTS, parse_length_spec
 from simulator.errors import InputError
@@ -260,6 +262,12 @@ class StepSettings(ShapeSettings, DeploymentSettings):
     """A deployment and the batch shape of one step (``simulate layers``, ``explain``, ``roofline``)."""
 
 
+def _offload(value: str) -> str:
+    """--kv-offload: readable by simulator.engine.kv_offload.parse_offload."""
+    parse_offload(value)
+    return value.strip()
+
+
 class ServingSettings(BaseModel):
     """The serving workload, the scheduler, the KV cache and the objectives of an engine run."""
 
@@ -296,6 +304,13 @@ class ServingSettings(BaseModel):
     output_tokens: LengthSpecText | None = Field(
         default=None, description="Output lengths: N, uniform:LO:HI or normal:MEAN:STD. [default: gen, or the trace's]",
         json_schema_extra={"flags": ["--output-tokens", "--output-len"], "metavar": "SPEC"},
+    )
+    dataset: Annotated[str | None, AfterValidator(_checked_by(lambda v: read_dataset(v, skip_output_check=True)))] = Field(
+        default=None, description="Prompt and output lengths drawn in pairs from a lengths file: sharegpt (the shipped "
+        "ShareGPT sample), a shipped NAME, or a CSV PATH with columns input_tokens,output_tokens; rows under 4 prompt "
+        "or output tokens dropped, as vLLM's benchmark does. Arrivals from --qps/--max-concurrency, else a closed "
+        "batch. [default: none]",
+        json_schema_extra={"metavar": "NAME|PATH"},
     )
     scheduler: Literal["static", "continuous", "chunked", "prefill-first"] | None = Field(
         default=None, description="static batches, continuous (Orca/vLLM V0: prefill first, no token budget), chunked "
@@ -357,9 +372,12 @@ class ServingSettings(BaseModel):
         default=1,
         description="Data-parallel copies of the deployment (each tp x pp GPUs) behind one router; GPUs in all = replicas x tp x pp.",
     )
-    router: Literal["round_robin", "least_outstanding", "least_kv"] = Field(
+    router: Literal["round_robin", "least_outstanding", "least_kv", "prefix"] = Field(
         default="round_robin",
-        description="How requests are spread over replicas: round_robin, least_outstanding (fewest in flight), least_kv (lowest KV-cache load).",
+        description="How requests are spread over replicas: round_robin, least_outstanding (fewest in flight), least_kv (lowest KV-cache load), prefix (cached prefix and load, as llm-d's and Dynamo's KV-aware routers).",
+    )
+    router_staleness: Annotated[Float, Field(ge=0.0, le=MAX_SECONDS)] = Field(
+        default=0.0, description="With --router prefix: seconds between refreshes of the router's view of the replicas' caches (0: live).",
     )
     prefix_caching: bool = Field(
         default=False,
@@ -375,6 +393,23 @@ class ServingSettings(BaseModel):
     )
     shared_prefix_ratio: Annotated[Float, Field(gt=0.0, le=1.0)] = Field(
         default=1.0, description="Share of the requests whose prompt starts with the shared system prompt, in (0, 1].",
+    )
+    sessions: Annotated[Int | None, Field(ge=1, le=MAX_REQUESTS)] = Field(
+        default=None, description="A workload of this many multi-turn sessions: each turn's prompt is the conversation so "
+        "far plus --turn-tokens new tokens, sent --think-time seconds after the previous answer (see docs/sessions.md).",
+    )
+    turns: Annotated[Int, Field(ge=1, le=100_000)] = Field(default=4, description="With --sessions: turns per session.")
+    think_time: Annotated[Float, Field(ge=0.0, le=MAX_SECONDS)] = Field(
+        default=0.0, description="With --sessions: seconds between a turn's answer and the next turn.",
+    )
+    turn_tokens: Annotated[Int | None, Field(ge=1, le=MAX_CONTEXT_TOKENS)] = Field(
+        default=None, description="With --sessions: new prompt tokens per turn. [default: ctx - gen]",
+    )
+    kv_offload: Annotated[str | None, AfterValidator(_checked_by(_offload))] = Field(
+        default=None, description="With --prefix-caching: an offload tier for evicted prefix blocks, cpu:SIZE_GIB (host "
+        "DRAM over PCIe, or NVLink-C2C on Grace systems) or nvme:SIZE_GIB (local SSD), per replica; :GBPS after the size "
+        "overrides the link's bandwidth (vLLM's offloading connector, LMCache, SGLang HiCache).",
+        json_schema_extra={"metavar": "cpu:GIB|nvme:GIB"},
     )
 
 
@@ -618,6 +653,12 @@ class RunSettings(DisaggregationSettings, SpeculativeSettings, ServingSettings, 
             raise ValueError("qps: with a trace, qps draws new arrivals from the trace's lengths; a window or speed-up of the trace's own times does not apply")
         if self.arrival != "poisson" and self.qps is None:
             raise ValueError(f"arrival: {self.arrival} arrivals need qps")
+        if self.dataset is not None:
+            for name, clash in (("trace", self.trace is not None), ("prompt_tokens", self.prompt_tokens is not None),
+                                ("sessions", getattr(self, "sessions", None) is not None)):
+                if clash:
+                    raise ValueError(f"dataset: draws the prompt lengths itself; it does not apply with {name} "
+                                     "(output_tokens may replace its output lengths)")
         if "shared_prefix_ratio" in given and self.shared_prefix_tokens is None:
             raise ValueError("shared_prefix_ratio: applies only with shared_prefix_tokens")
         if self.max_concurrency is not None:
@@ -639,6 +680,23 @@ class RunSettings(DisaggregationSettings, SpeculativeSettings, ServingSettings, 
         elif self.warmup_requests:
             raise ValueError("warmup_requests: applies only with max_concurrency (warm-up requests go through the "
                              "closed loop's clients)")
+        if self.sessions is not None:
+            for name, clash in (("qps", self.qps is not None), ("trace", self.trace is not None),
+                                ("max_concurrency", self.max_concurrency is not None),
+                                ("shared_prefix_tokens", self.shared_prefix_tokens is not None),
+                                ("disaggregate", self.disaggregate is not None),
+                                ("speculative", self.speculative is not None), ("batch", "batch" in given),
+                                ("requests", self.requests is not None)):
+                if clash:
+                    raise ValueError(f"sessions: a session workload sends its own turns; it does not apply with {name}")
+        else:
+            for name in ("turns", "think_time", "turn_tokens"):
+                if name in given:
+                    raise ValueError(f"{name}: applies only with sessions")
+        if self.kv_offload is not None and not self.prefix_caching:
+            raise ValueError("kv_offload: applies only with prefix_caching (the tier holds evicted prefix blocks)")
+        if "router_staleness" in given and self.router != "prefix":
+            raise ValueError("router_staleness: applies only with router prefix")
         if self.prefix_cache_warm and not self.prefix_caching:
             raise ValueError("prefix_cache_warm: applies only with prefix_caching (a warm cache is the prefix cache's)")
         return self

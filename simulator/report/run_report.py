@@ -465,12 +465,35 @@ def replica_table(run: "EngineRun") -> list[str]:
     return ["", "Replicas", *("  " + line for line in _table(headers, rows, align_right=set(range(1, 8))))]
 
 
+def session_lines(run: "EngineRun") -> list[str]:
+    """Per-turn hit rate, recomputed tokens and mean TTFT of a session workload (simulator.engine.sessions)."""
+    from simulator.engine.sessions import by_turn
+
+    rows = by_turn(run.result)
+    if not rows:
+        return []
+    table = _table(["turn", "requests", "prompt tokens", "hit rate", "recomputed", "TTFT mean"],
+                   [[str(row.turn), f"{row.requests:,}", f"{row.prompt_tokens:,}", f"{100 * row.hit_rate:.0f}%",
+                     f"{row.recomputed_tokens:,}",
+                     "-" if row.ttft_mean_seconds is None else fmt_seconds(row.ttft_mean_seconds)] for row in rows],
+                   align_right={1, 2, 3, 4, 5})
+    return ["  by turn (hit rate: prompt tokens served from a cache; recomputed: history tokens prefilled again)",
+            *("    " + line for line in table)]
+
+
 def prefix_cache_lines(run: "EngineRun") -> list[str]:
     """The prefix cache's hits and prefill tokens saved (a hint when prompts share a prefix and caching is off)."""
     stats = run.result.extra.get("prefix_cache")
     if stats is not None:
-        return [f"  prefix hits  {stats.hits:,} of {stats.lookups:,} admissions with a prefix ({100 * stats.hit_rate:.0f}%), "
-                f"{stats.saved_tokens:,} prefill tokens saved, {stats.evictions:,} prefixes evicted"]
+        lines = [f"  prefix hits  {stats.hits:,} of {stats.lookups:,} admissions with a prefix ({100 * stats.hit_rate:.0f}%), "
+                 f"{stats.saved_tokens:,} prefill tokens saved, {stats.evictions:,} prefixes evicted"]
+        tier = run.result.extra.get("offload")
+        if tier is not None:
+            lines.append(f"  {tier.kind + ' tier':<13}{tier.hits:,} hits loaded from it ({tier.loaded_blocks:,} blocks in "
+                         f"{fmt_seconds(tier.load_seconds)}, {fmt_seconds(tier.exposed_seconds)} of it not hidden by "
+                         f"compute), {tier.stored_blocks:,} blocks stored on eviction")
+        return lines + session_lines(run)
     if run.workload.prefix_id is not None and (run.workload.prefix_id >= 0).any():
-        return ["  prefix hits  off: prompts share prefixes but --prefix-caching is off (vLLM V1 and SGLang cache them by default)"]
+        return ["  prefix hits  off: prompts share prefixes but --prefix-caching is off (vLLM V1 and SGLang cache them by default)",
+                *session_lines(run)]
     return []

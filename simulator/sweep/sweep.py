@@ -12,6 +12,9 @@ a dict), flattened into one row. A point that does not fit memory is a row with
   count it tries (``replicas`` setting, :mod:`simulator.engine.cluster`), with the same number of
   requests per replica as the point.
 
+"Meets the SLO" is the predicted p99s within the limits, or, with the SLO's ``confidence`` (``--confidence``),
+a chance of at least that much that the measured ones are, given the error band of the run's class
+(:mod:`simulator.sweep.confidence`); every row gives those chances (``slo.probability*``, and per search).
 Bisection assumes latency grows with batch and with arrival rate, as it does in the model.
 Units: seconds, requests/s, tokens/s, US dollars.
 """
@@ -25,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from simulator.errors import InputError
+from simulator.sweep.confidence import slo_chances
 from simulator.sweep.results_file import ResultsFile
 from simulator.sweep.scenario import Scenario
 from simulator.tabular import flatten
@@ -47,6 +51,7 @@ class PointTask:
     slo: dict[str, float] = field(default_factory=dict)  # {'ttft': seconds, 'tpot': ..., 'e2e': ...}
     search: dict[str, Any] = field(default_factory=dict)  # the scenario's search block as a dict
     usd_per_gpu_hour: dict[str, float] = field(default_factory=dict)
+    confidence: float | None = None  # meet the SLO with at least this chance (None: the point estimate)
 
 
 def is_no_fit(exc: InputError) -> bool:
@@ -78,14 +83,26 @@ def p99_seconds(result: dict[str, Any], metric: str) -> float | None:
     return None if value is None else float(value)
 
 
-def meets_slo(result: dict[str, Any] | None, slo: dict[str, float]) -> bool:
+def meets_slo(result: dict[str, Any] | None, slo: dict[str, float], confidence: float | None = None) -> bool:
+    """Whether a run meets the SLO: its predicted p99s are within the limits (``confidence`` None), or the chance
+    that the measured ones are, given the error bands of their classes, is at least ``confidence``
+    (:mod:`simulator.sweep.confidence`)."""
     if result is None:
         return False
+    if confidence is not None:
+        joint = slo_chances(result, slo, p99_seconds)[1]
+        return joint is not None and joint >= confidence
     for metric, limit in slo.items():
         value = p99_seconds(result, metric)
         if value is None or value > limit:
             return False
     return True
+
+
+def chance_columns(result: dict[str, Any], slo: dict[str, float], prefix: str) -> dict[str, Any]:
+    """``<prefix>probability`` (all limits) and ``<prefix>probability.<metric>``: the chance the run meets the SLO."""
+    chances, joint = slo_chances(result, slo, p99_seconds)
+    return {prefix + "probability": joint, **{f"{prefix}probability.{m}": c for m, c in chances.items()}}
 
 
 def gpus_used(result: dict[str, Any]) -> int:
@@ -146,7 +163,10 @@ def metric_columns(result: dict[str, Any], task: PointTask) -> dict[str, Any]:
     for metric in LATENCY_METRICS:
         row[f"p99.{metric}_seconds"] = p99_seconds(result, metric)
     if task.slo:
-        row["slo.met"] = meets_slo(result, task.slo)
+        row["slo.met"] = meets_slo(result, task.slo, task.confidence)
+        row.update(chance_columns(result, task.slo, "slo."))
+        if task.confidence is not None:
+            row["slo.confidence"] = task.confidence
     price = task.usd_per_gpu_hour.get(str(result.get("gpu")))
     if price is not None:
         row["cost.usd_per_gpu_hour"] = price
@@ -202,7 +222,7 @@ def max_batch_columns(task: PointTask, low: int, high: int) -> dict[str, Any]:
 
     def passes(batch: int) -> bool:
         results[batch] = run_point({**task.options, "batch": batch})[0]
-        return meets_slo(results[batch], task.slo)
+        return meets_slo(results[batch], task.slo, task.confidence)
 
     best = bisect_max_int(passes, low, high)
     prefix = "search.max_batch_under_slo."
@@ -215,6 +235,8 @@ def max_batch_columns(task: PointTask, low: int, high: int) -> dict[str, Any]:
         prefix + "at_bound": best == high,
         prefix + "output_tokens_per_second": at_best["throughput"]["output_tokens_per_second"],
         prefix + "usd_per_million_output_tokens": _cost_per_million(at_best, task),
+        **{prefix + f"p99_{metric}_seconds": p99_seconds(at_best, metric) for metric in LATENCY_METRICS},
+        **chance_columns(at_best, task.slo, prefix + "slo_"),
     }
 
 
@@ -224,7 +246,7 @@ def max_qps_columns(task: PointTask, low: float, high: float, tolerance: float, 
 
     def passes(qps: float) -> bool:
         results[qps] = run_point({**task.options, "qps": qps})[0]
-        return meets_slo(results[qps], task.slo)
+        return meets_slo(results[qps], task.slo, task.confidence)
 
     best = bisect_max_float(passes, low, high, tolerance)
     prefix = "search.max_qps_under_slo."
@@ -235,6 +257,7 @@ def max_qps_columns(task: PointTask, low: float, high: float, tolerance: float, 
         row[prefix + "output_tokens_per_second"] = at_best["throughput"]["output_tokens_per_second"]
         for metric in LATENCY_METRICS:
             row[prefix + f"p99_{metric}_seconds"] = p99_seconds(at_best, metric)
+        row.update(chance_columns(at_best, task.slo, prefix + "slo_"))
     if target_qps is not None:
         prefix = "search.min_gpus_for_qps."
         row[prefix + "target_qps"] = target_qps
@@ -258,7 +281,7 @@ def min_replicas_columns(task: PointTask, target_qps: float, best_qps: float, at
     def passes(replicas: int) -> bool:
         options = {**task.options, "qps": target_qps, "replicas": replicas, "requests": max(1, round(per_replica * replicas))}
         results[replicas] = run_point(options)[0]
-        return meets_slo(results[replicas], task.slo)
+        return meets_slo(results[replicas], task.slo, task.confidence)
 
     estimate = math.ceil(target_qps / best_qps * base)
     replicas = bisect_min_int(passes, estimate, MAX_REPLICAS)
@@ -276,6 +299,7 @@ def min_replicas_columns(task: PointTask, target_qps: float, best_qps: float, at
         prefix + "estimate_replicas": estimate,
         prefix + "output_tokens_per_second": run.get("throughput", {}).get("output_tokens_per_second"),
         **{prefix + f"p99_{metric}_seconds": p99_seconds(run, metric) for metric in LATENCY_METRICS},
+        **chance_columns(run, task.slo, prefix + "slo_"),
     }
 
 
@@ -328,8 +352,9 @@ def row_key(row: dict[str, Any]) -> tuple[tuple[str, str], ...]:
 def tasks_for(scenario: Scenario) -> list[PointTask]:
     search = scenario.search.model_dump(exclude_none=True)
     slo = scenario.slo.limits() if scenario.slo else {}
+    confidence = scenario.slo.confidence if scenario.slo else None
     return [
-        PointTask(index, options, slo, search, dict(scenario.usd_per_gpu_hour))
+        PointTask(index, options, slo, search, dict(scenario.usd_per_gpu_hour), confidence)
         for index, options in enumerate(scenario.points())
     ]
 
