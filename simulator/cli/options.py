@@ -75,8 +75,11 @@ def settings_options(cls: type[BaseModel], exclude: tuple[str, ...] = ()) -> lis
         extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
         if bool in _base_types(info.annotation):  # an on/off switch: --name / --no-name
             flag = flags_of(cls, name)[0]
+            default = info.get_default()
+            # A switch whose default is None takes another setting's value (its description says which).
+            shown = "" if default is None else f" [default: {'on' if default else 'off'}]"
             options.append(click.option(f"{flag}/--no-{flag[2:]}", name, default=None,
-                                        help=(info.description or "") + f" [default: {'on' if info.get_default() else 'off'}]"))
+                                        help=(info.description or "") + shown))
             continue
         if extra.get("flag"):
             options.append(click.option(*flags_of(cls, name), name, is_flag=True, default=None, help=info.description or ""))
@@ -99,9 +102,17 @@ def settings_options(cls: type[BaseModel], exclude: tuple[str, ...] = ()) -> lis
 STEP_ONLY_EXCLUDED: tuple[str, ...] = ("pp",)
 
 
+def _defaults_to_none(cls: type[BaseModel], name: str) -> bool:
+    info = cls.model_fields.get(name)
+    return info is not None and not info.is_required() and info.get_default() is None
+
+
 def settings_from_cli(cls: type[BaseModel], values: dict[str, Any]) -> Any:
     """Validate the given (non-None) option values into ``cls``; errors name the flag typed."""
-    given = {key: value for key, value in values.items() if value is not None and value is not False}
+    # An unset switch reads as False; it is dropped unless the switch's default is None (--no-decode-dp-attention
+    # then says "off" where the default would take --dp-attention's value).
+    given = {key: value for key, value in values.items()
+             if value is not None and (value is not False or _defaults_to_none(cls, key))}
 
     def where(name: str) -> str:
         if name in cls.model_fields:

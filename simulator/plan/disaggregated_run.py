@@ -4,7 +4,13 @@
 (:mod:`simulator.engine.disaggregated`). Each pool is planned like an ordinary run's deployment
 (:func:`simulator.plan.placement.plan_serving`) on its own GPU (``prefill_gpu`` / ``decode_gpu``,
 default ``gpu``) at its own tensor-parallel degree (``prefill_tp`` / ``decode_tp``, default ``tp``,
-else the smallest that serves), with its own paged KV cache. The run's scheduler settings apply to
+else the smallest that serves), expert-parallel degree (``prefill_ep`` / ``decode_ep``, default ``ep``)
+and attention data parallelism (``prefill_dp_attention`` / ``decode_dp_attention``, default
+``dp_attention``), as Dynamo and SGLang deploy DeepSeek (prefill tp 8 ep 8 with attention DP, decode
+tp 16 ep 16 across nodes), with its own paged KV cache. Each pool's operators, and so its collectives,
+are its layout's (:func:`simulator.model.layers.build_operators`): the all-reduces within its tensor-parallel
+group, the MoE dispatch and combine within its expert-parallel group; a layout the model does not allow is
+refused by the run's own checks, the error naming the pool's setting (:func:`in_pool_words`). The run's scheduler settings apply to
 both pools; ``router`` spreads arrivals over the prefill replicas. With ``speculative`` the decode
 pool decodes speculatively (:mod:`simulator.plan.speculative_run`).
 
@@ -16,6 +22,7 @@ transfers (:func:`disaggregation_summary` reads them).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -59,16 +66,38 @@ class Pool:
         return self.deployment.gpus * self.replicas
 
 
-def plan_pool(settings: RunSettings, role: str, gpu: str | None, tp: int | None, replicas: int, config: Any) -> Pool:
-    """The deployment and KV cache of one pool's replica."""
-    options = {**settings.model_dump(), "gpu": gpu or settings.gpu, "tp": tp if tp is not None else settings.tp}
+def in_pool_words(message: str, role: str, own: dict[str, Any], tp_from_ep: bool = False) -> str:
+    """An error about the ``role`` pool's deployment, naming the pool's own settings (``own``: what it set itself).
+
+    The checks of a layout (:mod:`simulator.model.parallelism`) are the run's, phrased for ``--tp``, ``--ep`` and
+    ``--dp-attention``; where the pool set that value itself, the flag becomes the pool's (``--decode-ep``) wherever
+    the message gives it a value (``--tp: ...``, ``--tp 4``), not where it quotes an engine's flags (``--tp N``).
+    ``tp_from_ep``: the pool's degree was taken from its own ``ep`` (no tp given), so a ``--tp`` value is that ep.
+    An error that starts with the pool's flag needs no other prefix.
+    """
+    flags = {name.replace("_", "-"): f"--{role}-{name.replace('_', '-')}" for name in own}
+    if tp_from_ep:
+        flags["tp"] = f"--{role}-ep"
+    if flags:
+        pattern = re.compile(rf"(?<![\w-])--({'|'.join(map(re.escape, flags))})(?=:| \d)")
+        message = pattern.sub(lambda match: flags[match.group(1)], message)
+    if message.startswith(f"--{role}-"):
+        return message
+    return f"--disaggregate: the {role} pool: {message}"
+
+
+def plan_pool(settings: RunSettings, role: str, replicas: int, config: Any) -> Pool:
+    """The deployment and KV cache of one pool's replica, at the pool's own layout (``settings.pool_layout``)."""
+    own = settings.pool_layout(role)
+    options = {**settings.model_dump(), **own}
     planned = settings.closed_batch_size if settings.qps is None and settings.trace is None else settings.batch
     try:
         deployment = plan_serving(options, planned, settings.ctx, config, settings.gpu_memory_utilization)
         capacity = kv_capacity(deployment, config.block_size, settings.gpu_memory_utilization, config.max_batched_tokens,
                                config.max_num_seqs, settings.kv_blocks)
     except InputError as exc:
-        raise InputError(f"--disaggregate: the {role} pool: {exc}") from None
+        tp_from_ep = "tp" not in own and settings.tp is None and (own.get("ep") or 1) > 1
+        raise InputError(in_pool_words(str(exc), role, own, tp_from_ep)) from None
     return Pool(role, deployment, capacity, replicas)
 
 
@@ -98,8 +127,8 @@ def simulate_disaggregated(settings: RunSettings, progress: Callable[[int, int],
     assert settings.pools is not None
     p, d = settings.pools
     config = scheduler_config(settings, engine_from_options(settings.model_dump()))
-    prefill = plan_pool(settings, "prefill", settings.prefill_gpu, settings.prefill_tp, p, config)
-    decode = plan_pool(settings, "decode", settings.decode_gpu, settings.decode_tp, d, config)
+    prefill = plan_pool(settings, "prefill", p, config)
+    decode = plan_pool(settings, "decode", d, config)
     max_context = min(prefill.deployment.system.model.max_context, decode.deployment.system.model.max_context)
     workload = build_workload(settings, max_context)
     if settings.shared_prefix_tokens is not None:
@@ -142,12 +171,42 @@ def simulate_disaggregated(settings: RunSettings, progress: Callable[[int, int],
 
 
 @dataclass(frozen=True)
+class PoolStep:
+    """One step a pool ran, costed on the pool's own deployment (seconds on one of its GPUs)."""
+
+    kind: str
+    """prefill: the prefill pool's first prefill step; decode: the decode pool's last decode step"""
+    tokens: int
+    sequences: int
+    seconds: float
+    allreduce_seconds: float
+    """the all-reduces of the tensor-parallel group (under attention DP they also gather the step's tokens for the
+    MoE layers, as SGLang's dp_gather does, and hand them back)"""
+    alltoall_seconds: float
+    """the MoE layers' dispatch and combine within the expert-parallel group (0 at ep 1)"""
+
+
+def pool_step(system: Any, step: Any, kind: str) -> PoolStep | None:
+    """``step`` costed on ``system``, its collectives by kind; None when the pool ran no such step."""
+    if step is None:
+        return None
+    cost = system.step_cost(step)
+
+    def of(kind_: str) -> float:
+        return float(sum(float(op.seconds) for op in cost.operators if op.kind == kind_))
+
+    return PoolStep(kind, int(step.tokens), int(step.sequences), float(cost.seconds), of("allreduce"), of("alltoall"))
+
+
+@dataclass(frozen=True)
 class PoolSummary:
     """One pool's share of a disaggregated run (SI units)."""
 
     role: str
     gpu: str
     tp: int
+    ep: int
+    dp_attention: bool
     replicas: int
     gpus: int
     kv_blocks_per_replica: int
@@ -159,6 +218,10 @@ class PoolSummary:
     """prefill: TTFT; decode: KV received -> its first token there (token 2)"""
     preemptions: int
     kv_high_water_fraction: float
+    communication_share: float
+    """collectives' seconds / busy seconds, over the pool's run"""
+    step: PoolStep | None
+    """a step of the pool's own kind (prefill or decode), with its collectives"""
 
 
 @dataclass(frozen=True)
@@ -184,12 +247,15 @@ class DisaggregationSummary:
 def _pool_summary(pool: Any, part: Any, duration: float) -> PoolSummary:
     system = pool.deployment.system
     metrics: Aggregates = aggregate(part, system.tp, system.peak_flops, system.gpu.hbm_bandwidth_bytes_per_second)
+    step = part.first_prefill_step if pool.role == "prefill" else part.last_decode_step
     return PoolSummary(
-        role=pool.role, gpu=system.gpu.name, tp=system.tp, replicas=pool.replicas, gpus=pool.gpus,
+        role=pool.role, gpu=system.gpu.name, tp=system.tp, ep=system.ep, dp_attention=system.dp_attention,
+        replicas=pool.replicas, gpus=pool.gpus,
         kv_blocks_per_replica=pool.capacity.blocks,
         busy_fraction=part.totals.busy_seconds / duration if duration > 0 else 0.0,
         queue_seconds=metrics.queue, latency_seconds=metrics.ttft, preemptions=metrics.preemptions,
-        kv_high_water_fraction=metrics.kv_high_water_fraction,
+        kv_high_water_fraction=metrics.kv_high_water_fraction, communication_share=metrics.communication_share,
+        step=pool_step(system, step, pool.role),
     )
 
 

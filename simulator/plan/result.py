@@ -373,11 +373,19 @@ def disaggregation_dict(run: "EngineRun") -> dict[str, Any] | None:
         return None
 
     def pool(part: Any) -> dict[str, Any]:
+        step = part.step
         return {
-            "gpu": part.gpu, "tp": part.tp, "replicas": part.replicas, "gpus": part.gpus,
+            "gpu": part.gpu, "tp": part.tp, "ep": part.ep, "dp_attention": part.dp_attention,
+            "replicas": part.replicas, "gpus": part.gpus,
             "kv_blocks_per_replica": part.kv_blocks_per_replica, "busy_fraction": part.busy_fraction,
             "queue_seconds": _summary(part.queue_seconds), "latency_seconds": _summary(part.latency_seconds),
             "preemptions": part.preemptions, "kv_high_water_fraction": part.kv_high_water_fraction,
+            "communication_share": part.communication_share,
+            # A step of the pool's own kind on one of its GPUs, and the collectives its layout charges in it.
+            "step": None if step is None else {
+                "kind": step.kind, "tokens": step.tokens, "sequences": step.sequences, "seconds": step.seconds,
+                "allreduce_seconds": step.allreduce_seconds, "alltoall_seconds": step.alltoall_seconds,
+            },
         }
 
     link = split.link

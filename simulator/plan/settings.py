@@ -490,6 +490,13 @@ class SpeculativeSettings(BaseModel):
         return parse_acceptance(self.acceptance, self.num_speculative_tokens)
 
 
+POOL_LAYOUT: tuple[str, ...] = ("gpu", "tp", "ep", "dp_attention")
+"""The deployment settings a disaggregated pool may set for itself (``prefill_<name>`` / ``decode_<name>``); each
+left out takes the run's own."""
+
+POOL_SETTINGS: tuple[str, ...] = tuple(f"{role}_{name}" for role in ("prefill", "decode") for name in POOL_LAYOUT)
+
+
 class DisaggregationSettings(BaseModel):
     """Disaggregated prefill and decode (simulator.engine.disaggregated): two pools of replicas and the KV link."""
 
@@ -499,7 +506,8 @@ class DisaggregationSettings(BaseModel):
         default=None,
         description="Prefill and decode on separate replicas, P:D (e.g. 1:3): P prefill replicas hand each "
         "request's KV cache over NVLink or InfiniBand to D decode replicas (Splitwise, DistServe, Mooncake; "
-        "vLLM and SGLang P/D). Each replica is --tp GPUs unless --prefill-tp/--decode-tp say otherwise.",
+        "vLLM and SGLang P/D). Each replica is --tp GPUs unless --prefill-tp/--decode-tp say otherwise; "
+        "--prefill-ep/--decode-ep and --prefill-dp-attention/--decode-dp-attention give a pool its own layout.",
         json_schema_extra={"metavar": "P:D"},
     )
     prefill_gpu: Annotated[str | None, AfterValidator(_checked_by(_name))] = Field(
@@ -514,11 +522,27 @@ class DisaggregationSettings(BaseModel):
     decode_tp: Annotated[Int | None, Field(ge=1, le=1024)] = Field(
         default=None, description="Tensor-parallel degree of a decode replica. [default: --tp, else the smallest that fits]",
     )
+    prefill_ep: Annotated[Int | None, Field(ge=1, le=1024)] = Field(
+        default=None, description="Expert-parallel degree of a prefill replica (MoE models; 1 or its tensor-parallel "
+        "degree, as --ep). [default: --ep]",
+    )
+    decode_ep: Annotated[Int | None, Field(ge=1, le=1024)] = Field(
+        default=None, description="Expert-parallel degree of a decode replica (MoE models; 1 or its tensor-parallel "
+        "degree, as --ep). [default: --ep]",
+    )
+    prefill_dp_attention: bool | None = Field(
+        default=None, description="Attention data-parallel over a prefill replica's GPUs (as --dp-attention). "
+        "[default: --dp-attention]",
+    )
+    decode_dp_attention: bool | None = Field(
+        default=None, description="Attention data-parallel over a decode replica's GPUs (as --dp-attention). "
+        "[default: --dp-attention]",
+    )
 
     @model_validator(mode="after")
     def _pools(self) -> "DisaggregationSettings":
         if self.disaggregate is None:
-            for name in ("prefill_gpu", "decode_gpu", "prefill_tp", "decode_tp"):
+            for name in POOL_SETTINGS:
                 if getattr(self, name) is not None:
                     raise ValueError(f"{name}: applies only with disaggregate")
             return self
@@ -533,6 +557,11 @@ class DisaggregationSettings(BaseModel):
             return None
         prefill, decode = self.disaggregate.split(":")
         return int(prefill), int(decode)
+
+    def pool_layout(self, role: str) -> dict[str, Any]:
+        """What the ``role`` pool ('prefill' or 'decode') sets for itself, by :data:`POOL_LAYOUT` name (only those given)."""
+        given = {name: getattr(self, f"{role}_{name}") for name in POOL_LAYOUT}
+        return {name: value for name, value in given.items() if value is not None}
 
 
 def _vllm_goodput(value: Any) -> dict[str, float]:
@@ -779,7 +808,7 @@ def check_field(cls: type[BaseModel], name: str, value: Any) -> Any:
 
 __all__ = [
     "DeploymentSettings", "DisaggregationSettings", "ExplainSettings", "RunSettings", "ServingSettings", "ShapeSettings",
-    "SpeculativeSettings", "StepSettings",
+    "SpeculativeSettings", "StepSettings", "POOL_LAYOUT", "POOL_SETTINGS",
     "VLLM_ALIASES", "check_field", "field_flag", "parse_settings", "resolve_aliases", "validation_error", "value_problem",
     "KV_DTYPES", "SCHEDULERS", "ATTENTION_KERNELS", "FUSIONS",
 ]

@@ -35,9 +35,9 @@ def setup_lines(run: EngineRun) -> list[str]:
     split = disaggregation_summary(run)
     if split is not None:
         lines.append(
-            f"  disaggregated {split.prefill.replicas} prefill x {split.prefill.tp} {split.prefill.gpu} : "
-            f"{split.decode.replicas} decode x {split.decode.tp} {split.decode.gpu} = {split.gpus} GPUs; KV cache over "
-            f"{split.link.describe()} (memory and cache below: one decode replica)")
+            f"  disaggregated {split.prefill.replicas} prefill x {split.prefill.tp} {split.prefill.gpu}{_layout_note(split.prefill)} : "
+            f"{split.decode.replicas} decode x {split.decode.tp} {split.decode.gpu}{_layout_note(split.decode)} = "
+            f"{split.gpus} GPUs; KV cache over {split.link.describe()} (memory and cache below: one decode replica)")
     return lines
 
 
@@ -65,6 +65,32 @@ def speculative_lines(run: EngineRun) -> list[str]:
     return lines
 
 
+def pool_layout(pool: PoolSummary) -> str:
+    """A pool's parallel layout as its engines' flags read: 'tp 8 ep 8 dp-attention'."""
+    return f"tp {pool.tp}" + (f" ep {pool.ep}" if pool.ep > 1 else "") + (" dp-attention" if pool.dp_attention else "")
+
+
+def _layout_note(pool: PoolSummary) -> str:
+    """' (ep 8, dp-attention)' after a pool's GPUs, or nothing for plain tensor parallelism."""
+    parts = ([f"ep {pool.ep}"] if pool.ep > 1 else []) + (["dp-attention"] if pool.dp_attention else [])
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def _step_line(pool: PoolSummary) -> str | None:
+    """The pool's layout, and its own kind of step on one of its GPUs with the collectives in it."""
+    step = pool.step
+    if step is None:
+        return None
+    if step.kind == "prefill":
+        which = f"first prefill step ({step.tokens:,} tokens)"
+    else:
+        which = f"last decode step ({step.sequences:,} sequence{'' if step.sequences == 1 else 's'})"
+    alltoall = f", all-to-all {fmt_seconds(step.alltoall_seconds)}" if pool.ep > 1 else ""
+    return (f"  {pool.role + ' layout':<15}{pool_layout(pool)}; {which} {fmt_seconds(step.seconds)}: all-reduce "
+            f"{fmt_seconds(step.allreduce_seconds)}{alltoall}; collectives {100 * pool.communication_share:.0f}% of "
+            "its busy time")
+
+
 def _pool_row(pool: PoolSummary, latency: str) -> list[str]:
     return [pool.role, f"{pool.replicas} x {pool.tp} {pool.gpu}", f"{100 * pool.busy_fraction:.0f}%",
             fmt_seconds(pool.queue_seconds.p50), fmt_seconds(pool.queue_seconds.p99),
@@ -80,6 +106,7 @@ def disaggregation_lines(run: EngineRun) -> list[str]:
     headers = ["pool", "replicas", "busy", "queue p50", "queue p99", "latency p50 / p99", "preempted", "KV high water"]
     lines = ["", f"Disaggregated prefill : decode = {split.ratio}",
              *("  " + line for line in text_table(headers, rows, {2, 3, 4, 6, 7}))]
+    lines += [line for line in (_step_line(split.prefill), _step_line(split.decode)) if line is not None]
     lines.append(
         f"  KV transfer  {split.transfers:,} requests, {fmt_bytes(split.kv_bytes_mean)} each on average, "
         f"{fmt_seconds(split.transfer_seconds.mean)} mean / {fmt_seconds(split.transfer_seconds.p99)} p99 on the link, "
