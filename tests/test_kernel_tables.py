@@ -259,3 +259,16 @@ def test_a_group_or_dtype_no_table_measures_keeps_the_roofline():
     system = _system("measured", tp=16, model="llama3.1-405b")
     costs = {op.name: op for op in system.step_cost(Step.decode(8, 2048)).operators}
     assert not costs["attn_allreduce"].measured and costs["qkv_proj"].measured
+
+
+def test_numeric_columns_are_read_as_stored():
+    # The values buffer is read as is (an offset into a sliced chunk respected); a column with nulls goes through
+    # pyarrow's own conversion (NaN for a null).
+    pa = pytest.importorskip("pyarrow")
+    from simulator.cost.kernel_tables.parquet import numbers
+
+    chunked = pa.chunked_array([pa.array([1, 2, 3, 4], type=pa.int64()).slice(1), pa.array([7], type=pa.int64())])
+    assert numbers(chunked).tolist() == [2, 3, 4, 7]
+    assert numbers(pa.array([0.5, 0.25], type=pa.float64())).tolist() == [0.5, 0.25]
+    with_null = numbers(pa.array([1.0, None, 3.0]))
+    assert with_null[0] == 1.0 and math.isnan(with_null[1]) and with_null[2] == 3.0

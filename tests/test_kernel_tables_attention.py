@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import functools
 import math
+import subprocess
+import sys
 from dataclasses import replace
 
 import numpy as np
@@ -135,6 +137,26 @@ def test_vectorised_steps_equal_scalar_ones():
     assert np.allclose(many, one, rtol=1e-12)
 
 
+def test_an_array_step_equals_its_entries_costed_alone_bit_for_bit():
+    # The engine's decode stretches cost many ticks in one array step and compare them with single ticks, so the
+    # array lookup must repeat the scalar one's arithmetic exactly: between measured batches and lengths, on them,
+    # beyond both edges (the roofline's ratio), and for prefill chunks with and without cached tokens.
+    for curve in (_vllm_8b(), _trtllm_70b()):
+        batch = np.array([1.0, 1.0, 7.0, 64.0, 64.0, 64 * math.sqrt(2), 100.0, 3000.0, 5000.0, 40.0, 39.0, 39.0])
+        context = batch * np.array([2.0, 100.0, 4096.0, 777.0, 4096.0, 4096.0, 65536.0, 200.0, 70000.0, 1920.0,
+                                    1921.0, 300000.0])
+        many = curve.step_seconds(Step.decode(batch, context))
+        assert many.tolist() == [curve.step_seconds(Step.decode(b, c)) for b, c in zip(batch.tolist(), context.tolist())]
+        steps = [Step.decode(16, 3000) + Step.prefill(2, 512, cached_tokens=1000), Step.prefill(8, 2048),
+                 Step.prefill(1, 40000), Step.prefill(3, 700, cached_tokens=300), Step.decode(5, 9000),
+                 Step.decode(0, 0), Step.decode(200, 1e6) + Step.prefill(1, 1920), Step.prefill(64, 100),
+                 Step.decode(1, 1), Step.decode(9, 99)]
+        fields = ("tokens", "prefill_tokens", "sequences", "logit_tokens", "attention_pairs",
+                  "prefill_attention_pairs", "score_elements", "context_tokens")
+        stacked = Step(*(np.array([float(getattr(one, name)) for one in steps]) for name in fields))
+        assert curve.step_seconds(stacked).tolist() == [curve.step_seconds(one) for one in steps]
+
+
 # --- the edges: the roofline scaled to agree with the table -----------------------------------------------------
 
 
@@ -227,6 +249,15 @@ def test_generation_attention_never_gets_faster_with_more_sequences_or_context(b
     base = curve.step_seconds(Step.decode(batch, keys))
     assert curve.step_seconds(Step.decode(batch + more, keys)) >= base * (1 - 1e-12)
     assert curve.step_seconds(Step.decode(batch, keys + longer)) >= base * (1 - 1e-12)
+
+
+def test_reading_the_tables_does_not_import_pandas():
+    # pyarrow's read_table and to_numpy import pandas (0.3 to 0.5 s of every first measured run); the readers avoid
+    # both. A fresh interpreter, as this test process may have pandas from elsewhere.
+    code = ("import sys; from simulator.cost.kernel_tables import source; "
+            "source._measured_source('H100-SXM5-80GB', 'trtllm', '1.3', 'auto'); print('pandas' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
 
 
 def test_a_table_without_a_window_column_reads_as_full_attention():

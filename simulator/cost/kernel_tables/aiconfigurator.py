@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 
 from simulator.cost.kernel_tables.collective import MessageCurve, message_curve
+from simulator.cost.kernel_tables.parquet import codes, numbers, read_parquet
 from simulator.cost.kernel_tables.table import GemmTable, TableOrigin, gemm_table
 from simulator.errors import InputError
 
@@ -104,20 +105,21 @@ def read_gemm_tables(path: str, gpu: str, engine: str, version: str) -> dict[str
     """Every GEMM format of one ``gemm_perf.parquet``, by memwall format name."""
     if not has_pyarrow():
         raise InputError(f"--kernels measured: reading {path} needs pyarrow; {EXTRA_HINT}")
-    import numpy as np
-    import pyarrow.parquet as pq
 
+    columns = ["gemm_dtype", "m", "n", "k", "latency"]
     try:
-        table = pq.read_table(path, columns=["gemm_dtype", "m", "n", "k", "latency"])
+        table = read_parquet(path, columns, dictionary=["gemm_dtype"])
+        dtype_code, dtype_names = codes(table, "gemm_dtype")
+        m, n, k = (numbers(table.column(name)) for name in ("m", "n", "k"))
     except Exception as exc:  # pyarrow raises its own error types for a damaged or foreign file
         raise InputError(f"{path}: cannot read the GEMM table ({exc})") from None
-    dtypes = np.asarray(table.column("gemm_dtype").to_pylist(), dtype=object)
-    m, n, k = (table.column(name).to_numpy() for name in ("m", "n", "k"))
-    seconds = table.column("latency").to_numpy() * 1e-3  # the database stores milliseconds
+    seconds = numbers(table.column("latency")) * 1e-3  # the database stores milliseconds
     origin = TableOrigin(gpu, engine, version, path, GEMM_INCLUDES)
     out = {}
     for theirs, ours in GEMM_DTYPES.items():
-        rows = dtypes == theirs
+        if theirs not in dtype_names:
+            continue
+        rows = dtype_code == dtype_names.index(theirs)
         if rows.any():
             out[ours] = gemm_table(origin, ours, m[rows], n[rows], k[rows], seconds[rows])
     return out
@@ -137,16 +139,15 @@ def read_allreduce_curves(path: str) -> dict[int, MessageCurve]:
     if not has_pyarrow():
         raise InputError(f"--kernels measured: reading {path} needs pyarrow; {EXTRA_HINT}")
     import numpy as np
-    import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(path)
+        table = read_parquet(path)
     except Exception as exc:  # pyarrow raises its own error types for a damaged or foreign file
         raise InputError(f"{path}: cannot read the all-reduce table ({exc})") from None
     names = table.schema.names
-    gpus = table.column("num_gpus").to_numpy()
-    elements = table.column("message_size").to_numpy().astype(float)
-    seconds = table.column("latency").to_numpy() * 1e-3  # milliseconds in the database
+    gpus = numbers(table.column("num_gpus"))
+    elements = numbers(table.column("message_size")).astype(float)
+    seconds = numbers(table.column("latency")) * 1e-3  # milliseconds in the database
     keep = np.ones(len(gpus), dtype=bool)
     if "backend" in names:
         keep &= np.array([str(b).endswith("_graph") for b in table.column("backend").to_pylist()])

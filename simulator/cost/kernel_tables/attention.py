@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from simulator.cost.kernel_tables.parquet import codes, numbers, read_parquet
 from simulator.cost.kernel_tables.table import TableOrigin
 from simulator.errors import InputError
 from simulator.model.step import Number, Step
@@ -166,25 +167,25 @@ DTYPES = {"bfloat16": "bf16", "float16": "bf16", "fp8": "fp8"}
 
 def _codes(table, name: str) -> tuple[np.ndarray, list[str]]:
     """A string column as integer codes and the names they stand for."""
-    encoded = table.column(name).combine_chunks().dictionary_encode()
-    return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), [str(n) for n in encoded.dictionary.to_pylist()]
+    code, names = codes(table, name)
+    return code, [str(n) for n in names]
 
 
 @functools.lru_cache(maxsize=16)
 def read_attention_table(path: str, phase: str, gpu: str, engine: str, version: str) -> AttentionTable:
     """One ``context_attention_perf.parquet`` or ``generation_attention_perf.parquet`` (module docstring)."""
-    import pyarrow.parquet as pq
-
     try:
-        present = set(pq.read_schema(path).names)
         # Older releases (vLLM 0.14.0's A100 table) have no window_size column: every row is full attention.
-        table = pq.read_table(path, columns=[c for c in COLUMNS if c in present or c != "window_size"])
+        table = read_parquet(path, COLUMNS, dictionary=["kernel_source", "attn_dtype", "kv_cache_dtype"])
+        missing = [c for c in COLUMNS if c not in table.column_names and c != "window_size"]
+        if missing:
+            raise KeyError(f"no column(s) {', '.join(missing)}")
+        source, _ = _codes(table, "kernel_source")
+        adt, adt_names = _codes(table, "attn_dtype")
+        kvdt, kvdt_names = _codes(table, "kv_cache_dtype")
     except Exception as exc:  # pyarrow raises its own error types for a damaged or foreign file
         raise InputError(f"{path}: cannot read the {phase} attention table ({exc})") from None
-    source, _ = _codes(table, "kernel_source")
-    adt, adt_names = _codes(table, "attn_dtype")
-    kvdt, kvdt_names = _codes(table, "kv_cache_dtype")
-    ints = {name: np.nan_to_num(table.column(name).to_numpy(zero_copy_only=False).astype(float)).astype(np.int64)
+    ints = {name: np.nan_to_num(numbers(table.column(name)).astype(float)).astype(np.int64)
             for name in ("batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim", "window_size")
             if name in table.column_names}
     ints.setdefault("window_size", np.zeros(table.num_rows, dtype=np.int64))
@@ -215,7 +216,7 @@ def read_attention_table(path: str, phase: str, gpu: str, engine: str, version: 
         rows[(heads, kv, dim, DTYPES[adt_names[a]], DTYPES[kvdt_names[c]], window)] = chosen[keep[chosen]]
     # Context: the prompt length; generation: the keys each query attends, its cached tokens plus itself.
     length = ints["isl"] if phase == "context" else ints["step"] + 1
-    seconds = table.column("latency").to_numpy(zero_copy_only=False).astype(float) * 1e-3  # stored in milliseconds
+    seconds = numbers(table.column("latency")).astype(float) * 1e-3  # stored in milliseconds
     origin = TableOrigin(gpu, engine, version, path, ATTENTION_INCLUDES)
     return _table(origin, phase, rows, ints["batch_size"], length, seconds)
 
@@ -261,6 +262,30 @@ def _sequence_roofline(shape: AttentionShape, queries: float, keys_before: float
     return max(flops / shape.peak_flops_per_second, moved / shape.bandwidth_bytes_per_second)
 
 
+@dataclass(frozen=True, eq=False)
+class _Row:
+    """One measured batch's curve in plain floats: the lookup runs in Python floats (the engine costs most steps one
+    at a time), and an array lookup repeats the same IEEE operations entry by entry (:meth:`PhaseCurve.seconds_array`)."""
+
+    log_lengths: list[float]
+    log_seconds: list[float]
+    first: float
+    """the shortest measured length, ``exp(log_lengths[0])`` (the clip bounds of every lookup, so worked out once)"""
+    last: float
+    log_lengths_array: np.ndarray
+    log_seconds_array: np.ndarray
+
+
+def _row(log_lengths: np.ndarray, log_seconds: np.ndarray) -> _Row:
+    lens, secs = log_lengths.tolist(), log_seconds.tolist()
+    return _Row(lens, secs, math.exp(lens[0]), math.exp(lens[-1]), np.asarray(lens, dtype=float),
+                np.asarray(secs, dtype=float))
+
+
+BATCH_MEMO_MAX = 4096
+"""(lower row, upper row, weight, clipped batch) remembered per batch size by :meth:`PhaseCurve.batch_weights`"""
+
+
 @dataclass(frozen=True)
 class PhaseCurve:
     """One shape's measured grid in one phase, ready to look up (module docstring)."""
@@ -271,9 +296,10 @@ class PhaseCurve:
     """measured batch sizes, ascending"""
     rows: tuple[tuple[np.ndarray, np.ndarray], ...]
     """(log lengths, log seconds) per measured batch"""
-    lists: tuple[tuple[list[float], list[float]], ...] = ()
-    """``rows`` as plain lists (the lookup runs in plain floats: the engine costs most steps one at a time)"""
+    lines: tuple[_Row, ...] = ()
+    """``rows`` ready for the lookup (:class:`_Row`)"""
     batch_list: tuple[float, ...] = ()
+    _batch_memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     def _sequence(self, length: float) -> float:
         if self.phase == "context":
@@ -281,36 +307,96 @@ class PhaseCurve:
         return _sequence_roofline(self.shape, 1.0, length - 1.0)
 
     def _scalar_row(self, index: int, length: float) -> float:
-        """:meth:`_row` for one length, in plain floats (the engine costs most steps one at a time)."""
-        lens, secs = self.lists[index]
-        lo, hi = math.exp(lens[0]), math.exp(lens[-1])
-        clipped = min(max(length, lo), hi)
+        """Log seconds of measured batch ``index`` at ``length``: linear in (log length, log seconds) between its
+        rows, the roofline's ratio beyond them."""
+        line = self.lines[index]
+        lens, secs = line.log_lengths, line.log_seconds
+        clipped = min(max(length, line.first), line.last)
         x = math.log(clipped)
-        j = min(max(bisect.bisect_left(lens, x), 1), len(lens) - 1) if len(lens) > 1 else 0
         if len(lens) == 1 or x <= lens[0]:
             value = secs[0]
         elif x >= lens[-1]:
             value = secs[-1]
         else:
+            j = bisect.bisect_left(lens, x)
             w = (x - lens[j - 1]) / (lens[j] - lens[j - 1])
             value = secs[j - 1] + w * (secs[j] - secs[j - 1])
         if clipped != length:
             value += math.log(self._sequence(length) / self._sequence(clipped))
         return value
 
-    def scalar_seconds(self, batch: float, length: float) -> float:
-        """:meth:`seconds` of one (batch, length), in plain floats."""
+    def batch_weights(self, batch: float) -> tuple[int, int, float, float]:
+        """(lower row, upper row, weight of the upper, clipped batch) of a batch size: linear in log batch between the
+        measured batches, clipped to them. Remembered per batch (a run asks the same few again and again)."""
+        hit = self._batch_memo.get(batch)
+        if hit is not None:
+            return hit
         batches = self.batch_list
         b_clip = min(max(batch, batches[0]), batches[-1])
-        upper = min(max(bisect.bisect_left(batches, b_clip), 1), len(batches) - 1) if len(batches) > 1 else 0
-        lower = upper - 1 if len(batches) > 1 else 0
         if len(batches) == 1:
-            value = self._scalar_row(0, length)
+            out = (0, 0, 0.0, b_clip)
         else:
+            upper = min(max(bisect.bisect_left(batches, b_clip), 1), len(batches) - 1)
+            lower = upper - 1
             w = (math.log(b_clip) - math.log(batches[lower])) / (math.log(batches[upper]) - math.log(batches[lower]))
-            w = min(max(w, 0.0), 1.0)
+            out = (lower, upper, min(max(w, 0.0), 1.0), b_clip)
+        if len(self._batch_memo) >= BATCH_MEMO_MAX:
+            self._batch_memo.clear()
+        self._batch_memo[batch] = out
+        return out
+
+    def scalar_seconds(self, batch: float, length: float) -> float:
+        """Seconds of ``batch`` sequences of ``length`` (plain floats): log-log between the measured batches' rows."""
+        lower, upper, w, b_clip = self.batch_weights(batch)
+        # (1 - w) a + w b is a exactly where w = 0 and b where w = 1 (every log latency is finite): one row suffices.
+        if w == 0.0:
+            value = self._scalar_row(lower, length)
+        elif w == 1.0:
+            value = self._scalar_row(upper, length)
+        else:
             value = (1.0 - w) * self._scalar_row(lower, length) + w * self._scalar_row(upper, length)
         return math.exp(value) * (batch / b_clip)
+
+    def _array_row(self, index: int, length: np.ndarray) -> np.ndarray:
+        """:meth:`_scalar_row` of an array of lengths: the same IEEE operations entry by entry (logarithms by
+        ``math.log``, as the scalar path takes them: numpy's may differ in the last bit), so bit for bit equal."""
+        line = self.lines[index]
+        lens, secs = line.log_lengths_array, line.log_seconds_array
+        clipped = np.minimum(np.maximum(length, line.first), line.last)
+        x = np.fromiter(map(math.log, clipped.tolist()), dtype=float, count=clipped.size)
+        if len(lens) == 1:
+            value = np.full(x.shape, secs[0])
+        else:
+            j = np.minimum(np.maximum(np.searchsorted(lens, x, side="left"), 1), len(lens) - 1)
+            below, low = lens[j - 1], secs[j - 1]
+            inner = low + (x - below) / (lens[j] - below) * (secs[j] - low)
+            value = np.where(x <= lens[0], secs[0], np.where(x >= lens[-1], secs[-1], inner))
+        beyond = np.nonzero(clipped != length)[0]
+        for k in beyond.tolist():
+            value[k] += math.log(self._sequence(float(length[k])) / self._sequence(float(clipped[k])))
+        return value
+
+    def seconds_array(self, batch: np.ndarray, length: np.ndarray) -> np.ndarray:
+        """:meth:`scalar_seconds` of 1-d arrays of batches and lengths, entry by entry equal to it bit for bit: each
+        measured batch's row is looked up once for every entry that needs it."""
+        sizes, where = np.unique(batch, return_inverse=True)
+        weights = [self.batch_weights(size) for size in sizes.tolist()]
+        lower, upper, w, b_clip = (np.array(column)[where] for column in zip(*weights))
+        lower_value = np.zeros(len(batch))
+        upper_value = np.zeros(len(batch))
+        needs_lower, needs_upper = w != 1.0, w != 0.0
+        for row in np.unique(np.concatenate([lower[needs_lower], upper[needs_upper]])).tolist():
+            as_lower = np.nonzero(needs_lower & (lower == row))[0]
+            as_upper = np.nonzero(needs_upper & (upper == row))[0]
+            entries = np.concatenate([as_lower, as_upper])
+            value = self._array_row(row, length[entries])
+            lower_value[as_lower] = value[:len(as_lower)]
+            upper_value[as_upper] = value[len(as_lower):]
+        # As the scalar path: the lower row alone where w = 0, the upper alone where w = 1, else the blend.
+        blend = (1.0 - w) * lower_value + w * upper_value
+        value = np.where(w == 0.0, lower_value, np.where(w == 1.0, upper_value, blend))
+        exps = np.fromiter(map(math.exp, value.tolist()), dtype=float, count=value.size)
+        return exps * (batch / b_clip)
 
 
 def phase_curve(grid: AttentionGrid | None, shape: AttentionShape, phase: str) -> PhaseCurve | None:
@@ -320,7 +406,11 @@ def phase_curve(grid: AttentionGrid | None, shape: AttentionShape, phase: str) -
     if not rows:
         return None
     return PhaseCurve(shape, phase, np.array([r[0] for r in rows]), tuple((r[1], r[2]) for r in rows),
-                      tuple((r[1].tolist(), r[2].tolist()) for r in rows), tuple(r[0] for r in rows))
+                      tuple(_row(r[1], r[2]) for r in rows), tuple(r[0] for r in rows))
+
+
+ARRAY_LOOKUP_FROM = 8
+"""Entries from which an array step's lookup runs on arrays (fewer: entry by entry, cheaper for a handful)"""
 
 
 @dataclass(frozen=True)
@@ -335,19 +425,24 @@ class AttentionCurve:
         """Seconds of one layer's attention in ``step``: the context kernel for the prefilling sequences plus the
         generation kernel for the decoding ones (module docstring); 0 for a step with neither."""
         share = 1.0 / self.data_parallel  # this GPU's share of the sequences
-        arrays = [getattr(step, name) for name in _STEP_FIELDS]
-        if not any(isinstance(a, np.ndarray) for a in arrays):
+        arrays = (step.tokens, step.prefill_tokens, step.sequences, step.attention_pairs, step.prefill_attention_pairs)
+        if not (isinstance(arrays[0], np.ndarray) or isinstance(arrays[1], np.ndarray)
+                or isinstance(arrays[2], np.ndarray) or isinstance(arrays[3], np.ndarray)
+                or isinstance(arrays[4], np.ndarray)):
             return self._scalar_step_seconds(step, share)
-        # Entry by entry through the same float arithmetic, so an array step equals its entries costed one at a
-        # time bit for bit, as the engine's decode stretches need (simulator.engine.engine).
+        # An array step equals its entries costed one at a time bit for bit, as the engine's decode stretches need
+        # (simulator.engine.engine): the same float arithmetic entry by entry.
         columns = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in arrays))
         shape = columns[0].shape
-        flat = [c.reshape(-1).tolist() for c in columns]
-        out = [self._scalar_step_seconds(Step(tokens=t, prefill_tokens=p, sequences=q, logit_tokens=0.0,
-                                              attention_pairs=a, prefill_attention_pairs=pa, score_elements=0.0,
-                                              context_tokens=0.0), share)
-               for t, p, q, a, pa in zip(*flat)]
-        return np.array(out, dtype=float).reshape(shape)
+        flat = [c.reshape(-1) for c in columns]
+        if flat[0].size < ARRAY_LOOKUP_FROM:
+            out = [self._scalar_step_seconds(Step(tokens=t, prefill_tokens=p, sequences=q, logit_tokens=0.0,
+                                                  attention_pairs=a, prefill_attention_pairs=pa, score_elements=0.0,
+                                                  context_tokens=0.0), share)
+                   for t, p, q, a, pa in zip(*(c.tolist() for c in flat))]
+            return np.array(out, dtype=float).reshape(shape)
+        tokens, prefill, sequences, pairs, prefill_pairs = flat
+        return self._array_step_seconds(tokens, prefill, sequences, pairs, prefill_pairs, share).reshape(shape)
 
     def _scalar_step_seconds(self, step: Step, share: float) -> float:
         """:meth:`step_seconds` of a step of plain numbers, in plain floats (the same formulas)."""
@@ -368,8 +463,30 @@ class AttentionCurve:
             out += ctx
         return out
 
-
-_STEP_FIELDS = ("tokens", "prefill_tokens", "sequences", "attention_pairs", "prefill_attention_pairs")
+    def _array_step_seconds(self, tokens: np.ndarray, prefill: np.ndarray, sequences: np.ndarray, pairs: np.ndarray,
+                            prefill_pairs: np.ndarray, share: float) -> np.ndarray:
+        """:meth:`_scalar_step_seconds` of 1-d arrays: the same operations in the same order, entry by entry."""
+        decoders = tokens - prefill
+        out = np.zeros(len(tokens))
+        decoding = np.flatnonzero(decoders > 0)
+        if len(decoding):
+            d = decoders[decoding]
+            keys = (pairs[decoding] - prefill_pairs[decoding]) / d
+            out[decoding] = self.generation.seconds_array(np.maximum(d * share, 1e-9), np.maximum(keys, 1.0))
+        filling = np.flatnonzero(prefill > 0)
+        if len(filling):
+            chunk_tokens = prefill[filling]
+            prefillers = sequences[filling] - decoders[filling]
+            chunk = chunk_tokens / np.maximum(prefillers, 1e-300)
+            cached = np.maximum(prefill_pairs[filling] / chunk_tokens - (chunk + 1.0) / 2.0, 0.0)
+            p = np.maximum(chunk, 1.0)
+            ctx = self.context.seconds_array(np.maximum(prefillers * share, 1e-9), p)
+            for k in np.flatnonzero(cached > 0).tolist():
+                p_k, cached_k = float(p[k]), float(cached[k])
+                ctx[k] *= (_sequence_roofline(self.context.shape, p_k, cached_k)
+                           / _sequence_roofline(self.context.shape, p_k, 0.0))
+            out[filling] = out[filling] + ctx
+        return out
 
 
 @dataclass(frozen=True)

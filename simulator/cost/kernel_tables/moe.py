@@ -65,6 +65,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from simulator.cost.kernel_tables.parquet import codes, numbers, read_parquet
 from simulator.cost.kernel_tables.table import TableOrigin
 from simulator.errors import InputError
 from simulator.model.gpu import GPUSpec
@@ -137,40 +138,29 @@ def read_moe_table(path: str, gpu: str, engine: str, version: str) -> MoeTable:
 
     if not has_pyarrow():
         raise InputError(f"--kernels measured: reading {path} needs pyarrow; {EXTRA_HINT}")
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     columns = ["moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
                "moe_ep_size", "distribution", "latency"]
     strings = ["moe_dtype", "distribution", "kernel_source"]
     try:
-        names = set(pq.read_schema(path).names)
-        # The string columns read dictionary-encoded: a few distinct strings over ~10^5 rows.
-        table = pq.read_table(path, read_dictionary=[c for c in strings if c in names])
+        table = read_parquet(path, [*columns, "kernel_source"], dictionary=strings)
     except Exception as exc:  # pyarrow raises its own error types for a damaged or foreign file
         raise InputError(f"{path}: cannot read the MoE table ({exc})") from None
+    names = set(table.column_names)
     missing = [c for c in columns if c not in names]
     if missing:
         raise InputError(f"{path}: the MoE table lacks column(s) {', '.join(missing)}")
 
-    def encoded(name: str) -> tuple[np.ndarray, list]:
-        """A string column as (codes, the distinct values)."""
-        column = table.column(name).combine_chunks()
-        if not pa.types.is_dictionary(column.type):
-            column = column.dictionary_encode()
-        return column.indices.to_numpy().astype(np.int64), column.dictionary.to_pylist()
-
-    dtype_code, dtype_names = encoded("moe_dtype")
-    dist_code, dist_names = encoded("distribution")
+    dtype_code, dtype_names = codes(table, "moe_dtype")
+    dist_code, dist_names = codes(table, "distribution")
     if "kernel_source" in names:
-        source_code, source_names = encoded("kernel_source")
+        source_code, source_names = codes(table, "kernel_source")
         gated = ~np.isin(source_code, [i for i, name in enumerate(source_names) if "nongated" in str(name)])
     else:
         gated = np.ones(table.num_rows, dtype=bool)
-    ints = np.column_stack([table.column(c).to_numpy().astype(np.int64) for c in columns[2:8]]
+    ints = np.column_stack([numbers(table.column(c)).astype(np.int64) for c in columns[2:8]]
                            + [dtype_code, dist_code, gated.astype(np.int64)])
-    tokens = table.column("num_tokens").to_numpy().astype(np.int64)
-    seconds = table.column("latency").to_numpy().astype(float) * 1e-3  # milliseconds in the database
+    tokens = numbers(table.column("num_tokens")).astype(np.int64)
+    seconds = numbers(table.column("latency")).astype(float) * 1e-3  # milliseconds in the database
     keep = np.isin(dtype_code, [i for i, name in enumerate(dtype_names) if name in DTYPES])
     if (tokens[keep] < 1).any() or not np.isfinite(seconds[keep]).all() or (seconds[keep] <= 0).any():
         raise InputError(f"{path}: MoE rows need num_tokens >= 1 and finite latencies > 0")
