@@ -85,6 +85,7 @@ from simulator.cost.engine_overhead import (
 from simulator.cost.kernel_tables.attention import AttentionCurve
 from simulator.cost.kernel_tables.collective import MessageCurve
 from simulator.cost.kernel_tables.gemm import GemmCurve
+from simulator.cost.kernel_tables.mla import MlaCurve
 from simulator.cost.kernel_tables.moe import MoeShareCurve
 from simulator.cost.kernel_tables.source import ROOFLINE, KernelSource
 from simulator.cost.kernels import GEMM_TILES, WEIGHT_ONLY_TILES, gemm_shape_efficiency, memory_half_bytes
@@ -261,9 +262,9 @@ class OperatorRates(NamedTuple):
     """communication operators: the group, its links and the algorithm"""
     overlap: float = 1.0
     """fraction of the shorter of compute and memory time hidden under the longer (1: the roofline's max)"""
-    measured: GemmCurve | MessageCurve | AttentionCurve | MoeShareCurve | None = None
+    measured: GemmCurve | MessageCurve | AttentionCurve | MlaCurve | MoeShareCurve | None = None
     """a measured kernel table's latency, by rows for a GEMM (the roofline then only says its bound), by message
-    bytes for an all-reduce, by the step for attention"""
+    bytes for an all-reduce, by the step for attention and MLA"""
 
 
 def rates_vary_with_tokens(op: Operator, gpu: GPUSpec) -> bool:
@@ -403,7 +404,7 @@ def roofline(work: Work, rates: OperatorRates, count: int, rows: Number = 0.0,
     if rates.measured is not None:
         # The table's latency is the kernel's device time in a CUDA graph, its GPU-side launch included: it
         # replaces the busy time and the launch term; the roofline's split only says what bounds it.
-        if isinstance(rates.measured, AttentionCurve):
+        if isinstance(rates.measured, (AttentionCurve, MlaCurve)):
             assert step is not None  # operator_cost and operator_totals pass the step
             measured = rates.measured.step_seconds(step)
         else:
@@ -421,7 +422,7 @@ def communication_seconds(op: Operator, work: Work, rates: OperatorRates, count:
     """Seconds of ``count`` instances of a communication operator (simulator.cost.collectives)."""
     net = rates.network
     assert net is not None  # operator_rates gives every communication operator its network
-    if rates.measured is not None and not isinstance(rates.measured, AttentionCurve) and net.algorithm != "off":
+    if rates.measured is not None and not isinstance(rates.measured, (AttentionCurve, MlaCurve)) and net.algorithm != "off":
         # The engine's own all-reduce kernel, measured inside a CUDA graph (simulator.cost.kernel_tables.collective).
         seconds = rates.measured.seconds(work.link_bytes)
     elif op.kind == "alltoall":

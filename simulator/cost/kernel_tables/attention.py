@@ -49,7 +49,9 @@ from __future__ import annotations
 import bisect
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -95,14 +97,14 @@ class AttentionTable:
 
     origin: TableOrigin
     phase: str
-    rows: dict[Key, np.ndarray]
-    """row indices of each shape key"""
+    rows: dict[tuple, np.ndarray]
+    """row indices of each shape key (:data:`Key`; MLA's tables key by their own tuple, :mod:`.mla`)"""
     batch: np.ndarray
     length: np.ndarray
     seconds: np.ndarray
     _grids: dict = field(default_factory=dict, compare=False, repr=False)
 
-    def grid(self, key: Key) -> AttentionGrid | None:
+    def grid(self, key: tuple) -> AttentionGrid | None:
         """The smoothed grid of one shape, or None where the table does not measure it."""
         if key not in self._grids:
             rows = self.rows.get(key)
@@ -139,16 +141,16 @@ def _grid(batch: np.ndarray, length: np.ndarray, seconds: np.ndarray) -> Attenti
     return AttentionGrid(bu, lu, smooth, cut)
 
 
-def attention_table(origin: TableOrigin, phase: str, keys: list[Key], batch: np.ndarray, length: np.ndarray,
+def attention_table(origin: TableOrigin, phase: str, keys: Sequence[tuple], batch: np.ndarray, length: np.ndarray,
                     seconds: np.ndarray) -> AttentionTable:
     """An :class:`AttentionTable` from rows (key, batch, length, seconds)."""
-    groups: dict[Key, list[int]] = {}
+    groups: dict[tuple, list[int]] = {}
     for index, key in enumerate(keys):
         groups.setdefault(key, []).append(index)
     return _table(origin, phase, {key: np.asarray(rows) for key, rows in groups.items()}, batch, length, seconds)
 
 
-def _table(origin: TableOrigin, phase: str, rows: dict[Key, np.ndarray], batch: np.ndarray, length: np.ndarray,
+def _table(origin: TableOrigin, phase: str, rows: dict[tuple, np.ndarray], batch: np.ndarray, length: np.ndarray,
            seconds: np.ndarray) -> AttentionTable:
     if phase not in PHASES:
         raise InputError(f"{origin.path}: attention phase '{phase}' is not one of {', '.join(PHASES)}")
@@ -206,7 +208,7 @@ def read_attention_table(path: str, phase: str, gpu: str, engine: str, version: 
     best = np.full(len(packed), -1)
     np.maximum.at(best, key_of, rank[source])
     keep = rank[source] == best[key_of]
-    rows: dict[Key, np.ndarray] = {}
+    rows: dict[tuple, np.ndarray] = {}
     order = np.argsort(key_of, kind="stable")
     bounds = np.searchsorted(key_of[order], np.arange(len(packed) + 1))
     for k, (heads, kv, dim, a, c, window) in enumerate(keys):
@@ -247,6 +249,18 @@ class AttentionShape:
         moved = batch * (2.0 * g * d * self.kv_bytes_per_element * (keys + queries)
                          + 2.0 * n * d * self.activation_bytes_per_element * queries)
         return np.maximum(flops / self.peak_flops_per_second, moved / self.bandwidth_bytes_per_second)
+
+    def sequence_seconds(self, queries: float, keys_before: float) -> float:
+        """:meth:`roofline_seconds` of one sequence, in plain floats (the edge scaling's, :class:`PhaseCurve`)."""
+        return _sequence_roofline(self, queries, keys_before)
+
+
+class SequenceRoofline(Protocol):
+    """The speed of light of one sequence of a kernel's shape, which scales a measured edge (:class:`PhaseCurve`)."""
+
+    def sequence_seconds(self, queries: float, keys_before: float) -> float:
+        """Seconds of one sequence adding ``queries`` tokens on ``keys_before`` cached ones."""
+        ...
 
 
 def _sequence_roofline(shape: AttentionShape, queries: float, keys_before: float) -> float:
@@ -290,7 +304,7 @@ BATCH_MEMO_MAX = 4096
 class PhaseCurve:
     """One shape's measured grid in one phase, ready to look up (module docstring)."""
 
-    shape: AttentionShape
+    shape: SequenceRoofline
     phase: str
     batches: np.ndarray
     """measured batch sizes, ascending"""
@@ -303,8 +317,8 @@ class PhaseCurve:
 
     def _sequence(self, length: float) -> float:
         if self.phase == "context":
-            return _sequence_roofline(self.shape, length, 0.0)
-        return _sequence_roofline(self.shape, 1.0, length - 1.0)
+            return self.shape.sequence_seconds(length, 0.0)
+        return self.shape.sequence_seconds(1.0, length - 1.0)
 
     def _scalar_row(self, index: int, length: float) -> float:
         """Log seconds of measured batch ``index`` at ``length``: linear in (log length, log seconds) between its
@@ -399,7 +413,7 @@ class PhaseCurve:
         return exps * (batch / b_clip)
 
 
-def phase_curve(grid: AttentionGrid | None, shape: AttentionShape, phase: str) -> PhaseCurve | None:
+def phase_curve(grid: AttentionGrid | None, shape: SequenceRoofline, phase: str) -> PhaseCurve | None:
     if grid is None:
         return None
     rows = grid.rows()
@@ -459,7 +473,7 @@ class AttentionCurve:
             p = max(chunk, 1.0)
             ctx = self.context.scalar_seconds(max(prefillers * share, 1e-9), p)
             if cached > 0:
-                ctx *= _sequence_roofline(self.context.shape, p, cached) / _sequence_roofline(self.context.shape, p, 0.0)
+                ctx *= self.context.shape.sequence_seconds(p, cached) / self.context.shape.sequence_seconds(p, 0.0)
             out += ctx
         return out
 
@@ -483,8 +497,8 @@ class AttentionCurve:
             ctx = self.context.seconds_array(np.maximum(prefillers * share, 1e-9), p)
             for k in np.flatnonzero(cached > 0).tolist():
                 p_k, cached_k = float(p[k]), float(cached[k])
-                ctx[k] *= (_sequence_roofline(self.context.shape, p_k, cached_k)
-                           / _sequence_roofline(self.context.shape, p_k, 0.0))
+                ctx[k] *= (self.context.shape.sequence_seconds(p_k, cached_k)
+                           / self.context.shape.sequence_seconds(p_k, 0.0))
             out[filling] = out[filling] + ctx
         return out
 

@@ -8,11 +8,13 @@ A table is chosen by the GPU (measured as itself: see
 :data:`simulator.cost.kernel_tables.aiconfigurator.SYSTEMS`), the engine family (TensorRT-LLM, vLLM,
 SGLang: each times its own kernels) and the release nearest the engine profile's, which the run's
 notes name. Attention (:class:`~simulator.model.operators.Attention`, flash kernel) is timed by the context
-and generation tables (:mod:`.attention`); an MoE layer's routed-expert block by the MoE tables (:mod:`.moe`,
-through :meth:`KernelSource.moe_curves`, which :func:`simulator.cost.step_cost.system_rates` applies). An operator
-whose class or format no table measures (MLA, MoE shapes or layouts not measured,
-weight-only formats the GPU's table lacks, engines without tables) is timed by the roofline, and
-the report says which share of the step time was measured.
+and generation tables (:mod:`.attention`); DeepSeek's latent attention
+(:class:`~simulator.model.operators.LatentAttention`) by the MLA context, generation and batched-matmul tables
+plus the GEMM table for its ``kv_b_proj`` (:mod:`.mla`); an MoE layer's routed-expert block by the MoE tables
+(:mod:`.moe`, through :meth:`KernelSource.moe_curves`, which :func:`simulator.cost.step_cost.system_rates`
+applies). An operator whose class or format no table measures (MLA geometries, formats or kernels not measured,
+DSA's sparse MLA, MoE shapes or layouts not measured, weight-only formats the GPU's table lacks, engines without
+tables) is timed by the roofline, and the report says which share of the step time was measured.
 """
 
 from __future__ import annotations
@@ -26,12 +28,21 @@ from simulator.cost.kernel_tables.attention import AttentionCurve, AttentionShap
 from simulator.cost.kernel_tables.collective import MessageCurve
 from simulator.cost.kernel_tables.csv_format import read_kernel_table
 from simulator.cost.kernel_tables.gemm import GemmCurve, GemmShape, gemm_curve
+from simulator.cost.kernel_tables.mla import (
+    GEOMETRY,
+    BmmShape,
+    MlaContextShape,
+    MlaCurve,
+    MlaGenerationShape,
+    MlaTables,
+    measured_mla,
+)
 from simulator.cost.kernel_tables.moe import MoeShareCurve, MoeTable, measured_moe, moe_curves
 from simulator.cost.kernel_tables.table import GemmTable, TableOrigin
 from simulator.errors import InputError
 from simulator.model.engine_profile import EngineProfile
 from simulator.model.gpu import GPUSpec
-from simulator.model.operators import AllReduce, Attention, Gemm, Operator
+from simulator.model.operators import AllReduce, Attention, Gemm, LatentAttention, Operator
 
 KERNEL_MODES: tuple[str, ...] = ("auto", "measured", "roofline")
 
@@ -75,16 +86,20 @@ class KernelSource:
     moe: MoeTable | None = None
     """measured MoE expert-block latencies (simulator.cost.kernel_tables.moe), or None; they time a whole layer's
     routed experts, so they are looked up over the operator list (:meth:`moe_curves`), not one operator"""
+    mla: MlaTables | None = None
+    """measured MLA context, generation and batched-matmul tables (simulator.cost.kernel_tables.mla), or None"""
     _curves: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def measured(self) -> bool:
         return self.origin is not None
 
-    def curve(self, op: Operator, gpu: GPUSpec) -> GemmCurve | MessageCurve | AttentionCurve | None:
+    def curve(self, op: Operator, gpu: GPUSpec) -> GemmCurve | MessageCurve | AttentionCurve | MlaCurve | None:
         """The measured curve that times ``op`` on ``gpu``, or None (the roofline times it)."""
         if type(op) is Attention:
             return self.attention_curve(op, gpu)
+        if type(op) is LatentAttention:
+            return self.mla_curve(op, gpu)
         if type(op) is AllReduce:
             # Only the group sizes and the message dtype measured: a larger group, or one across nodes, is not.
             if op.activation_bytes_per_element != aiconfigurator.ALLREDUCE_BYTES_PER_ELEMENT:
@@ -115,6 +130,39 @@ class KernelSource:
                                    op.activation_bytes_per_element, gpu.peak(op.compute_dtype),
                                    gpu.hbm_bandwidth_bytes_per_second, op.window or 0)
             self._curves[key] = self.attention.curve(shape, op.compute_dtype, op.data_parallel)
+        return self._curves[key]
+
+    def mla_curve(self, op: LatentAttention, gpu: GPUSpec) -> MlaCurve | None:
+        """The measured curve of an MLA operator: DeepSeek's geometry, dense attention (DSA's sparse kernels are no
+        table's), a bf16 or fp8 cache, bf16 or 1-byte absorbed weights whose ``kv_b_proj`` the GEMM tables hold.
+
+        The operator does not carry its weight format, only its bytes: 1-byte weights are timed as FP8, the only
+        1-byte format the engines' absorbed matmuls run (TensorRT-LLM's ``fp8_block_scaling_bmm_out`` raises for
+        others), and the ``kv_b_proj`` by the per-tensor FP8 GEMM table, as the run's other FP8 GEMMs."""
+        if self.mla is None or op.topk or (op.kv_lora_rank, op.rope_dim, op.nope_dim, op.v_dim) != GEOMETRY:
+            return None
+        kv = "bf16" if op.kv_bytes_per_element == 2 else "fp8" if op.kv_bytes_per_element == 1 else None
+        weights = "bf16" if op.weight_bytes_per_element == 2 else "fp8" if op.weight_bytes_per_element == 1 else None
+        peak = gpu.peak_flops.get(weights or "", 0.0) or (gpu.peak_flops.get("fp16", 0.0) if weights == "bf16" else 0.0)
+        table = self.gemm.get(weights or "")
+        if kv is None or table is None or not peak:
+            return None  # a cache or weight format (FP4, int4) no table measures, or a GPU without its tensor cores
+        key = ("mla", op.q_heads, kv, weights, op.weight_bytes_per_element, op.scale_bytes_per_weight,
+               op.activation_bytes_per_element, op.data_parallel)
+        if key not in self._curves:
+            _, _, d_n, d_v = GEOMETRY
+            bandwidth = gpu.hbm_bandwidth_bytes_per_second
+            # The attention kernels compute in bf16 whatever the weights (the tables' mla_dtype).
+            attention_peak = gpu.peak_flops.get("bf16") or gpu.peak("fp16")
+            b_w, b_a = op.weight_bytes_per_element + op.scale_bytes_per_weight, op.activation_bytes_per_element
+            kv_b = gemm_curve(table, GemmShape(op.q_heads * (d_n + d_v), op.kv_lora_rank, b_w, b_a, peak, bandwidth))
+            self._curves[key] = self.mla.curve(
+                op.q_heads, kv, str(weights),
+                MlaContextShape(op.q_heads, op.kv_bytes_per_element, b_a, attention_peak, bandwidth),
+                MlaGenerationShape(op.q_heads, op.kv_bytes_per_element, b_a, attention_peak, bandwidth),
+                BmmShape(op.q_heads, d_n, op.kv_lora_rank, b_w, b_a, peak, bandwidth),
+                BmmShape(op.q_heads, op.kv_lora_rank, d_v, b_w, b_a, peak, bandwidth),
+                kv_b, op.data_parallel)
         return self._curves[key]
 
     def moe_curves(self, operators: tuple[Operator, ...], gpu: GPUSpec) -> dict[int, MoeShareCurve]:
@@ -191,8 +239,11 @@ def _measured_source(gpu_name: str, engine_name: str, engine_version: str, mode:
     moe, moe_version = measured_moe(root, folder, display, family, version)
     if moe is not None and moe_version != version:
         note = "; ".join(filter(None, [note, f"MoE experts measured under {family} {moe_version}"]))
+    mla, mla_version = measured_mla(root, folder, display, family, version)
+    if mla is not None and mla_version != version:
+        note = "; ".join(filter(None, [note, f"MLA measured under {family} {mla_version}"]))
     return KernelSource(mode, next(iter(tables.values())).origin if tables else None, tables, allreduce,
-                        allreduce_version, note, attention, moe=moe)
+                        allreduce_version, note, attention, moe=moe, mla=mla)
 
 
 def file_source(gpu: GPUSpec, path: str) -> KernelSource:
