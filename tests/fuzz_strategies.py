@@ -538,7 +538,7 @@ def kernel_table_file(draw: st.DrawFn, files: FileFactory, clean: bool = False) 
     for _ in range(draw(st.integers(1, 3))):
         index = draw(st.integers(0, len(rows) - 1))
         cells = rows[index].split(",")
-        cells[draw(st.integers(0, 5))] = draw(st.sampled_from(KERNEL_CELLS))
+        cells[draw(st.integers(0, len(cells) - 1))] = draw(st.sampled_from(KERNEL_CELLS))  # a row may be cut short
         rows[index] = ",".join(cells[: draw(st.integers(4, 6))] if draw(st.integers(0, 5)) == 0 else cells)
     return files.write(".csv", draw(encoded(head + "\n".join(rows) + "\n")))
 

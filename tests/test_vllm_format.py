@@ -107,3 +107,19 @@ def test_launch_commands_carry_speculative_decoding():
     # SGLang verifies k drafted tokens plus the one the target emits: k + 1 = 4 draft tokens per step.
     sglang = launch_command(run, "sglang")
     assert "--speculative-num-steps 3" in sglang and "--speculative-num-draft-tokens 4" in sglang
+
+
+def test_save_result_of_a_closed_loop_with_warm_up_lists_only_the_scored_requests(tmp_path):
+    # 42 scored requests after 7 warm-up ones, one client: the per-request lists hold 42 entries (the warm-ups are
+    # sent but not scored, as vLLM's benchmark leaves them out), and max_concurrency is the run's.
+    out = tmp_path / "r.json"
+    args = ["--model", "mistral-7b", "--gpu", "l4", "--ctx", "64", "--gen", "24", "--requests", "42",
+            "--max-concurrency", "1", "--warmup-requests", "7", "--client-path", "off", "--save-result", str(out),
+            "--quiet"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["num_prompts"] == 42 and data["completed"] == 42
+    assert len(data["input_lens"]) == len(data["output_lens"]) == len(data["ttfts"]) == 42
+    assert data["input_lens"] == [64 - 24] * 42 and data["output_lens"] == [24] * 42
+    assert data["max_concurrency"] == 1

@@ -121,7 +121,9 @@ def vllm_result_block(run: "EngineRun", percentiles: list[float], metrics: tuple
 
 def vllm_result_json(run: "EngineRun", percentiles: list[float]) -> dict[str, Any]:
     """The ``--save-result`` JSON of vLLM's benchmark_serving (its keys; latencies of requests in seconds)."""
-    s, m, workload = run.settings, run.metrics, run.workload
+    # The scored requests: a closed loop's warm-up requests are not in the result's per-request arrays, and
+    # vLLM's benchmark leaves them out of num_prompts and the per-request lists too.
+    s, m, workload = run.settings, run.metrics, run.result.workload
     done = run.result.status == DONE
     lat = completed_latencies(run.result)
     data: dict[str, Any] = {
@@ -133,7 +135,7 @@ def vllm_result_json(run: "EngineRun", percentiles: list[float]) -> dict[str, An
         "num_prompts": len(workload),
         "request_rate": "inf" if s.qps is None else s.qps,
         "burstiness": s.burstiness,
-        "max_concurrency": None,
+        "max_concurrency": s.max_concurrency,
         "duration": m.duration_seconds,
         "completed": m.completed,
         "total_input_tokens": m.input_tokens,

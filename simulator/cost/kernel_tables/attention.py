@@ -467,7 +467,10 @@ class AttentionCurve:
             keys = float(step.attention_pairs - step.prefill_attention_pairs) / decoders
             out += self.generation.scalar_seconds(max(decoders * share, 1e-9), max(keys, 1.0))
         if prefill > 0:
-            prefillers = float(step.sequences) - decoders
+            # At least one sequence prefills. A speculative verification step decodes k + 1 queries per sequence,
+            # so its decode tokens can reach the sequence count: the table measures one query per sequence, and
+            # each query is charged as a one-query sequence of its own.
+            prefillers = max(float(step.sequences) - decoders, 1.0)
             chunk = prefill / max(prefillers, 1e-300)
             cached = max(float(step.prefill_attention_pairs) / prefill - (chunk + 1.0) / 2.0, 0.0)
             p = max(chunk, 1.0)
@@ -490,7 +493,7 @@ class AttentionCurve:
         filling = np.flatnonzero(prefill > 0)
         if len(filling):
             chunk_tokens = prefill[filling]
-            prefillers = sequences[filling] - decoders[filling]
+            prefillers = np.maximum(sequences[filling] - decoders[filling], 1.0)  # as in the scalar path
             chunk = chunk_tokens / np.maximum(prefillers, 1e-300)
             cached = np.maximum(prefill_pairs[filling] / chunk_tokens - (chunk + 1.0) / 2.0, 0.0)
             p = np.maximum(chunk, 1.0)

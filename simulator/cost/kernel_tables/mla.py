@@ -326,7 +326,7 @@ class MlaCurve:
         """The context kernel of the prefilling sequences plus the kv_b_proj GEMM over their keys (cached ones too:
         the operator decompresses every key a prefilling sequence attends)."""
         decoders = tokens - prefill
-        prefillers = sequences - decoders
+        prefillers = max(sequences - decoders, 1.0)  # at least one; verification queries as in attention.py
         chunk = prefill / max(prefillers, 1e-300)
         cached = max(prefill_pairs / prefill - (chunk + 1.0) / 2.0, 0.0)
         p = max(chunk, 1.0)
