@@ -16,7 +16,10 @@ Sparse attention (DSA) caches, beside the latent, each token's index key in ever
 :func:`simulator.model.sparse_linear_operators.indexer_key_bytes`), whole on every GPU like the latent.
 A hybrid model's linear-attention (Gated DeltaNet) layers cache no tokens: KV bytes per token count the
 attention layers only, and each sequence holds a fixed state per linear layer whatever its length
-(:func:`linear_state_bytes_per_sequence`), split by heads over the tensor-parallel group.
+(:func:`linear_state_bytes_per_sequence`), split by heads over the tensor-parallel group. A Nemotron-H
+model's Mamba-2 layers hold such a state too (the P x N SSM state of each head and the convolution
+window, :func:`simulator.model.state_space_operators.mamba2_state_bytes`), counted in the same function
+and held in the same state pool.
 :func:`kv_bytes_per_sequence` includes that state; the paged cache sets aside a pool of such states
 (:func:`simulator.engine.kvcache.kv_capacity`).
 """
@@ -33,6 +36,7 @@ from simulator.model.operators import Operator
 from simulator.model.parallelism import kv_heads_per_gpu
 from simulator.model.precision import Precision
 from simulator.model.sparse_linear_operators import gated_delta_state_bytes, indexer_key_bytes, state_bytes_per_element
+from simulator.model.state_space_operators import mamba2_state_bytes
 
 GIB = 2**30
 
@@ -74,21 +78,31 @@ def kv_bytes_per_token_per_gpu(model: ModelSpec, precision: Precision, tp: int, 
 
 def linear_state_bytes_per_sequence(model: ModelSpec, precision: Precision, tp: int | None = None,
                                     dp_attention: bool = False) -> float:
-    """Bytes of the fixed state one sequence keeps in the linear-attention layers (per GPU of ``tp``; None: logical).
+    """Bytes of the fixed state one sequence keeps in the linear-attention (Gated DeltaNet) and Mamba-2 layers (per
+    GPU of ``tp``; None: logical).
 
-    Per layer: the d_k x d_v state of each value head at the state dtype, and the convolution window
-    (K - 1) x (2 n_k d_k + n_v d_v) at the model dtype; heads and channels are split over ``tp``. Under attention
-    data parallelism a sequence lives on one GPU: on average 1/tp of it per GPU.
+    Per Gated DeltaNet layer: the d_k x d_v state of each value head at the state dtype, and the convolution window
+    (K - 1) x (2 n_k d_k + n_v d_v) at the model dtype. Per Mamba-2 layer: the P x N state of each head at the state
+    dtype, and the window (K - 1) x (I + 2 G N) at the model dtype. Heads, groups and channels are split over ``tp``.
+    Under attention data parallelism a sequence lives on one GPU: on average 1/tp of it per GPU.
     """
-    if not model.linear_layers:
+    if not (model.linear_layers or model.mamba_layers):
         return 0.0
     split = 1 if tp is None or dp_attention else tp
-    n_k, n_v = model.linear_key_heads // split, model.linear_value_heads // split
-    d_k, d_v = model.linear_key_head_dim, model.linear_value_head_dim
     b_a = precision.activation_bytes_per_element
-    per_layer = gated_delta_state_bytes(n_v, d_k, d_v, 2 * n_k * d_k + n_v * d_v, model.linear_conv_kernel,
-                                        state_bytes_per_element(model.linear_state_dtype, b_a), b_a)
-    state = model.linear_layers * per_layer
+    state = 0.0
+    if model.linear_layers:
+        n_k, n_v = model.linear_key_heads // split, model.linear_value_heads // split
+        d_k, d_v = model.linear_key_head_dim, model.linear_value_head_dim
+        per_layer = gated_delta_state_bytes(n_v, d_k, d_v, 2 * n_k * d_k + n_v * d_v, model.linear_conv_kernel,
+                                            state_bytes_per_element(model.linear_state_dtype, b_a), b_a)
+        state += model.linear_layers * per_layer
+    if model.mamba_layers:
+        heads, groups = model.mamba_heads // split, model.mamba_groups // split
+        P, N = model.mamba_head_dim, model.mamba_state_size
+        per_layer = mamba2_state_bytes(heads, P, N, heads * P + 2 * groups * N, model.mamba_conv_kernel,
+                                       state_bytes_per_element(model.mamba_state_dtype, b_a), b_a)
+        state += model.mamba_layers * per_layer
     return state / tp if dp_attention and tp else state
 
 
@@ -133,7 +147,7 @@ def workspace_bytes_per_gpu(model: ModelSpec, precision: Precision, tp: int, ste
     if model.is_moe:
         # Routed rows: k per token, split over the GPUs (by expert under EP, by columns without); plus shared experts.
         routed = model.moe_top_k * model.expert_ffn_size + model.moe_shared_experts * model.shared_expert_ffn_size
-        mlp = max(mlp if model.moe_layers < model.num_layers else 0, matrices * routed // tp)
+        mlp = max(mlp if model.dense_mlp_layers else 0, matrices * routed // tp)
     activations = tokens * (4 * model.hidden_size + mlp) * precision.activation_bytes_per_element
     logits = min(sequences, tokens) * (model.vocab_size / tp) * 4.0
     return activations + logits
@@ -221,12 +235,13 @@ def tensor_parallel_candidates(model: ModelSpec, gpu: GPUSpec, ep: int = 1) -> l
     candidates = []
     tp = 1
     while tp <= gpu.max_gpus_per_node:
-        widths = [model.ffn_size] if model.moe_layers < model.num_layers else []
+        widths = [model.ffn_size] if model.dense_mlp_layers else []
         if model.is_moe:
             widths.append(model.moe_shared_experts * model.shared_expert_ffn_size)
             if ep == 1:
                 widths.append(model.expert_ffn_size)
-        kv_ok = (model.is_mla or model.num_kv_heads % tp == 0) and model.linear_key_heads % tp == 0
+        kv_ok = (model.is_mla or model.num_kv_heads % tp == 0) and model.linear_key_heads % tp == 0 \
+            and model.mamba_heads % tp == 0 and model.mamba_groups % tp == 0
         fits_widths = all(width % tp == 0 for width in widths)
         if model.num_heads % tp == 0 and kv_ok and fits_widths and (ep == 1 or tp == ep):
             candidates.append(tp)

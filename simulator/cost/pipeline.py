@@ -89,10 +89,16 @@ def stage_model(model: ModelSpec, pp: int) -> ModelSpec:
         return model
     first = layers - count
     update: dict[str, Any] = {"num_layers": count, "name": f"{model.name} (stage of {count} layers)"}
+    if model.block_pattern:
+        update["block_pattern"] = model.block_pattern[first:]  # Nemotron-H: the stage's own blocks
+        if "*" not in update["block_pattern"]:
+            # The stage would hold no KV cache at all, which the paged cache's sizing cannot represent.
+            raise InputError(f"--pp: {pp} stages leave the last {count} layers of {model.name} without an attention "
+                             f"layer (blocks {update['block_pattern']}); use fewer stages")
     if model.sliding_window is not None or model.linear_layers:
         update["layer_types"] = [model.layer_kind(i) for i in range(first, layers)]
         update["sliding_window_pattern"] = 0
-    if model.is_moe:
+    if model.is_moe and not model.block_pattern:
         update["moe_first_dense_layers"] = 0
         update["moe_layer_step"] = 1
         update["moe_dense_layer_indices"] = [i - first for i in range(first, layers) if not model.layer_is_moe(i)]

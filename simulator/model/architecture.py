@@ -62,7 +62,10 @@ class ModelSpec(BaseModel):
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     norms_per_layer: int = Field(default=2, ge=1, le=4, description="1 (Falcon), 2, or 4 (Gemma 2/3: pre- and post-norms)")
     linear_bias: bool = False
-    position_embedding: Literal["rotary", "learned", "alibi"] = "rotary"
+    position_embedding: Literal["rotary", "learned", "alibi", "none"] = Field(
+        default="rotary", description="'none': no positional encoding in attention (Nemotron-H: NoPE, the SSM layers "
+        "carry position)",
+    )
     learned_position_rows: int = Field(default=0, ge=0, le=MAX_CONTEXT + 2, description="0 means max_context")
     parallel_attention: bool = Field(default=False, description="attention and MLP read one norm (Falcon)")
     sliding_window: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
@@ -117,6 +120,29 @@ class ModelSpec(BaseModel):
     attention_output_gate: bool = Field(
         default=False, description="q_proj also yields a sigmoid gate of the attention output (Qwen3-Next, Qwen3.5)"
     )
+    block_pattern: str = Field(
+        default="", pattern=r"^[M*\-E]*$",
+        description="Nemotron-H's hybrid_override_pattern, one character per layer; each layer is then one block of "
+        "one mixer or one FFN: 'M' a Mamba-2 mixer (mamba_* fields), '*' attention, '-' a dense MLP, 'E' MoE; empty: "
+        "every layer is attention then an MLP (or MoE)",
+    )
+    mamba_heads: int = Field(default=0, ge=0, le=MAX_HEADS, description="Mamba-2 heads (mamba_num_heads)")
+    mamba_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="Mamba-2 head width P (mamba_head_dim)")
+    mamba_state_size: int = Field(default=0, ge=0, le=MAX_WIDTH, description="Mamba-2 state width N (ssm_state_size)")
+    mamba_groups: int = Field(default=0, ge=0, le=MAX_HEADS, description="Mamba-2 B/C groups G (n_groups)")
+    mamba_conv_kernel: int = Field(default=0, ge=0, le=1024, description="Mamba-2 causal convolution width K")
+    mamba_chunk_size: int = Field(
+        default=256, ge=1, le=MAX_CONTEXT, description="tokens per chunk of the SSD prefill scan (chunk_size; "
+        "state-spaces/mamba Mamba2's default 256)",
+    )
+    mamba_state_dtype: Literal["fp32", "bf16", "fp16"] | None = Field(
+        default=None, description="dtype of the Mamba-2 SSM state (mamba_ssm_cache_dtype); None: the model's"
+    )
+    moe_latent_size: int = Field(
+        default=0, ge=0, le=MAX_WIDTH,
+        description="routed experts work in a latent of this width, projected from and back to hidden_size "
+        "(Nemotron-3 Super/Ultra: fc1_latent_proj, fc2_latent_proj); 0: the experts read the hidden state",
+    )
     shared_expert_module: Literal["experts", "mlp"] = Field(
         default="experts",
         description="the precision module whose weight format the shared experts take: 'experts' (as the routed "
@@ -167,7 +193,8 @@ class ModelSpec(BaseModel):
             raise ValueError("sliding layers need sliding_window")
         if self.moe_experts == 1:
             moe_keys = (self.moe_ffn_size, self.moe_shared_experts, self.moe_first_dense_layers,
-                        self.moe_dense_layer_indices, self.moe_layer_step != 1, self.moe_top_k != 1)
+                        self.moe_dense_layer_indices, self.moe_layer_step != 1, self.moe_top_k != 1,
+                        self.moe_latent_size)
             if any(moe_keys):
                 raise ValueError("moe_* fields describe a mixture of experts: give moe_experts > 1")
         if self.index_topk and not (self.kv_lora_rank and self.index_heads and self.index_head_dim):
@@ -185,6 +212,7 @@ class ModelSpec(BaseModel):
         if self.linear_value_heads % max(self.linear_key_heads, 1):
             raise ValueError(f"linear_key_heads {self.linear_key_heads} must divide linear_value_heads "
                              f"{self.linear_value_heads}")
+        self._check_blocks()
         bad = [i for i in self.moe_dense_layer_indices if not 0 <= i < self.num_layers]
         if bad:
             raise ValueError(f"moe_dense_layer_indices {bad} outside layers 0..{self.num_layers - 1}")
@@ -193,6 +221,31 @@ class ModelSpec(BaseModel):
                 parse_precision(self.default_weights, "fp16")
             except InputError as exc:
                 raise ValueError(f"default_weights: {exc}") from None
+
+    def _check_blocks(self) -> None:
+        mamba = (self.mamba_heads, self.mamba_head_dim, self.mamba_state_size, self.mamba_groups, self.mamba_conv_kernel)
+        pattern = self.block_pattern
+        if not pattern:
+            if any(mamba):
+                raise ValueError("mamba_* fields describe Mamba-2 layers: mark them 'M' in block_pattern")
+            return
+        if len(pattern) != self.num_layers:
+            raise ValueError(f"block_pattern has {len(pattern)} characters for {self.num_layers} layers")
+        if self.layer_types or self.sliding_window_pattern or self.sliding_window is not None or self.is_mla:
+            raise ValueError("block_pattern (Nemotron-H blocks) is modelled with full GQA attention only: no "
+                             "layer_types, sliding window or MLA")
+        if "*" not in pattern:
+            raise ValueError("block_pattern has no attention layer ('*'): a model needs at least one")
+        if "M" in pattern and not all(mamba):
+            raise ValueError("'M' layers need mamba_heads, mamba_head_dim, mamba_state_size, mamba_groups and "
+                             "mamba_conv_kernel")
+        if "E" in pattern and not self.is_moe:
+            raise ValueError("'E' layers are MoE: give moe_experts > 1")
+        if self.mamba_heads % max(self.mamba_groups, 1):
+            raise ValueError(f"mamba_groups {self.mamba_groups} must divide mamba_heads {self.mamba_heads}")
+        if self.moe_first_dense_layers or self.moe_layer_step != 1 or self.moe_dense_layer_indices:
+            raise ValueError("with block_pattern the MoE layers are its 'E' characters: no moe_first_dense_layers, "
+                             "moe_layer_step or moe_dense_layer_indices")
 
     @property
     def is_moe(self) -> bool:
@@ -209,9 +262,46 @@ class ModelSpec(BaseModel):
         return self.layer_types.count("linear")
 
     @property
+    def mamba_layers(self) -> int:
+        """Mamba-2 mixer layers ('M' in block_pattern): a fixed state per sequence, no KV cache."""
+        return self.block_pattern.count("M")
+
+    @property
+    def mamba_inner_size(self) -> int:
+        """Mamba-2's inner width I = heads x head width (NemotronHMamba2Mixer.intermediate_size)."""
+        return self.mamba_heads * self.mamba_head_dim
+
+    @property
+    def mamba_conv_channels(self) -> int:
+        """Channels of Mamba-2's causal convolution, over x, B and C: I + 2 G N (Mamba2.conv_dim)."""
+        return self.mamba_inner_size + 2 * self.mamba_groups * self.mamba_state_size
+
+    @property
     def attention_layers(self) -> int:
-        """Layers with (full, sliding or latent) attention and a KV cache: all but the linear ones."""
+        """Layers with (full, sliding or latent) attention and a KV cache: all but the linear ones (with a
+        block_pattern: its '*' layers)."""
+        if self.block_pattern:
+            return self.block_pattern.count("*")
         return self.num_layers - self.linear_layers
+
+    @property
+    def mixer_layers(self) -> int:
+        """Layers with a token mixer (attention, linear attention or Mamba-2), each behind a norm and a residual add:
+        every layer, or with a block_pattern its '*' and 'M' blocks."""
+        return self.attention_layers + self.mamba_layers if self.block_pattern else self.num_layers
+
+    @property
+    def ffn_layers(self) -> int:
+        """Layers with an MLP or MoE, each behind a norm and a residual add: every layer, or with a block_pattern its
+        '-' and 'E' blocks."""
+        if self.block_pattern:
+            return self.block_pattern.count("-") + self.block_pattern.count("E")
+        return self.num_layers
+
+    @property
+    def dense_mlp_layers(self) -> int:
+        """Layers with a dense MLP of ``ffn_size``."""
+        return self.ffn_layers - self.moe_layers
 
     @property
     def index_layers(self) -> int:
@@ -235,7 +325,9 @@ class ModelSpec(BaseModel):
         return self.moe_shared_ffn_size or self.expert_ffn_size
 
     def layer_is_moe(self, index: int) -> bool:
-        """Layer ``index`` (from 0) has routed experts (see the moe_* fields)."""
+        """Layer ``index`` (from 0) has routed experts (see the moe_* fields; with a block_pattern its 'E' layers)."""
+        if self.block_pattern:
+            return self.is_moe and self.block_pattern[index] == "E"
         if not self.is_moe or index < self.moe_first_dense_layers or index in self.moe_dense_layer_indices:
             return False
         return (index + 1) % self.moe_layer_step == 0
@@ -269,6 +361,12 @@ class ModelSpec(BaseModel):
             parts.append(f"DSA top-{self.index_topk} (indexer {self.index_heads} x {self.index_head_dim})")
         if self.linear_layers:
             parts.append(f"Gated DeltaNet on {self.linear_layers} of {self.num_layers} layers")
+        if self.block_pattern:
+            parts[0] += f" on {self.attention_layers} of {self.num_layers} layers"
+            parts.append(f"Mamba-2 on {self.mamba_layers} (state {self.mamba_state_size}, {self.mamba_heads} heads "
+                         f"x {self.mamba_head_dim})")
+            if self.dense_mlp_layers:
+                parts.append(f"MLP on {self.dense_mlp_layers}")
         if self.sliding_window is not None and self.sliding_layers:
             share = "all layers" if self.sliding_layers == self.num_layers else \
                 f"{self.sliding_layers} of {self.num_layers} layers"
@@ -278,7 +376,8 @@ class ModelSpec(BaseModel):
         if self.is_moe:
             shared = f" + {self.moe_shared_experts} shared" if self.moe_shared_experts else ""
             layers = "" if self.moe_layers == self.num_layers else f" on {self.moe_layers} of {self.num_layers} layers"
-            parts.append(f"MoE {self.moe_experts} experts top-{self.moe_top_k}{shared}{layers}")
+            latent = f" in a {self.moe_latent_size} latent" if self.moe_latent_size else ""
+            parts.append(f"MoE {self.moe_experts} experts top-{self.moe_top_k}{shared}{latent}{layers}")
         if self.quantization:
             parts.append(f"checkpoint {self.quantization}")
         return ", ".join(parts)

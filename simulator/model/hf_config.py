@@ -5,7 +5,8 @@ DeepSeek-V2/V3 (MLA + MoE), Gemma 1-3, gpt-oss, Llama 4 (its ``text_config``), F
 OPT, GPT-2, and the model_types whose layers are one of these field for field (Kimi-K2,
 Qwen3-VL, MiMo, MiniMax-M2, Step-3.x-Flash: :data:`simulator.model.hf_families.FAMILY_OF`),
 with DSA's indexer (DeepSeek-V3.2, GLM-5: ``index_topk``) or Gated DeltaNet layers between the
-attention layers (Qwen3.5, Qwen3-Next: ``linear_num_value_heads``, ``layer_types``).
+attention layers (Qwen3.5, Qwen3-Next: ``linear_num_value_heads``, ``layer_types``), and Nemotron-H's
+blocks of Mamba-2, attention, MLP or MoE (``hybrid_override_pattern`` or ``layers_block_type``).
 Each key is read the way the family's ``transformers`` modelling code reads it (cited per rule
 below). A key the loader does not understand becomes one line in ``ModelSpec.warnings`` naming
 it (shown by the report), never silence; a layout the simulator cannot cost at all (compressed or
@@ -30,7 +31,7 @@ from simulator.model.hf_quantisation import quantisation_fields
 # gated (SwiGLU / GeGLU: gate, up, down: 3 matrices). Gemma's gelu_pytorch_tanh MLP is gated.
 UNGATED_TYPES = frozenset({
     "falcon", "refinedweb", "refinedwebmodel", "opt", "gpt2", "gpt3", "gptj", "gpt_neox", "bloom", "phi",
-    "starcoder2", "gpt_bigcode",
+    "starcoder2", "gpt_bigcode", "nemotron_h",
 })
 LAYERNORM_TYPES = frozenset({"falcon", "refinedweb", "refinedwebmodel", "opt", "gpt2", "gpt3", "gptj", "gpt_neox",
                              "bloom", "phi", "starcoder2", "gpt_bigcode"})
@@ -44,7 +45,7 @@ TIED_BY_DEFAULT = frozenset({
 })
 UNTIED_BY_DEFAULT = frozenset({
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
-    "gpt_oss", "llama4", "llama4_text", "phi3", "gpt_neox", "phi",
+    "gpt_oss", "llama4", "llama4_text", "phi3", "gpt_neox", "phi", "nemotron_h",
 })
 KNOWN_TYPES = TIED_BY_DEFAULT | UNTIED_BY_DEFAULT
 
@@ -63,7 +64,8 @@ NOT_MODELLED_KEYS = {
 # here, before any per-layer list is built from the layer count (a 10^9-layer config would take minutes and GBs).
 MAX_LAYERS = 4096
 # config.json keys that hold one entry per layer (or a layer index per entry).
-PER_LAYER_KEYS = ("layer_types", "moe_layer_freq", "mlp_layer_types", "no_rope_layers", "mlp_only_layers", "moe_layers")
+PER_LAYER_KEYS = ("layer_types", "moe_layer_freq", "mlp_layer_types", "no_rope_layers", "mlp_only_layers", "moe_layers",
+                  "layers_block_type", "hybrid_override_pattern")
 
 
 def _check_layer_bounds(config: dict[str, Any], layers: Any, name: str) -> None:
@@ -73,7 +75,7 @@ def _check_layer_bounds(config: dict[str, Any], layers: Any, name: str) -> None:
         raise InputError(f"{name}: {key} is {layers}; allowed: a whole number of layers in [1, {MAX_LAYERS}]")
     for key in PER_LAYER_KEYS:
         value = config.get(key)
-        if isinstance(value, list) and len(value) > MAX_LAYERS:
+        if isinstance(value, (list, str)) and len(value) > MAX_LAYERS:
             raise InputError(f"{name}: {key} has {len(value)} entries; allowed: at most {MAX_LAYERS}, one per layer")
 
 
@@ -101,7 +103,7 @@ def _text_config(config: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
 
 
 def _activation(config: dict[str, Any]) -> str:
-    act = str(_first(config, "hidden_activation", "hidden_act", "activation_function", "activation",
+    act = str(_first(config, "hidden_activation", "hidden_act", "activation_function", "activation", "mlp_hidden_act",
                      default="silu")).lower()
     return "silu" if "silu" in act or "swish" in act else "relu" if "relu" in act else "gelu"
 
@@ -127,6 +129,12 @@ def _moe_fields(config: dict[str, Any], model_type: str, layers: Any, ffn: Any, 
         spec["moe_shared_experts"] = shared  # DeepSeek: each of moe_intermediate_size
         if config.get("share_expert_dim"):
             spec["moe_shared_ffn_size"] = config["share_expert_dim"]  # Step-3.x: the shared expert's own width
+        elif config.get("moe_shared_expert_intermediate_size"):
+            # Nemotron-H (NemotronHMoE.shared_experts): one MLP of moe_shared_expert_intermediate_size; vLLM sizes it
+            # moe_shared_expert_intermediate_size x n_shared_experts, so each shared expert is that wide.
+            spec["moe_shared_ffn_size"] = config["moe_shared_expert_intermediate_size"]
+    if config.get("moe_latent_size"):
+        spec["moe_latent_size"] = config["moe_latent_size"]  # Nemotron-3 Super/Ultra: experts in a latent
     elif config.get("shared_intermediate_size"):
         spec["moe_shared_experts"] = 1  # MiniMax: one shared expert of shared_intermediate_size (0: none)
         spec["moe_shared_ffn_size"] = config["shared_intermediate_size"]
@@ -230,6 +238,57 @@ def _linear_fields(config: dict[str, Any], layers: Any, has_types: bool) -> dict
     return spec
 
 
+# Nemotron-H's layers_block_type names (old and new, transformers' remap_legacy_layer_types) as block_pattern
+# characters (NemotronHConfig._list_to_pattern).
+BLOCK_CHARACTERS = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-",
+                    "moe": "E"}
+
+
+def _block_pattern(config: dict[str, Any]) -> str | None:
+    """Nemotron-H's blocks as ModelSpec.block_pattern: ``hybrid_override_pattern``, else ``layers_block_type``."""
+    pattern = config.get("hybrid_override_pattern")
+    if isinstance(pattern, str):
+        odd = sorted(set(pattern) - set(BLOCK_CHARACTERS.values()))
+        if odd:
+            raise InputError(f"hybrid_override_pattern: characters {''.join(odd)} are not blocks this loader knows "
+                             "(allowed: M mamba, * attention, - mlp, E moe)")
+        return pattern
+    types = config.get("layers_block_type")
+    if isinstance(types, list):
+        odd = sorted({str(kind) for kind in types} - set(BLOCK_CHARACTERS))
+        if odd:
+            raise InputError(f"layers_block_type: {', '.join(odd)} blocks are not modelled (allowed: "
+                             f"{', '.join(BLOCK_CHARACTERS)})")
+        return "".join(BLOCK_CHARACTERS[str(kind)] for kind in types)
+    return None
+
+
+def _mamba_fields(config: dict[str, Any], pattern: str) -> dict[str, Any]:
+    """Nemotron-H's Mamba-2 mixers (transformers' NemotronHMamba2Mixer): heads, head width, state width, groups,
+    convolution width and scan chunk, and the SSM state's dtype.
+
+    The state dtype: ``mamba_ssm_cache_dtype``, else float32 (transformers' NemotronHConfig default, and vLLM's
+    ``NemotronHForCausalLMConfig.DEFAULT_MAMBA_SSM_CACHE_DTYPE``, which sets its cache's dtype from the config).
+    """
+    spec: dict[str, Any] = {"block_pattern": pattern, "position_embedding": "none"}  # NemotronHAttention: no RoPE
+    if "M" not in pattern:
+        return spec
+    dtype = str(config.get("mamba_ssm_cache_dtype") or "float32")
+    if dtype not in STATE_DTYPES:
+        raise InputError(f"mamba_ssm_cache_dtype: '{dtype}' is not one of {', '.join(STATE_DTYPES)}")
+    spec.update({
+        "mamba_heads": config.get("mamba_num_heads") or 0,
+        "mamba_head_dim": config.get("mamba_head_dim") or 0,
+        "mamba_state_size": config.get("ssm_state_size") or 0,
+        "mamba_groups": config.get("n_groups") or 0,
+        "mamba_conv_kernel": config.get("conv_kernel") or 0,
+        "mamba_state_dtype": STATE_DTYPES[dtype],
+    })
+    if config.get("chunk_size"):
+        spec["mamba_chunk_size"] = config["chunk_size"]
+    return spec
+
+
 def _layer_kind(text: str) -> str:
     """A config.json layer type as ModelSpec.layer_types names it; InputError for one not modelled."""
     kinds = {"sliding_attention": "sliding", "chunked_attention": "sliding", "full_attention": "full",
@@ -288,9 +347,14 @@ def from_hf_config(raw: dict[str, Any], name: str) -> dict[str, Any]:
     hidden = _first(config, "hidden_size", "n_embd", "d_model")
     heads = _first(config, "num_attention_heads", "n_head")
     layers = _first(config, "num_hidden_layers", "n_layer", "num_layers")
+    _check_layer_bounds(config, layers, name)
+    pattern = _block_pattern(config) if declared == "nemotron_h" else None
+    if pattern is not None:
+        if isinstance(layers, int) and layers != len(pattern):
+            raise InputError(f"{name}: num_hidden_layers is {layers} but the block pattern has {len(pattern)} layers")
+        layers = len(pattern)  # NemotronHConfig.num_hidden_layers: the pattern's length
     if hidden is None or heads is None or layers is None:
         raise InputError(f"{name}: config.json lacks hidden_size / num_attention_heads / num_hidden_layers")
-    _check_layer_bounds(config, layers, name)
     if model_type not in KNOWN_TYPES:
         warnings.append(f"model_type '{declared}' is not a family the loader knows: read as a Llama-style decoder "
                         "(gated MLP, RMSNorm; check them)")
@@ -330,8 +394,8 @@ def from_hf_config(raw: dict[str, Any], name: str) -> dict[str, Any]:
         "linear_bias": bool(config.get("bias", is_opt or is_gpt2 or config.get("attention_bias") or config.get("qkv_bias")
                                        or config.get("mlp_bias"))),
     }
-    if config.get("head_dim"):
-        spec["head_dim"] = config["head_dim"]
+    if _first(config, "head_dim", "attention_head_dim"):
+        spec["head_dim"] = _first(config, "head_dim", "attention_head_dim")  # Nemotron-H-56B: attention_head_dim
     if model_type in ("gemma2", "gemma3", "gemma3_text"):
         spec["norms_per_layer"] = 4  # pre- and post-norms around attention and MLP
     if model_type in QK_NORM_TYPES or config.get("use_qk_norm"):
@@ -356,6 +420,8 @@ def from_hf_config(raw: dict[str, Any], name: str) -> dict[str, Any]:
     spec.update(_mla_fields(config))
     spec.update(_dsa_fields(config))
     spec.update(_linear_fields(config, layers, "layer_types" in spec))
+    if pattern is not None:
+        spec.update(_mamba_fields(config, pattern))
     _mtp_warning(config, warnings)
     if isinstance(layers, int):
         spec.update(quantisation_fields(config, spec, warnings))

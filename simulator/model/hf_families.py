@@ -34,6 +34,8 @@ FAMILY_OF = {
 # its compressed attention is what is missing). Kimi Delta Attention stays refused though its state is Gated
 # DeltaNet's size: its layers are read from linear_attn_config, gate every key channel (not every head) and
 # keep q, k and v convolution windows apart, and its full-attention layers are MLA, which no hybrid here has.
+# Nemotron-H's hybrid_override_pattern / layers_block_type are read for model_type nemotron_h (Mamba-2, attention,
+# MLP and MoE blocks: simulator.model.hf_config); any other model_type with them stays refused (MAMBA2_BLOCK_TYPES).
 REFUSED_FIELDS: tuple[tuple[str, str], ...] = (
     ("compress_ratios", "compressed sparse attention with hyper-connections (DeepSeek-V4: compress_ratios, hc_mult)"),
     ("linear_attn_config", "linear attention (Kimi Delta Attention layers)"),
@@ -48,6 +50,10 @@ REFUSED_FIELDS: tuple[tuple[str, str], ...] = (
     ("global_head_dim", "global layers with their own head_dim and shared K = V (Gemma 4)"),
     ("cross_attention_layers", "cross-attention (vision) layers"),
 )
+
+# model_types whose block-pattern fields are read, not refused: their blocks are transformers' NemotronHBlock.
+MAMBA2_BLOCK_TYPES = frozenset({"nemotron_h"})
+MAMBA2_BLOCK_FIELDS = frozenset({"hybrid_override_pattern", "layers_block_type"})
 
 # Layouts refused by model_type where the config.json omits the field that shows them.
 REFUSED_TYPES = {
@@ -72,6 +78,9 @@ READ = frozenset({
     "vision_config", "audio_config", "index_topk", "index_n_heads", "index_head_dim", "indexer_types",
     "mlp_layer_types", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
     "linear_conv_kernel_dim", "full_attention_interval", "mamba_ssm_dtype", "attn_output_gate", "mtp_num_hidden_layers",
+    "hybrid_override_pattern", "layers_block_type", "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups",
+    "conv_kernel", "chunk_size", "mamba_ssm_cache_dtype", "moe_shared_expert_intermediate_size", "moe_latent_size",
+    "attention_head_dim", "mlp_hidden_act",
 })
 
 # Fields that change nothing the cost model sees: generation and training settings of PretrainedConfig,
@@ -104,6 +113,14 @@ INERT = frozenset({
     "indexer_rope_interleave", "qk_head_dim",
     # Qwen3.5: whether the MTP module has embeddings of its own (the MTP module is not modelled either way).
     "mtp_use_dedicated_embeddings",
+    # Nemotron-H: the time-step initialisation and clamp (training settings; the clamp is inside the scan kernel),
+    # the Mamba kernels switch, initialisation and residual-precision flags, the MTP layers' own pattern (the MTP
+    # module is warned of by num_nextn_predict_layers), whether the shared experts overlap the routed ones (a
+    # scheduling choice), and the scan's SiLU (an elementwise op like any activation). ``expand`` does not set the
+    # width: NemotronHMamba2Mixer.intermediate_size is mamba_num_heads x mamba_head_dim.
+    "time_step_min", "time_step_max", "time_step_floor", "time_step_limit", "time_step_rank", "use_mamba_kernels",
+    "rescale_prenorm_residual", "residual_in_fp32", "mtp_hybrid_override_pattern", "mtp_layers_block_type",
+    "moe_shared_expert_overlap", "mamba_hidden_act", "expand",
 })
 
 # Fields inert only at the value given (a different value changes the layers in a way not modelled).
@@ -115,12 +132,19 @@ INERT_AT = {
     "use_double_wide_mlp": False,
     "enable_moe_block": False,
     "attention_k_eq_v": False,
+    # Nemotron-H: no biases on the Mamba-2 projections (use_bias, mamba_proj_bias); the convolution has its bias
+    # (use_conv_bias, counted by the Mamba-2 operator).
+    "use_bias": False,
+    "mamba_proj_bias": False,
+    "use_conv_bias": True,
 }
 
 
 def refusal(config: dict[str, Any], model_type: str) -> str | None:
     """The feature this config uses that cannot be costed, naming its field and value (None: none)."""
     for field, feature in REFUSED_FIELDS:
+        if field in MAMBA2_BLOCK_FIELDS and model_type in MAMBA2_BLOCK_TYPES:
+            continue
         if config.get(field) not in (None, [], {}):
             value = config[field]
             shown = value if isinstance(value, (int, float, str)) and len(str(value)) < 40 else type(value).__name__

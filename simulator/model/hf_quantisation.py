@@ -36,22 +36,26 @@ _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 # gpt-oss's fused experts. A module is excluded when every linear of one scheme is.
 _ATTENTION_MHA = (("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"),)
 _MLP = (("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"), ("mlp.gate_up_proj", "mlp.down_proj"),
-        ("feed_forward.gate_proj", "feed_forward.up_proj", "feed_forward.down_proj"))
+        ("feed_forward.gate_proj", "feed_forward.up_proj", "feed_forward.down_proj"),
+        ("mixer.up_proj", "mixer.down_proj"))
 _EXPERTS = (("mlp.experts.0.gate_proj", "mlp.experts.0.up_proj", "mlp.experts.0.down_proj"),
             ("block_sparse_moe.experts.0.w1", "block_sparse_moe.experts.0.w2", "block_sparse_moe.experts.0.w3"),
             ("mlp.experts.gate_up_proj", "mlp.experts.down_proj"),
-            ("feed_forward.experts.gate_up_proj", "feed_forward.experts.down_proj"))
+            ("feed_forward.experts.gate_up_proj", "feed_forward.experts.down_proj"),
+            ("mixer.experts.0.up_proj", "mixer.experts.0.down_proj"))
 _SHARED = (("mlp.shared_experts.gate_proj", "mlp.shared_experts.up_proj", "mlp.shared_experts.down_proj"),
            ("mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj", "mlp.shared_expert.down_proj"),
            ("feed_forward.shared_expert.gate_proj", "feed_forward.shared_expert.up_proj",
-            "feed_forward.shared_expert.down_proj"))
+            "feed_forward.shared_expert.down_proj"),
+           ("mixer.shared_experts.up_proj", "mixer.shared_experts.down_proj"))
 
 # Layer prefixes of the checkpoints in use: a multimodal checkpoint nests its decoder.
-_PREFIXES = ("language_model.model.layers.", "model.language_model.layers.", "model.layers.", "layers.")
+_PREFIXES = ("language_model.model.layers.", "model.language_model.layers.", "model.layers.", "backbone.layers.",
+             "layers.")
 
 # Entries that name something other than a quantisable linear of the decoder: read silently.
 _NOT_A_LINEAR = re.compile(r"norm|bias|gate$|gate\*?$|\.gate\b|router|embed|vision|visual|mm_projector|"
-                           r"multi_modal_projector|patch_merge|mtp|eh_proj|shared_head|indexer|lm_head|head$")
+                           r"multi_modal_projector|patch_merge|mtp|eh_proj|shared_head|indexer|lm_head|head$|conv1d")
 
 
 def _matcher(patterns: list[str]) -> Callable[[str], bool]:
@@ -84,6 +88,9 @@ def _is_moe_layer(spec: dict[str, Any], index: int) -> bool:
     """ModelSpec.layer_is_moe on the spec's fields before the ModelSpec exists."""
     if int(spec.get("moe_experts") or 1) <= 1:
         return False
+    pattern = spec.get("block_pattern")
+    if pattern:
+        return str(pattern)[index] == "E"  # Nemotron-H: the pattern's MoE blocks
     if index < int(spec.get("moe_first_dense_layers") or 0) or index in (spec.get("moe_dense_layer_indices") or []):
         return False
     return (index + 1) % int(spec.get("moe_layer_step") or 1) == 0
@@ -96,7 +103,26 @@ _LINEAR_ATTENTION = (("linear_attn.in_proj_qkv", "linear_attn.in_proj_z", "linea
                      ("linear_attn.in_proj_qkvz", "linear_attn.in_proj_ba", "linear_attn.out_proj"))
 
 
+# Nemotron-H's mixers (NemotronHBlock.mixer), costed as 'attention': the attention blocks' and the Mamba-2 blocks'
+# projections (the convolution is not a linear).
+_NEMOTRON_H = (("mixer.q_proj", "mixer.k_proj", "mixer.v_proj", "mixer.o_proj"), ("mixer.in_proj", "mixer.out_proj"))
+
+
+def _present(spec: dict[str, Any], module: str, index: int) -> bool:
+    """Does layer ``index`` hold ``module`` ('attention', 'mlp', 'experts', 'shared')?"""
+    pattern = spec.get("block_pattern")
+    moe = _is_moe_layer(spec, index)
+    if module == "shared" and not spec.get("moe_shared_experts"):
+        return False
+    if pattern:
+        # Nemotron-H: one mixer ('M', '*') or one FFN ('-' dense, 'E' MoE) per layer.
+        return str(pattern)[index] in {"attention": "M*", "mlp": "-", "experts": "E", "shared": "E"}[module]
+    return not ((module == "mlp" and moe) or (module in ("experts", "shared") and not moe))
+
+
 def _attention_names(spec: dict[str, Any]) -> tuple[tuple[str, ...], ...]:
+    if spec.get("block_pattern"):
+        return _NEMOTRON_H
     if spec.get("linear_value_heads"):
         return _ATTENTION_MHA + _LINEAR_ATTENTION
     if not spec.get("kv_lora_rank"):
@@ -132,10 +158,7 @@ def _excluded_layers(spec: dict[str, Any], patterns: list[str]) -> dict[str, tup
     for module, schemes in modules.items():
         hits, present = 0.0, 0
         for i in range(layers):
-            moe = _is_moe_layer(spec, i)
-            if (module == "mlp" and moe) or (module in ("experts", "shared") and not moe):
-                continue
-            if module == "shared" and not spec.get("moe_shared_experts"):
+            if not _present(spec, module, i):
                 continue
             present += 1
             shares = []

@@ -1,7 +1,7 @@
 """Layer specs: the operators of one forward pass, with weight shapes per GPU.
 
 Why this module is over 600 lines: one builder makes every kind of layer (attention, MLA with DSA's indexer,
-Gated DeltaNet, MLP, MoE), and its methods share the fusion, precision and tensor-parallel rules written here once.
+Gated DeltaNet, Mamba-2, MLP, MoE), and its methods share the fusion, precision and tensor-parallel rules written here once.
 
 ``build_operators`` turns a ModelSpec + Precision + tensor-parallel degree into a tuple of
 operators. Each operator knows *what it does* for a :class:`~simulator.model.step.Step`
@@ -126,6 +126,7 @@ from simulator.model.routing import (
     remote_gpus_per_token,
 )
 from simulator.model.sparse_linear_operators import GatedDeltaNet, Indexer, state_bytes_per_element
+from simulator.model.state_space_operators import Mamba2
 
 
 def flash_query_tile_rows(gpu: GPUSpec, head_dim: int, activation_bytes: float) -> int:
@@ -298,8 +299,9 @@ class _Builder:
         params = width * (2 if self.model.norm == "layernorm" else 1)
         return self.elementwise(name, width, width, NORM_FLOPS_PER_ELEMENT * width, weights=params, count=count)
 
-    def allreduce(self, name: str) -> AllReduce:
-        return AllReduce(name=name, count=self.model.num_layers, width=self.model.hidden_size, tp=self.tp,
+    def allreduce(self, name: str, count: int | None = None) -> AllReduce:
+        return AllReduce(name=name, count=self.model.num_layers if count is None else count,
+                         width=self.model.hidden_size, tp=self.tp,
                          activation_bytes_per_element=self.b_a, compute_dtype=self.precision.activation_dtype)
 
     def build(self) -> tuple[Operator, ...]:
@@ -318,20 +320,26 @@ class _Builder:
                 activation_bytes_per_element=embed_b,
                 compute_dtype=self.precision.activation_dtype,
             ),
-            self.norm("attn_norm"),
         ]
+        # A Nemotron-H model's layers are blocks of one mixer or one FFN, each with its own norm and residual add
+        # (NemotronHBlock): the mixer's norm, all-reduce and add count its mixer blocks, the FFN's its FFN blocks.
+        mixers, ffns = model.mixer_layers, model.ffn_layers
+        ops.append(self.norm("attn_norm", count=mixers))
         ops += self.latent_attention() if model.is_mla else self.attention()
         if model.linear_layers:
             ops += self.linear_attention()
+        if model.mamba_layers:
+            ops += self.mamba()
         if not model.parallel_attention:
             if tp > 1:
-                ops.append(self.allreduce("attn_allreduce"))
+                ops.append(self.allreduce("attn_allreduce", count=mixers))
             if model.norms_per_layer == 4:
                 ops.append(self.norm("post_attn_norm"))
-            ops.append(self.elementwise("attn_residual", 2 * H, H, ADD_FLOPS_PER_ELEMENT * H, fused_read=H, residual=True))
+            ops.append(self.elementwise("attn_residual", 2 * H, H, ADD_FLOPS_PER_ELEMENT * H, fused_read=H, residual=True,
+                                        count=mixers))
             if model.norms_per_layer >= 2:
-                ops.append(self.norm("mlp_norm"))
-        dense_layers = model.num_layers - model.moe_layers
+                ops.append(self.norm("mlp_norm", count=ffns))
+        dense_layers = model.dense_mlp_layers
         if dense_layers:
             F = model.ffn_size
             if F % tp:
@@ -340,7 +348,7 @@ class _Builder:
         if model.moe_layers:
             ops += self.moe()
         if tp > 1:
-            ops.append(self.allreduce("mlp_allreduce"))
+            ops.append(self.allreduce("mlp_allreduce", count=ffns))
         if model.parallel_attention:
             # x + attention(x) + mlp(x): one add reading three vectors.
             ops.append(self.elementwise("residual", 3 * H, H, 2 * ADD_FLOPS_PER_ELEMENT * H, fused_read=2 * H,
@@ -348,7 +356,8 @@ class _Builder:
         else:
             if model.norms_per_layer == 4:
                 ops.append(self.norm("post_mlp_norm"))
-            ops.append(self.elementwise("mlp_residual", 2 * H, H, ADD_FLOPS_PER_ELEMENT * H, fused_read=H, residual=True))
+            ops.append(self.elementwise("mlp_residual", 2 * H, H, ADD_FLOPS_PER_ELEMENT * H, fused_read=H, residual=True,
+                                        count=ffns))
         ops.append(self.norm("final_norm", count=1))
         vocab_gpu = -(-model.vocab_size // tp)
         tied = model.tied_embeddings
@@ -524,6 +533,33 @@ class _Builder:
             self.gemm("linear_out_proj", value // tp, H, value * H, 0, 0, count=count, data_parallel=dp),
         ]
 
+    def mamba(self) -> list[Operator]:
+        """The Mamba-2 mixers of a Nemotron-H model, split by heads and groups over ``tp`` as vLLM's ``MambaMixer2``.
+
+        in_proj (hidden -> z, x of I each, B, C of G x N each, dt of one per head) is column-parallel, out_proj
+        (I -> hidden) row-parallel; the convolution (K weights and a bias per channel), A_log, D and dt_bias (one per
+        head) and the gated norm's weight (I) belong to the scan operator (transformers' ``NemotronHMamba2Mixer``;
+        state-spaces/mamba ``Mamba2``).
+        """
+        model, tp, dp = self.model, self.attention_tp, self.attention_dp
+        H, count = model.hidden_size, model.mamba_layers
+        heads, P, N, G = model.mamba_heads, model.mamba_head_dim, model.mamba_state_size, model.mamba_groups
+        if heads % tp or G % tp:
+            raise InputError(f"--tp: {tp} does not divide the {heads} Mamba-2 heads and {G} groups of {model.name}")
+        inner, conv = model.mamba_inner_size, model.mamba_conv_channels
+        projection = inner + conv + heads  # z, then x B C (the convolution's channels), then dt
+        params = conv * (model.mamba_conv_kernel + 1) + 3 * heads + inner
+        b_state = state_bytes_per_element(model.mamba_state_dtype, self.b_a)
+        return [
+            self.gemm("mamba_in_proj", H, projection // tp, H * projection, 0, 0, count=count, data_parallel=dp),
+            Mamba2(name="mamba", count=count, heads=heads // tp, head_dim=P, state_size=N, groups=G // tp,
+                   conv_kernel=model.mamba_conv_kernel, state_bytes_per_element=b_state,
+                   activation_bytes_per_element=self.b_a, compute_dtype=self.precision.activation_dtype,
+                   params=params, resident_bytes=params // tp * self.b_a, chunk_tokens=model.mamba_chunk_size,
+                   data_parallel=dp),
+            self.gemm("mamba_out_proj", inner // tp, H, inner * H, 0, 0, count=count, data_parallel=dp),
+        ]
+
     def mlp(self, prefix: str, F: int, F_gpu: int, count: int, module: str) -> list[Operator]:
         """A dense MLP (or the shared experts, ``prefix`` 'shared_') of width F, F_gpu per GPU, on ``count`` layers."""
         H = self.model.hidden_size
@@ -548,6 +584,10 @@ class _Builder:
         MoE layers (simulator.model.routing)."""
         model, tp, ep = self.model, self.tp, self.ep
         H, E, k = model.hidden_size, model.moe_experts, model.moe_top_k
+        # Latent MoE (Nemotron-3 Super/Ultra: NemotronHMoE.fc1_latent_proj): the routed experts read and write a
+        # latent of D = moe_latent_size, projected from the hidden state before dispatch and back after the combine;
+        # the router and the shared experts read the hidden state.
+        D = model.moe_latent_size or H
         count = model.moe_layers
         expert_tp = tp // ep  # ep is 1 (experts split by columns/rows over tp) or tp (whole experts per GPU)
         F_e = model.expert_ffn_size
@@ -587,6 +627,11 @@ class _Builder:
 
         ops: list[Operator] = [
             self.gemm("router", H, E, H * E, E, E, count=count, module="router"),
+        ]
+        if model.moe_latent_size:
+            # Replicated, whole on every GPU (vLLM's NemotronHMoE: ReplicatedLinear; TensorRT-LLM likewise).
+            ops.append(self.gemm("moe_latent_in_proj", H, D, H * D, D, D, count=count, module="mlp"))
+        ops += [
             # Routing runs as kernels of its own in every engine (vLLM/SGLang: topk_softmax, then
             # moe_align_block_size sorting the (token, expert) rows by expert; TensorRT-LLM: its routing
             # kernel, then the expert maps): a softmax and top-k over the E logits, writing k ids and k
@@ -596,22 +641,24 @@ class _Builder:
         ]
         if ep > 1:
             share = remote_gpus_per_token(E, k, ep) if self.routing_skew == 0 else busiest_share(q_all, ep)
-            dispatch = AllToAll(name="moe_dispatch", count=count, width=H, tp=tp, ep=ep, remote_share=share,
+            dispatch = AllToAll(name="moe_dispatch", count=count, width=D, tp=tp, ep=ep, remote_share=share,
                                 activation_bytes_per_element=self.b_a, compute_dtype=self.precision.activation_dtype)
             ops.append(dispatch)
         act = ACTIVATION_FLOPS_PER_ELEMENT * F_gpu * rows
         if model.gated_mlp:
-            ops.append(experts("experts_gate_up", H, 2 * F_gpu, 2 * H * F_e, 2 * F_e, write=F_gpu if fused else None))
+            ops.append(experts("experts_gate_up", D, 2 * F_gpu, 2 * D * F_e, 2 * F_e, write=F_gpu if fused else None))
             ops.append(self.elementwise("experts_activation", 2 * F_gpu * rows, F_gpu * rows, act, count=count))
         else:
-            ops.append(experts("experts_up", H, F_gpu, H * F_e, F_e))
+            ops.append(experts("experts_up", D, F_gpu, D * F_e, F_e))
             ops.append(self.elementwise("experts_activation", F_gpu * rows, F_gpu * rows, act, count=count))
-        ops.append(experts("experts_down", F_gpu, H, F_e * H, H))
+        ops.append(experts("experts_down", F_gpu, D, F_e * D, D))
         # The k expert outputs of a token are weighted and summed by a kernel of their own (vLLM's and
         # SGLang's moe_sum, TensorRT-LLM's finalizeMoeRouting): it reads the rows the down GEMM wrote.
-        ops.append(self.unfused("experts_combine", rows * H, H, 2.0 * rows * H, count))
+        ops.append(self.unfused("experts_combine", rows * D, D, 2.0 * rows * D, count))
         if ep > 1:
             ops.append(replace(dispatch, name="moe_combine"))  # the same bytes back to the tokens' GPUs
+        if model.moe_latent_size:
+            ops.append(self.gemm("moe_latent_out_proj", D, H, D * H, H, H, count=count, module="mlp"))
         if model.moe_shared_experts:
             F_s = model.moe_shared_experts * model.shared_expert_ffn_size
             if F_s % tp:

@@ -19,6 +19,7 @@ from simulator.model.routing import (
     row_tiles,
 )
 from simulator.model.sparse_linear_operators import GatedDeltaNet, Indexer, topk_step
+from simulator.model.state_space_operators import Mamba2
 from simulator.model.step import Number, Step, ceil_div
 from simulator.model.work import Work
 from simulator.model.work import active as _active
@@ -552,5 +553,5 @@ class AllToAll:
         )
 
 
-Operator = (Gemm | ExpertGemm | Attention | LatentAttention | Indexer | GatedDeltaNet | Elementwise | Embedding | AllReduce
-            | AllToAll)
+Operator = (Gemm | ExpertGemm | Attention | LatentAttention | Indexer | GatedDeltaNet | Mamba2 | Elementwise | Embedding
+            | AllReduce | AllToAll)
