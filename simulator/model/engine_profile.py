@@ -38,7 +38,8 @@ engine before 0.6, ``vllm-v0.6.yaml`` the V0 engine of 0.6 and 0.7):
 - ``gemm_accumulate``: ``fp16`` when the engine's FP16 GEMMs accumulate in FP16 (llama.cpp), which
   GeForce parts run at twice their FP32-accumulate tensor rate (``GPUSpec.fp16_accumulate_flops``).
 - ``scheduler``: the engine's defaults (kind, max sequences, token budget, KV block size, the most
-  tokens one forward pass carries).
+  tokens one forward pass carries), with other values on GPUs of more memory (``large_gpu``, vLLM) or by
+  tiers of GPU memory (``by_gpu_memory``, SGLang; also the CUDA-graph bound), applied by :meth:`EngineProfile.for_gpu`.
 - ``client``: the client path a benchmark client's TTFT holds beyond the engine (HTTP and hand-off to
   the engine core, tokenisation per prompt token, first streamed chunk; :mod:`simulator.cost.client_path`).
 
@@ -51,7 +52,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from simulator.errors import InputError
 from simulator.files import is_file
@@ -140,6 +141,23 @@ class LargeGpuDefaults(BaseModel):
         return hbm_bytes >= self.min_hbm_bytes and not any(x.lower() in name.lower() for x in self.exclude_names)
 
 
+class GpuMemoryTier(BaseModel):
+    """Defaults an engine picks on GPUs with less than ``below_hbm_bytes`` of memory (SGLang's
+    ``ServerArgs._handle_gpu_memory_settings``: chunked_prefill_size and cuda_graph_max_bs by GPU memory).
+
+    A field left None keeps the profile's own value. See :attr:`SchedulerDefaults.by_gpu_memory`.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    below_hbm_bytes: float = Field(gt=0.0, le=2.0**50)
+    """the tier holds GPUs with less memory than this (bytes; SGLang compares MiB, so N GiB = N * 2**30)"""
+    max_num_seqs: int | None = Field(default=None, ge=1, le=1 << 20)
+    max_batched_tokens: int | None = Field(default=None, ge=1, le=1 << 24)
+    graph_max_batch: int | None = Field(default=None, ge=0, le=1 << 20)
+    """the largest step replayed from a CUDA graph on these GPUs (``graphs.max_batch``)"""
+
+
 class SchedulerDefaults(BaseModel):
     """The engine's default scheduler settings (names as simulator.engine.scheduler.SchedulerConfig)."""
 
@@ -155,11 +173,24 @@ class SchedulerDefaults(BaseModel):
     come fits (``fit``); see simulator.engine.scheduler"""
     large_gpu: LargeGpuDefaults | None = None
     """other max_num_seqs / max_batched_tokens on GPUs with a lot of memory (:meth:`EngineProfile.for_gpu`)"""
+    by_gpu_memory: list[GpuMemoryTier] = Field(default_factory=list)
+    """defaults by GPU memory, smallest bound first: a GPU takes the first tier whose ``below_hbm_bytes`` exceeds its
+    memory, and GPUs at or above the last bound keep the profile's own values (:meth:`EngineProfile.for_gpu`).
+    For engines with several memory tiers (SGLang); ``large_gpu`` is vLLM's one threshold with names excluded"""
     pass_tokens: int | None = Field(default=None, ge=1, le=1 << 24)
     """the most tokens one forward pass carries (llama.cpp's n_ubatch); None: no limit. A static batch
     prefills in passes of at most this many tokens and a chunked token budget is cut to it (a larger
     logical batch runs as several passes, each reading the weights again); see simulator.plan.engine_run.scheduler_config.
     A static batch's decode steps are not split (a simplification for batches of more sequences than this)"""
+
+    @model_validator(mode="after")
+    def _tiers_ascend(self) -> SchedulerDefaults:
+        bounds = [tier.below_hbm_bytes for tier in self.by_gpu_memory]
+        if any(upper <= lower for lower, upper in zip(bounds, bounds[1:], strict=False)):
+            raise ValueError("scheduler.by_gpu_memory: tiers must be listed by strictly increasing below_hbm_bytes")
+        if self.by_gpu_memory and self.large_gpu is not None:
+            raise ValueError("scheduler: give large_gpu or by_gpu_memory, not both")
+        return self
 
 
 class EngineProfile(BaseModel):
@@ -216,7 +247,18 @@ class EngineProfile(BaseModel):
     :mod:`simulator.cost.client_path`"""
 
     def for_gpu(self, name: str, hbm_bytes: float) -> EngineProfile:
-        """This profile with the scheduler defaults the engine picks on this GPU (``scheduler.large_gpu``)."""
+        """This profile with the scheduler defaults the engine picks on this GPU (``scheduler.large_gpu`` or
+        ``scheduler.by_gpu_memory``)."""
+        tier = next((t for t in self.scheduler.by_gpu_memory if hbm_bytes < t.below_hbm_bytes), None)
+        if tier is not None:
+            update: dict[str, object] = {"by_gpu_memory": []}
+            if tier.max_num_seqs is not None:
+                update["max_num_seqs"] = tier.max_num_seqs
+            if tier.max_batched_tokens is not None:
+                update["max_batched_tokens"] = tier.max_batched_tokens
+            graphs = self.graphs if tier.graph_max_batch is None else \
+                self.graphs.model_copy(update={"max_batch": tier.graph_max_batch})
+            return self.model_copy(update={"scheduler": self.scheduler.model_copy(update=update), "graphs": graphs})
         large = self.scheduler.large_gpu
         if large is None or not large.applies_to(name, hbm_bytes):
             return self
