@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import shlex
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +185,22 @@ def test_colocated_llm_d_and_dynamo_are_valid_too():
     crd_validator("dynamographdeployment-v1alpha1.json").validate(graph)
     assert graph["spec"]["services"]["VllmWorker"]["replicas"] == 2
     assert "subComponentType" not in graph["spec"]["services"]["VllmWorker"]
+
+
+@pytest.mark.parametrize("router", typing.get_args(RunSettings.model_fields["router"].annotation))
+def test_every_router_has_a_counterpart_on_llm_d_and_dynamo(router):
+    # --router prefix came after the manifests and ended in KeyError: 'prefix' (the long fuzz profile found it).
+    run = small(replicas=2, router=router)
+    files, _ = deployment_manifests(run, "llm-d")
+    config = yaml.safe_load(next(o for o in files["endpoint-picker.yaml"] if o["kind"] == "ConfigMap")["data"]["epp-config.yaml"])
+    scorers = [p["type"] for p in config["plugins"] if p["type"].endswith("-scorer")]
+    expected = {"round_robin": ["queue-scorer"], "least_outstanding": ["queue-scorer"],
+                "least_kv": ["kv-cache-utilization-scorer"], "prefix": ["prefix-cache-scorer", "queue-scorer"]}
+    assert scorers == expected[router]
+    (profile,) = config["schedulingProfiles"]
+    assert [r["pluginRef"] for r in profile["plugins"]] == [*expected[router], "max-score-picker"]
+    graph = deployment_manifests(run, "dynamo")[0]["dynamographdeployment.yaml"][0]
+    crd_validator("dynamographdeployment-v1alpha1.json").validate(graph)
 
 
 def test_the_schemas_catch_a_misspelt_field():

@@ -291,6 +291,8 @@ def summary(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     path = Path(os.environ.get("MEMWALL_FUZZ_REPORT") or tmp_path_factory.getbasetemp() / "fuzz-report.txt")
     path.write_text(summary_text(TALLY), encoding="utf-8")
     print(f"\nfuzz summary written to {path}")
+    if TALLY.failures:  # the long profile records every failure, then fails once with the report's path
+        pytest.fail(f"{len(TALLY.failures)} problems in the long fuzz profile; see {path}", pytrace=False)
 
 
 def summary_text(tally: Tally) -> str:

@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 RELEASE = "0.9.0"
 IMAGES = {"vllm": f"nvcr.io/nvidia/ai-dynamo/vllm-runtime:{RELEASE}", "sglang": f"nvcr.io/nvidia/ai-dynamo/sglang-runtime:{RELEASE}"}
 # The simulated router's policy as the Frontend's router mode (DYN_ROUTER_MODE): Dynamo's KV router places by
-# cached blocks and load; round_robin is its own mode; least_outstanding has no match and gets the KV router.
-ROUTER_MODES = {"round_robin": "round-robin", "least_outstanding": "kv", "least_kv": "kv"}
+# cached blocks and load (as --router prefix does); round_robin is its own mode; least_outstanding has no match
+# and gets the KV router.
+ROUTER_MODES = {"round_robin": "round-robin", "least_outstanding": "kv", "least_kv": "kv", "prefix": "kv"}
 SERVICE_NAMES = {"vllm": {"server": "VllmWorker", "prefill": "VllmPrefillWorker", "decode": "VllmDecodeWorker"},
                  "sglang": {"server": "SGLangWorker", "prefill": "SGLangPrefillWorker", "decode": "SGLangDecodeWorker"}}
 

@@ -23,7 +23,10 @@ SIDECAR_IMAGE = "ghcr.io/llm-d/llm-d-routing-sidecar:v0.3.0"
 EPP_PORT, EPP_HEALTH_PORT = 9002, 9003
 DECODE_ENGINE_PORT = 8200  # vLLM behind the routing sidecar, as in llm-d's guides
 # The simulated router's policy as the endpoint picker's scorer (both pick the least loaded pod by that measure).
-SCORERS = {"round_robin": "queue-scorer", "least_outstanding": "queue-scorer", "least_kv": "kv-cache-utilization-scorer"}
+# The simulated router's policy as the endpoint picker's scorers (llm-d inference scheduler plugins): prefix places by
+# cached prefix and load, as --router prefix does, so it scores both.
+SCORERS = {"round_robin": ("queue-scorer",), "least_outstanding": ("queue-scorer",),
+           "least_kv": ("kv-cache-utilization-scorer",), "prefix": ("prefix-cache-scorer", "queue-scorer")}
 
 
 def only_vllm(engine: str) -> str:
@@ -31,23 +34,25 @@ def only_vllm(engine: str) -> str:
             f"{engine}: run with --engine vllm, or use --deploy dynamo or --deploy k8s")
 
 
-def _scheduler_config(disaggregated: bool, scorer: str) -> str:
+def _scheduler_config(disaggregated: bool, scorers: tuple[str, ...]) -> str:
     """The endpoint picker's EndpointPickerConfig (YAML text): llm-d's pd-profile-handler with threshold 0 (every
-    request is disaggregated, as the simulated pools are) or one decode profile."""
+    request is disaggregated, as the simulated pools are) or one decode profile; each scorer weighted 1."""
+    plugins = "".join(f"- type: {scorer}\n" for scorer in scorers)
+    refs = "".join(f"  - pluginRef: {scorer}\n    weight: 1.0\n" for scorer in scorers)
     if disaggregated:
         return (
             "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n"
-            f"- type: prefill-header-handler\n- type: prefill-filter\n- type: decode-filter\n- type: {scorer}\n"
+            f"- type: prefill-header-handler\n- type: prefill-filter\n- type: decode-filter\n{plugins}"
             "- type: max-score-picker\n- type: pd-profile-handler\n  parameters:\n    threshold: 0\n"
             "schedulingProfiles:\n"
-            f"- name: prefill\n  plugins:\n  - pluginRef: prefill-filter\n  - pluginRef: {scorer}\n    weight: 1.0\n"
+            f"- name: prefill\n  plugins:\n  - pluginRef: prefill-filter\n{refs}"
             "  - pluginRef: max-score-picker\n"
-            f"- name: decode\n  plugins:\n  - pluginRef: decode-filter\n  - pluginRef: {scorer}\n    weight: 1.0\n"
+            f"- name: decode\n  plugins:\n  - pluginRef: decode-filter\n{refs}"
             "  - pluginRef: max-score-picker\n"
         )
     return ("apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n"
-            f"- type: {scorer}\n- type: max-score-picker\n- type: single-profile-handler\nschedulingProfiles:\n"
-            f"- name: default\n  plugins:\n  - pluginRef: {scorer}\n    weight: 1.0\n  - pluginRef: max-score-picker\n")
+            f"{plugins}- type: max-score-picker\n- type: single-profile-handler\nschedulingProfiles:\n"
+            f"- name: default\n  plugins:\n{refs}  - pluginRef: max-score-picker\n")
 
 
 def _server(run: "EngineRun", engine: str, worker: common.Worker, name: str, pool_labels: dict[str, str],
@@ -141,6 +146,6 @@ def manifests(run: "EngineRun") -> tuple[dict[str, list[dict[str, Any]]], list[s
     config = _scheduler_config(disaggregated, SCORERS[run.settings.router])
     pods = ", ".join(f"{s['spec']['replicas']} {s['metadata']['labels']['llm-d.ai/role']}" for s in servers)
     notes = [f"llm-d: {pods} pod(s) in InferencePool {name}; endpoint picker {name}-epp "
-             f"({'prefill then decode profile' if disaggregated else 'one decode profile'}, {SCORERS[run.settings.router]}); "
+             f"({'prefill then decode profile' if disaggregated else 'one decode profile'}, {' + '.join(SCORERS[run.settings.router])}); "
              "route your Gateway's HTTPRoute to the InferencePool"]
     return {"modelserver.yaml": servers, "inferencepool.yaml": [pool], "endpoint-picker.yaml": _picker(name, name, config)}, notes
