@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import typing
 
 import pytest
 import yaml
@@ -21,6 +22,7 @@ from simulator.cli import main
 from simulator.model.registry import config_files
 from simulator.plan.error_bands import band_reading, band_text
 from simulator.plan.run import simulate_settings
+from simulator.plan.settings import RunSettings
 from simulator.report.run_report import write_per_request_csv
 from simulator.report.vllm_format import launch_command
 
@@ -235,6 +237,18 @@ def test_replicas_print_one_server_each_and_a_router():
     command = launch_command(run, "vllm")
     assert command.count("vllm serve meta-llama/Meta-Llama-3-8B --port ") == 2
     assert "vllm-router --policy round_robin --worker-urls http://localhost:8000 http://localhost:8001" in command
+
+
+@pytest.mark.parametrize("router, policy", [("round_robin", "round_robin"), ("least_outstanding", "power_of_two"),
+                                            ("least_kv", "power_of_two"), ("prefix", "cache_aware")])
+def test_every_router_prints_its_policy(router, policy):
+    # --router prefix came after the launch commands and ended in KeyError: 'prefix' (the long fuzz profile).
+    assert set(typing.get_args(RunSettings.model_fields["router"].annotation)) == {
+        "round_robin", "least_outstanding", "least_kv", "prefix"}
+    run = simulate_settings({"model": "llama3-8b", "gpu": "h100", "qps": 4, "requests": 20, "replicas": 2,
+                             "router": router, "prefix_caching": router == "prefix"})
+    for engine in ("vllm", "sglang"):
+        assert f"--policy {policy} --worker-urls http://localhost:" in launch_command(run, engine)
 
 
 def test_the_cli_prints_the_disaggregated_command_set():

@@ -167,8 +167,10 @@ SGLANG_BOOTSTRAP_PORT = 8998  # SGLang's default --disaggregation-bootstrap-port
 ROUTER_PORT = 30000
 
 # The simulated router's policy in the routers' words (vllm-router and sglang_router take the same names); the
-# two load-aware policies have no exact match: power_of_two (the less loaded of two random workers) is nearest.
-ROUTER_POLICIES = {"round_robin": "round_robin", "least_outstanding": "power_of_two", "least_kv": "power_of_two"}
+# two load-aware policies have no exact match: power_of_two (the less loaded of two random workers) is nearest;
+# cache_aware keeps a prefix tree per worker and balances load, as --router prefix does.
+ROUTER_POLICIES = {"round_robin": "round_robin", "least_outstanding": "power_of_two", "least_kv": "power_of_two",
+                   "prefix": "cache_aware"}
 
 
 def served_model(model: Any) -> tuple[str, str]:
