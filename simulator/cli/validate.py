@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -314,13 +315,36 @@ def _check_outputs(plot_path: Path | None, bands_out: Path | None, write: bool) 
         check_output_path(bands_out or bands_file(), "--bands-out" if bands_out else "--write-bands", (".json",))
 
 
-def run_validation(table: Path, jobs: int = 1, kernels: str = "roofline") -> tuple[Validation, float]:
+class StatusLine:
+    """What the validation is doing, as one line on stderr rewritten in place; only when stderr is a terminal
+    (a redirected or captured stderr gets nothing), and wiped when done."""
+
+    def __init__(self, enabled: bool | None = None) -> None:
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.started = time.perf_counter()
+        self._shown = 0
+
+    def __call__(self, message: str) -> None:
+        if not self.enabled:
+            return
+        line = f"validate [{time.perf_counter() - self.started:4.0f} s] {message}"
+        click.echo("\r" + line.ljust(self._shown), err=True, nl=False)
+        self._shown = len(line)
+
+    def close(self) -> None:
+        if self.enabled and self._shown:
+            click.echo("\r" + " " * self._shown + "\r", err=True, nl=False)
+            self._shown = 0
+
+
+def run_validation(table: Path, jobs: int = 1, kernels: str = "roofline",
+                   progress: Callable[[str], None] | None = None) -> tuple[Validation, float]:
     started = time.perf_counter()
     rows = load_table(table)
     if not rows:
         raise InputError(f"--csv: {table}: the table has no rows")
     with Replayer(kernels=kernels) as replayer:
-        result = cross_validate(rows, replayer, workers=jobs)
+        result = cross_validate(rows, replayer, progress=progress, workers=jobs)
     return result, time.perf_counter() - started
 
 
@@ -375,7 +399,11 @@ def validate_command(table: Path | None, as_json: bool, no_rows: bool, plot_path
     _check_outputs(plot_path, bands_out, write_bands)
     if html_path is not None:
         check_html_path(html_path)  # before minutes of replaying, as the other outputs
-    v, seconds = run_validation(table, jobs or _cpus(), kernels)
+    status = StatusLine()  # what is being done, on stderr, when that is a terminal
+    try:
+        v, seconds = run_validation(table, jobs or _cpus(), kernels, status)
+    finally:
+        status.close()
     if write_bands:
         target = bands_out or bands_file()
         document = bands_document(residuals(v.scored), {

@@ -22,7 +22,7 @@ from simulator.model.loader import (
     validate,
 )
 from simulator.model.precision import parse_precision
-from simulator.model.registry import config_files
+from simulator.model.registry import config_files, find_named
 
 # Upper bounds on a model's sizes: far above any published model, low enough that a unit slip
 # (a context in bytes, a width of 1e12) is caught and products of them (weights = layers x
@@ -438,7 +438,11 @@ def _model_files() -> list[Path]:
 
 def list_models() -> list[ModelSpec]:
     """Every model config: $MEMWALL_CONFIG_DIR's first, then the shipped ones (registry.config_files)."""
-    return [load_validated(ModelSpec, path) for path in _model_files()]
+    return [_load_model_config(path) for path in _model_files()]
+
+
+def _load_model_config(path: Path) -> ModelSpec:
+    return load_validated(ModelSpec, path)
 
 
 def load_model_file(path: Path) -> ModelSpec:
@@ -518,13 +522,10 @@ def load_model(name_or_path: str) -> ModelSpec:
     """A shipped model by name or alias (case-insensitive), or a YAML / config.json / model folder by path."""
     if looks_like_path(name_or_path) or _names_a_folder(name_or_path):
         return load_model_file(Path(name_or_path))
-    wanted = name_or_path.lower()
-    known: list[str] = []
-    for model in list_models():
-        names = [model.name, *model.aliases]
-        if wanted in (n.lower() for n in names):
-            return model
-        known.extend(names)
+    found = find_named("models", name_or_path, _load_model_config, lambda model: [model.name, *model.aliases])
+    if found is not None:
+        return found
+    known = [n for model in list_models() for n in (model.name, *model.aliases)]
     raise InputError(
         f"--model: unknown model '{name_or_path}'{suggest(name_or_path, known)}; "
         f"known: {', '.join(m.name for m in list_models())} (or a path to a YAML, a config.json or a model folder)"

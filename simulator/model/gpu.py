@@ -72,7 +72,7 @@ from simulator.model.loader import (
     validate,
 )
 from simulator.model.precision import DTYPE_BYTES
-from simulator.model.registry import config_files
+from simulator.model.registry import config_files, find_named
 
 # (low, high, unit) per field, checked when a GPU is read from a file (validation context
 # {"plausible": True}). Sources for the edges:
@@ -312,13 +312,10 @@ def _load_gpu_path(path: Path, chain: tuple[Path, ...]) -> GPUSpec:
 
 
 def _load_gpu_name(name_or_path: str) -> GPUSpec:
-    wanted = name_or_path.lower()
-    known: list[str] = []
-    for gpu in list_gpus():
-        names = [gpu.name, *gpu.aliases]
-        if wanted in (n.lower() for n in names):
-            return gpu
-        known.extend(names)
+    found = find_named("gpus", name_or_path, _load_gpu_file, lambda gpu: [gpu.name, *gpu.aliases])
+    if found is not None:
+        return found
+    known = [n for gpu in list_gpus() for n in (gpu.name, *gpu.aliases)]
     raise InputError(
         f"--gpu: unknown GPU '{name_or_path}'{suggest(name_or_path, known)}; "
         f"known: {', '.join(g.name for g in list_gpus())} (or a path to a GPU YAML file)"

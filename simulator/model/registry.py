@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable, Iterable
 from importlib import resources
 from pathlib import Path
+from typing import TypeVar
 
 from simulator.errors import InputError
 
@@ -88,6 +90,43 @@ def _yaml_files(folder: Path) -> list[Path]:
     if listed is None or listed[0] != stamp:
         listed = _LISTINGS[folder] = (stamp, sorted(folder.glob("*.yaml")))
     return list(listed[1])
+
+
+Config = TypeVar("Config")
+
+_NAMED: dict[tuple[str, str, tuple[Path, ...]], Path] = {}
+NAMED_KEPT = 4096
+"""Names whose file :func:`find_named` remembers (forgotten all at once past this many)."""
+
+
+def find_named(kind: str, name: str, load: Callable[[Path], Config],
+               names: Callable[[Config], Iterable[str]]) -> Config | None:
+    """The config of ``kind`` (``models``, ``gpus``) that ``name`` names, case-insensitively, or None.
+
+    The configs of :func:`config_files` are loaded with ``load`` (every one of them, so a broken
+    file is reported whatever the name) and the first whose ``names`` (its name and aliases) hold
+    ``name`` is the answer. Which file that was is remembered, for the same name and the same
+    listing (the files of ``$MEMWALL_CONFIG_DIR`` and of the shipped folder, listed again when a
+    folder changes or the variable does), so that a sweep or a validation looking one name up at
+    every point loads one file, not all of them. That file is still loaded through ``load`` (which
+    reads it again when it changes) and must still carry the name.
+    """
+    files = tuple(config_files(kind))
+    wanted = name.lower()
+    key = (kind, wanted, files)
+    remembered = _NAMED.get(key)
+    if remembered is not None:
+        config = load(remembered)
+        if wanted in (n.lower() for n in names(config)):
+            return config
+    configs = [load(path) for path in files]  # every file, as a listing does: a broken one is reported
+    for path, config in zip(files, configs):
+        if wanted in (n.lower() for n in names(config)):
+            if len(_NAMED) >= NAMED_KEPT:
+                _NAMED.clear()
+            _NAMED[key] = path
+            return config
+    return None
 
 
 def validation_file(*parts: str) -> Path:

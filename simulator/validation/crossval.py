@@ -62,7 +62,10 @@ scored with parameters fitted on its own source. An engine measured by one sourc
 family therefore gets the family-wide ceilings of the other engines out of sample: the
 fallback, not its own rows. In sample: one fit on every row. Per-row solutions are remembered
 by (row, parameter, value held), so folds that agree on a class reuse them, and runs are
-remembered by the replayer.
+remembered by the replayer (which prepares a run once for all its trial efficiencies:
+:mod:`simulator.validation.prepared`). With ``workers`` > 1 the in-sample fit and the folds run
+side by side, their rows solved in worker processes (:mod:`simulator.validation.pool`), each
+(row, parameter, value held) once: the same solutions, so the same fits, as one after another.
 
 Why this module is over 600 lines: the fitting rules (1-8 above) and the leave-one-source-out
 loop that re-applies them per fold are one procedure; split apart, a fold could no longer be read
@@ -74,7 +77,9 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -88,17 +93,23 @@ from simulator.model.operators import ExpertGemm
 from simulator.model.precision import parse_precision
 from simulator.model.step import Step
 from simulator.plan.deployment_planner import plan_deployment
+from simulator.validation import replay as replay_module
 from simulator.validation.bands import Residual
-from simulator.validation.replay import DEFAULT_EFFICIENCIES, Efficiencies, Prediction, Replayer, _model
-from simulator.validation.table import Row, is_time_metric
+from simulator.validation.pool import RunPool
+from simulator.validation.replay import DEFAULT_EFFICIENCIES, Efficiencies, Prediction, Replayed, Replayer, _model
 
-BOUNDS = (0.05, 1.0)
-"""Range searched for a row's efficiency; a row outside it says something else is wrong (left out)."""
+# BOUNDS and solve_increasing are re-exported: rule 3 names them here, and so do its tests
+from simulator.validation.solving import BOUNDS as BOUNDS
+from simulator.validation.solving import row_solution
+from simulator.validation.solving import solve_increasing as solve_increasing
+from simulator.validation.table import Row
 
 ROUNDS = 2
 DECIMALS = 3
 MIN_CLASS_ROWS = 3
 """Fewest solved rows of a kind for a (family, engine) class to get its own ceiling (rule 5)."""
+FIT_THREADS = 64
+"""Most fits (in sample, folds) run side by side when a pool solves their rows (each waits on its solutions)."""
 HOST_FIT_PROFILES: tuple[str, ...] = ("trtllm",)
 """Engine profiles whose host seconds per sequence are fitted (rule 8)."""
 HOST_GRID: tuple[float, ...] = (0.0, 5e-6, 10e-6, 20e-6, 30e-6, 40e-6, 60e-6)
@@ -229,12 +240,22 @@ def expert_role(row: Row) -> bool:
 # --- solving one row -----------------------------------------------------------------------------
 
 class Solver:
-    """Per-row solutions through a Replayer, remembered by (row, parameter, value held)."""
+    """Per-row solutions through a Replayer, remembered by (row, parameter, value held).
 
-    def __init__(self, replayer: Replayer, include_serving: bool = False) -> None:
+    With a :class:`~simulator.validation.pool.RunPool`, rows are solved in its worker processes:
+    :meth:`request` starts solving rows there, :meth:`solve` waits for a row's solution; one row's
+    (parameter, held) is solved once however many threads ask for it. A solution is a pure function of
+    (row, parameter, held), so the values are the same as solved here, one after another.
+    """
+
+    def __init__(self, replayer: Replayer, include_serving: bool = False, pool: RunPool | None = None) -> None:
         self.replayer = replayer
         self.include_serving = include_serving
+        self.pool = pool
         self._solved: dict[tuple, float | None] = {}
+        self._pending: dict[tuple, Future[tuple[float | None, list[tuple]]]] = {}
+        self._lock = threading.Lock()
+        self._cancelled = False
         self._roles: dict[Row, str | None] = {}
         self._expert_roles: dict[Row, bool] = {}
 
@@ -251,60 +272,50 @@ class Solver:
             self._expert_roles[row] = expert_role(row)
         return self._expert_roles[row]
 
+    def cancel(self) -> None:
+        """Give up: solutions not started are cancelled, and any thread asking for one gets CancelledError."""
+        with self._lock:
+            self._cancelled = True
+            for pending in self._pending.values():
+                pending.cancel()
+
+    def request(self, jobs: Iterable[tuple[Row, str, float | Efficiencies]]) -> None:
+        """Start solving ``jobs`` (row, parameter, held) in the pool's workers (without a pool: nothing to do yet)."""
+        if self.pool is None:
+            return
+        with self._lock:
+            if self._cancelled:
+                raise CancelledError("the validation was stopped")
+            for key in jobs:
+                if key not in self._solved and key not in self._pending:
+                    self._pending[key] = self.pool.solve(*key)
+
     def solve(self, row: Row, parameter: str, held: float | Efficiencies) -> float | None:
         """The ``parameter`` efficiency reproducing ``row``: 'compute'/'memory' with the other held at ``held``,
         or 'expert' with both ceilings held at ``held`` (an :class:`Efficiencies`)."""
         key = (row, parameter, held)
+        if self.pool is not None:
+            return self._pooled(key)
         if key not in self._solved:
             self._solved[key] = self._solve(row, parameter, held)
         return self._solved[key]
 
+    def _pooled(self, key: tuple) -> float | None:
+        self.request([key])
+        with self._lock:
+            if key in self._solved:
+                return self._solved[key]
+            pending = self._pending[key]
+        value, ran = pending.result()
+        with self._lock:
+            if key not in self._solved:
+                self._solved[key] = value
+                self._pending.pop(key, None)
+                self.replayer.count_runs(ran)
+        return value
+
     def _solve(self, row: Row, parameter: str, held: float | Efficiencies) -> float | None:
-        def trial(x: float) -> Efficiencies:
-            if isinstance(held, Efficiencies):
-                return replace(held, expert=x)
-            return Efficiencies(x, held) if parameter == "compute" else Efficiencies(held, x)
-
-        def gap(x: float) -> float | None:
-            value = self.replayer.predict(row, trial(x)).value
-            if value is None:
-                return None
-            # log(predicted / measured), made increasing in x: times fall as efficiency rises
-            sign = -1.0 if is_time_metric(row.metric) else 1.0
-            return sign * math.log(value / row.measured)
-
-        return solve_increasing(gap, *BOUNDS)
-
-
-def solve_increasing(f: Callable[[float], float | None], low: float, high: float,
-                     tolerance: float = 1e-4, iterations: int = 40) -> float | None:
-    """The root of an increasing ``f`` in [low, high] (Illinois regula falsi); None if not bracketed or undefined."""
-    f_low, f_high = f(low), f(high)
-    if f_low is None or f_high is None or f_low > 0 or f_high < 0:
-        return None
-    if f_low == 0:
-        return low
-    if f_high == 0:
-        return high
-    side = 0
-    for _ in range(iterations):
-        x = (low * f_high - high * f_low) / (f_high - f_low)
-        fx = f(x)
-        if fx is None:
-            return None
-        if abs(fx) < tolerance or high - low < tolerance:
-            return x
-        if fx < 0:
-            low, f_low = x, fx
-            if side == -1:
-                f_high /= 2
-            side = -1
-        else:
-            high, f_high = x, fx
-            if side == 1:
-                f_low /= 2
-            side = 1
-    return (low + high) / 2
+        return row_solution(self.replayer, row, parameter, held)
 
 
 # --- fitting -------------------------------------------------------------------------------------
@@ -370,7 +381,11 @@ def _median(solver: Solver, rows: list[Row], parameter: str, held: float | Calla
     method, so they are not independent evidence, and a pooled median would let the largest
     campaign (165 LMDeploy rows on A100) decide a whole family's ceiling.
     """
-    solved = [(row, solver.solve(row, parameter, held(row) if callable(held) else held)) for row in rows]
+    helds = [held(row) if callable(held) else held for row in rows]
+    request = getattr(solver, "request", None)  # all at once, where a pool solves them (any object with solve will do)
+    if request is not None:
+        request((row, parameter, h) for row, h in zip(rows, helds))
+    solved = [(row, solver.solve(row, parameter, h)) for row, h in zip(rows, helds)]
     kept = [(row, v) for row, v in solved if v is not None]
     unsolved = tuple(row.id for row, v in solved if v is None)
     if len(kept) < least or not kept:
@@ -534,28 +549,38 @@ def cross_validate(rows: list[Row], replayer: Replayer, progress: Callable[[str]
                    workers: int = 1) -> Validation:
     """In-sample and leave-one-group-out predictions of every row (groups: ``source_id`` unless ``group`` says).
 
-    The fits come first (in this process: they share per-row solutions); the predictions they
-    call for are then simulated in ``workers`` processes. ``include_serving`` and ``fallback``
-    are for a user's calibration (see :func:`calibration_role`, :func:`fit`).
+    The fits come first (they share per-row solutions); the predictions they call for are then
+    simulated. With ``workers`` > 1 one pool of that many processes (:class:`RunPool`) does both:
+    the in-sample fit and every fold's run side by side (a thread each), their rows solved in the
+    pool, each (row, parameter, held) once; then the predictions. The results are those of one
+    process, which solves and simulates the same things one after another. ``progress`` is told
+    what is being done, now and then. ``include_serving`` and ``fallback`` are for a user's
+    calibration (see :func:`calibration_role`, :func:`fit`).
     """
     group = group or (lambda row: row.source_id)
-    solver = Solver(replayer, include_serving)
-    full = fit(rows, solver, fallback=fallback)
+    groups = sorted({group(row) for row in rows}) if out_of_sample else []
+    pool = RunPool(replayer, workers) if workers > 1 and len(rows) >= replay_module.PARALLEL_MIN_RUNS else None
+    try:
+        return _cross_validate(rows, Solver(replayer, include_serving, pool), groups, group, progress,
+                               include_serving, fallback, workers)
+    finally:
+        if pool is not None:
+            pool.close()
+
+
+def _cross_validate(rows: list[Row], solver: Solver, groups: list[str], group: Callable[[Row], str],
+                    progress: Callable[[str], None] | None, include_serving: bool, fallback: Efficiencies,
+                    workers: int) -> Validation:
+    replayer = solver.replayer
+    full, fold_fits = _fits(rows, solver, groups, group, fallback, progress)
     wanted = {row.id: efficiencies_for(full, row, fallback) for row in rows}
-    fold_fits: dict[str, Fit] = {}
     held_out: dict[str, Efficiencies] = {}
-    if out_of_sample:
-        groups = sorted({group(row) for row in rows})
-        for number, name in enumerate(groups, start=1):
-            if progress is not None:
-                progress(f"fold {number}/{len(groups)}: holding out {name}")
-            fold = fit([row for row in rows if group(row) != name], solver, fallback=fallback)
-            fold_fits[name] = fold
-            for row in rows:
-                if group(row) == name:
-                    held_out[row.id] = efficiencies_for(fold, row, fallback)
+    for name, fold in fold_fits.items():
+        for row in rows:
+            if group(row) == name:
+                held_out[row.id] = efficiencies_for(fold, row, fallback)
     if not include_serving:
-        _fit_host(rows, solver, replayer, full, fold_fits, group, fallback, workers)
+        _fit_host(rows, solver, replayer, full, fold_fits, group, fallback, workers, progress)
         for row in rows:
             profile = row.profile[0]
             if profile in HOST_FIT_PROFILES:
@@ -564,7 +589,10 @@ def cross_validate(rows: list[Row], replayer: Replayer, progress: Callable[[str]
                     fold = fold_fits[group(row)]
                     held_out[row.id] = replace(held_out[row.id], host_per_sequence=fold.host.get(profile, HOST_PRIOR))
     by_id = {row.id: row for row in rows}
-    replayer.prefetch([(row, wanted[row.id]) for row in rows] + [(by_id[i], e) for i, e in held_out.items()], workers)
+    if progress is not None:
+        progress("predicting every row in and out of sample")
+    replayer.prefetch([(row, wanted[row.id]) for row in rows] + [(by_id[i], e) for i, e in held_out.items()], workers,
+                      _pool_replay(solver, progress, "predicting every row in and out of sample"))
     in_sample = {row.id: replayer.predict(row, wanted[row.id]) for row in rows}
     outside = {i: replayer.predict(by_id[i], e) for i, e in held_out.items()}
     scored = tuple(
@@ -575,8 +603,63 @@ def cross_validate(rows: list[Row], replayer: Replayer, progress: Callable[[str]
     return Validation(scored, full, fold_fits, replayer.engine_runs)
 
 
+def _fits(rows: list[Row], solver: Solver, groups: list[str], group: Callable[[Row], str], fallback: Efficiencies,
+          progress: Callable[[str], None] | None) -> tuple[Fit, dict[str, Fit]]:
+    """(the in-sample fit, each group's fold fit on the other groups' rows, in ``groups`` order)."""
+    def fold(name: str) -> Fit:
+        return fit([row for row in rows if group(row) != name], solver, fallback=fallback)
+
+    folds: dict[str, Fit] = {}
+    if solver.pool is None:
+        if progress is not None:
+            progress("fitting in sample")
+        full = fit(rows, solver, fallback=fallback)
+        for number, name in enumerate(groups, start=1):
+            if progress is not None:
+                progress(f"fold {number}/{len(groups)}: holding out {name}")
+            folds[name] = fold(name)
+        return full, folds
+    for row in rows:  # every row's roles worked out here, once, before the threads read them
+        solver.role(row)
+        solver.expert_role(row)
+    if progress is not None:
+        progress(f"fitting in sample and {len(groups)} folds side by side")
+    threads = ThreadPoolExecutor(max_workers=min(len(groups) + 1, FIT_THREADS), thread_name_prefix="fold")
+    try:
+        whole = threads.submit(fit, rows, solver, fallback=fallback)
+        jobs = {threads.submit(fold, name): name for name in groups}
+        for number, job in enumerate(as_completed(jobs), start=1):
+            folds[jobs[job]] = job.result()
+            if progress is not None:
+                progress(f"fold {number}/{len(groups)} fitted (held out {jobs[job]})")
+        full = whole.result()
+    except BaseException:
+        solver.cancel()  # an error or Ctrl-C: the other fits stop at their next solution, not at their end
+        raise
+    finally:
+        threads.shutdown(wait=True)
+    return full, {name: folds[name] for name in groups}
+
+
+def _pool_replay(solver: Solver, progress: Callable[[str], None] | None,
+                 doing: str) -> Callable[[list[tuple[Row, Efficiencies]]], Iterator[tuple[int, Replayed]]] | None:
+    """The pool's ``replay`` for ``Replayer.prefetch`` (None without a pool), telling ``progress`` how far it got."""
+    pool = solver.pool
+    if pool is None:
+        return None
+
+    def replay(pairs: list[tuple[Row, Efficiencies]]) -> Iterator[tuple[int, Replayed]]:
+        for done, ran in enumerate(pool.replay(pairs), start=1):
+            if progress is not None and (done % 25 == 0 or done == len(pairs)):
+                progress(f"{doing}: {done}/{len(pairs)} runs")
+            yield ran
+
+    return replay
+
+
 def _fit_host(rows: list[Row], solver: Solver, replayer: Replayer, full: Fit, fold_fits: dict[str, Fit],
-              group: Callable[[Row], str], fallback: Efficiencies, workers: int) -> None:
+              group: Callable[[Row], str], fallback: Efficiencies, workers: int,
+              progress: Callable[[str], None] | None = None) -> None:
     """Rule 8: each fit's host seconds per sequence for the profiles of :data:`HOST_FIT_PROFILES` (in place).
 
     A fold predicts the rows of the others with its own ceilings; where the held-out campaign has no
@@ -599,7 +682,10 @@ def _fit_host(rows: list[Row], solver: Solver, replayer: Replayer, full: Fit, fo
     needed = {(row.id, ceilings(key, row), value): row for key in fits for m in members.values() for row in m
               if key is None or group(row) != key for value in HOST_GRID}
     trials = {k: replace(k[1], host_per_sequence=k[2]) for k in needed}
-    replayer.prefetch([(needed[k], trials[k]) for k in needed], workers)
+    doing = f"fitting the host time per sequence of {', '.join(members)}"
+    if progress is not None:
+        progress(doing)
+    replayer.prefetch([(needed[k], trials[k]) for k in needed], workers, _pool_replay(solver, progress, doing))
 
     def error(row: Row, eff: Efficiencies) -> float | None:
         value = replayer.predict(row, eff).value

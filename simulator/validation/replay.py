@@ -56,11 +56,11 @@ import math
 import multiprocessing
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, NamedTuple, Self
+from typing import TYPE_CHECKING, Any, NamedTuple, Self
 
 import numpy as np
 import yaml
@@ -76,6 +76,9 @@ from simulator.validation.profiles import (
 )
 from simulator.validation.table import Row
 
+if TYPE_CHECKING:
+    from simulator.validation.prepared import PreparedRuns
+
 MAX_PROMPTS = 1000
 """Most requests simulated for a row whose requests all arrive at once (or two waves of its ``max_num_seqs``)."""
 
@@ -90,46 +93,6 @@ v5.0 B200 Server: 884,736 over 8 replicas), which the engine replays in seconds.
 
 SEED = 0
 """Seed of every sampled arrival and length: the same table gives the same predictions."""
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-# --- reading the table -------------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-# --- lengths -------------------------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
 
 
 # --- replaying rows through the engine -----------------------------------------------------------
@@ -192,16 +155,6 @@ def _model(name: str) -> ModelSpec:
     return load_model(name)
 
 
-
-
-
-
-
-
-
-
-
-
 def metric_value(metric: str, m: Aggregates, batch: int, replicas: int = 1, throughput_scale: float = 1.0) -> float:
     """The figure ``metric`` of a run (SI units; see the module docstring); throughputs of ``replicas`` copies,
     times ``throughput_scale`` (:func:`whole_run_scale`)."""
@@ -256,8 +209,6 @@ def _replay_in_worker(job: tuple[Row, Efficiencies, str, int, int, str]) -> Repl
     return _WORKER_REPLAYER.run(row, eff)
 
 
-
-
 def scheduler_settings(row: Row, profile: str) -> dict[str, Any]:
     """Scheduler settings of a non-static row: what the source states, else its engine profile's defaults.
 
@@ -301,7 +252,37 @@ class Replayer:
         self.kernels = kernels
         self._runs: dict[tuple, Replayed] = {}
         self._traces: dict[tuple, ReplayTrace] = {}
-        self.engine_runs = 0
+        self._prepared: PreparedRuns | None = None
+        self._ran_elsewhere: set[tuple] = set()
+        """runs simulated in worker processes for this replayer and not remembered here (see :meth:`count_runs`)"""
+        self._ran: list[tuple] = []
+        """the keys of the runs simulated here (not skipped), in order (see :meth:`ran_since`)"""
+
+    @property
+    def engine_runs(self) -> int:
+        """Distinct runs simulated (skipped ones not counted), here or in worker processes for this replayer."""
+        here = {key for key, run in self._runs.items() if run.metrics is not None}
+        return len(here | self._ran_elsewhere)
+
+    def count_runs(self, keys: Iterable[tuple]) -> None:
+        """Count runs that a worker process simulated for this replayer (keys from its :meth:`ran_since`)."""
+        self._ran_elsewhere.update(keys)
+
+    def mark(self) -> int:
+        """A mark for :meth:`ran_since`: how many runs were simulated here so far."""
+        return len(self._ran)
+
+    def ran_since(self, mark: int) -> list[tuple]:
+        """The keys of the runs simulated here (and not skipped) since ``mark``, in order."""
+        return self._ran[mark:]
+
+    def _preparations(self) -> PreparedRuns:
+        """Runs that differ only in their efficiencies share their preparation (simulator.validation.prepared)."""
+        if self._prepared is None:
+            from simulator.validation.prepared import PreparedRuns
+
+            self._prepared = PreparedRuns()
+        return self._prepared
 
     def close(self) -> None:
         if self._own is not None:
@@ -330,21 +311,31 @@ class Replayer:
     def run(self, row: Row, eff: Efficiencies) -> Replayed:
         key = (row.run_key(), eff)
         if key not in self._runs:
-            self._runs[key] = self._simulate(row, eff)
+            run = self._runs[key] = self._simulate(row, eff)
+            if run.metrics is not None:
+                self._ran.append(key)
         return self._runs[key]
 
-    def prefetch(self, pairs: Iterable[tuple[Row, Efficiencies]], workers: int = 1) -> None:
+    def prefetch(self, pairs: Iterable[tuple[Row, Efficiencies]], workers: int = 1,
+                 pool: Callable[[list[tuple[Row, Efficiencies]]], Iterable[tuple[int, Replayed]]] | None = None) -> None:
         """Simulate the runs ``pairs`` need that are not remembered yet, in ``workers`` processes.
 
         Runs are independent, so they are spread over a process pool (fork, where the platform
         has it); each worker writes its trace files under this replayer's folder. Results are
-        the same as running them here, one by one.
+        the same as running them here, one by one. ``pool``: a running pool's ``replay``
+        (:class:`simulator.validation.pool.RunPool`: each run's index in the list it is given, and the run)
+        to use instead of starting one.
         """
         todo: dict[tuple, tuple[Row, Efficiencies]] = {}
         for row, eff in pairs:
             key = (row.run_key(), eff)
             if key not in self._runs:
                 todo.setdefault(key, (row, eff))
+        if pool is not None and len(todo) >= PARALLEL_MIN_RUNS:
+            keys = list(todo)
+            for index, replayed in pool([todo[key] for key in keys]):
+                self._runs[keys[index]] = replayed
+            return
         if workers <= 1 or len(todo) < PARALLEL_MIN_RUNS:
             for row, eff in todo.values():
                 self.run(row, eff)
@@ -353,13 +344,12 @@ class Replayer:
         context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
         jobs = [(row, eff, str(self.workdir), self.max_prompts, self.max_rate_prompts, self.kernels)
                 for row, eff in todo.values()]
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            for key, replayed in zip(todo, pool.map(_replay_in_worker, jobs, chunksize=4)):
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as executor:
+            for key, replayed in zip(todo, executor.map(_replay_in_worker, jobs, chunksize=4)):
                 self._runs[key] = replayed
-                self.engine_runs += replayed.metrics is not None
 
     def _simulate(self, row: Row, eff: Efficiencies) -> Replayed:
-        from simulator.plan.run import simulate_settings
+        simulate_settings = self._preparations().simulate
 
         if row.replicas > 1 and row.is_static_batch:
             return Replayed(None, skipped=f"replicas = {row.replicas} with a static batch: how the batch was split is not stated")
@@ -489,7 +479,6 @@ class Replayer:
                                      f"{stated / rate:.4g} s and drain as the simulated ones do (x {scale:.4f})")
         except InputError as exc:
             return Replayed(None, skipped=str(exc), notes=tuple(notes))
-        self.engine_runs += 1
         return Replayed(result.metrics, requests, notes=tuple(notes), fits=fits, replicas=row.replicas,
                         throughput_scale=scale)
 

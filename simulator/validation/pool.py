@@ -1,0 +1,110 @@
+"""Worker processes for a whole validation: rows solved and runs replayed in a pool that lives as long as it.
+
+:func:`simulator.validation.crossval.cross_validate` with ``workers`` > 1 starts one
+:class:`RunPool`: each worker process keeps a :class:`~simulator.validation.replay.Replayer` of its
+own (its remembered runs and prepared deployments carry over from job to job) and takes two kinds of
+job, both pure functions of their arguments, so which worker runs a job, and in what order, changes
+no result:
+
+- *solve*: one row's efficiency for a parameter with the other held
+  (:func:`simulator.validation.solving.row_solution`, a dozen replays one after another);
+- *replay*: one run at given efficiencies (what ``Replayer.prefetch`` asks for).
+
+The workers are forked (where the platform can) when the pool starts, before the caller starts any
+thread of its own.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from pathlib import Path
+from typing import Self
+
+from simulator.validation.replay import MAX_PROMPTS, MAX_RATE_PROMPTS, Efficiencies, Replayed, Replayer
+from simulator.validation.solving import row_solution
+from simulator.validation.table import Row
+
+_REPLAYER: Replayer | None = None
+"""The worker process's own replayer (set by :func:`_start`; None in the parent)."""
+
+
+def _start(folder: str, max_prompts: int, max_rate_prompts: int, kernels: str) -> None:
+    global _REPLAYER
+    workdir = Path(folder) / f"worker-{os.getpid()}"
+    workdir.mkdir(exist_ok=True)
+    _REPLAYER = Replayer(workdir, max_prompts, max_rate_prompts, kernels=kernels)
+
+
+def _ready() -> int:
+    return os.getpid()
+
+
+def _worker() -> Replayer:
+    assert _REPLAYER is not None, "a RunPool job ran outside a RunPool worker"
+    return _REPLAYER
+
+
+def _solve_job(job: tuple[Row, str, float | Efficiencies]) -> tuple[float | None, list[tuple]]:
+    """(the row's solution, the runs this job simulated that ran: see ``Replayer.count_runs``)."""
+    replayer = _worker()
+    mark = replayer.mark()
+    value = row_solution(replayer, *job)
+    return value, replayer.ran_since(mark)
+
+
+def _replay_job(job: tuple[Row, Efficiencies]) -> Replayed:
+    return _worker().run(*job)
+
+
+def _work_estimate(row: Row) -> float:
+    """A rough size of a row's run, to hand the largest out first: tokens through the engine (requests x
+    tokens each; a serving run's requests as simulated, see :meth:`Replayer._simulate`)."""
+    if row.is_static_batch:
+        requests = float(row.batch or 1)
+    else:
+        stated = None if row.num_prompts is None else -(-row.num_prompts // row.replicas)
+        if row.request_rate in (None, math.inf):
+            cap = max(MAX_PROMPTS, 2 * (row.max_num_seqs or 0))
+            requests = float(min(stated or cap, cap))
+        else:
+            requests = float(min(stated, MAX_RATE_PROMPTS) if stated is not None else MAX_PROMPTS)
+    return requests * (row.input_tokens + row.output_tokens)
+
+
+class RunPool:
+    """``workers`` processes replaying runs like ``replayer`` (its folder, request caps and kernel mode)."""
+
+    def __init__(self, replayer: Replayer, workers: int) -> None:
+        methods = multiprocessing.get_all_start_methods()
+        context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+        self.workers = workers
+        self._executor = ProcessPoolExecutor(
+            max_workers=workers, mp_context=context, initializer=_start,
+            initargs=(str(replayer.workdir), replayer.max_prompts, replayer.max_rate_prompts, replayer.kernels))
+        # Under fork every worker starts with the first job: do it now, while this process has one thread.
+        self._executor.submit(_ready).result()
+
+    def solve(self, row: Row, parameter: str, held: float | Efficiencies) -> Future[tuple[float | None, list[tuple]]]:
+        """A worker's :func:`~simulator.validation.solving.row_solution` of the row, with the runs it simulated."""
+        return self._executor.submit(_solve_job, (row, parameter, held))
+
+    def replay(self, pairs: Iterable[tuple[Row, Efficiencies]]) -> Iterator[tuple[int, Replayed]]:
+        """(index in ``pairs``, its run) for each pair, the largest runs first (:func:`_work_estimate`): handed out
+        in that order, no worker is left with a long run at the end while the others wait."""
+        jobs = list(pairs)
+        order = sorted(range(len(jobs)), key=lambda i: -_work_estimate(jobs[i][0]))
+        chunk = max(1, min(4, len(jobs) // (8 * self.workers)))
+        return zip(order, self._executor.map(_replay_job, [jobs[i] for i in order], chunksize=chunk))
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
