@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 GIB = 2**30
 
 
@@ -13,6 +15,25 @@ def fmt_seconds(seconds: float) -> str:
     if seconds < 1.0:
         return f"{seconds * 1e3:.2f} ms"
     return f"{seconds:.3f} s"
+
+
+def fmt_value(value: Any, kind: str) -> str:
+    """A results-file cell for people: ``kind`` seconds, rate (tokens/s), qps, usd or bool; "-" when empty."""
+    if value is None or value == "":
+        return "-"
+    if kind == "seconds":
+        return fmt_seconds(float(value))
+    if kind == "rate":
+        return f"{float(value):,.1f}"
+    if kind == "qps":
+        return f"{float(value):.2f}"
+    if kind == "usd":
+        return f"${float(value):,.2f}"
+    if kind == "bool":
+        return "yes" if value is True else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
 
 
 def fmt_bytes(n: float) -> str:

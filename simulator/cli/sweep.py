@@ -33,7 +33,7 @@ from simulator.sweep.sweep import (
     pareto_front,
     run_sweep,
 )
-from simulator.units import fmt_seconds
+from simulator.units import fmt_seconds, fmt_value
 
 PLOT_LATENCY_KEY = "p99.e2e_seconds"
 
@@ -297,24 +297,6 @@ class progress:
 # The summary printed at the end
 
 
-def _fmt(value: Any, kind: str) -> str:
-    if value is None or value == "":
-        return "-"
-    if kind == "seconds":
-        return fmt_seconds(float(value))
-    if kind == "rate":
-        return f"{float(value):,.1f}"
-    if kind == "qps":
-        return f"{float(value):.2f}"
-    if kind == "usd":
-        return f"${float(value):,.2f}"
-    if kind == "bool":
-        return "yes" if value is True else "no"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
 # (label, key prefix of the chance columns, key prefix of the p99 columns) of a point's own run and its searches.
 _CHANCE_SOURCES = (
     ("its own run", "slo.", "p99.{metric}_seconds"),
@@ -333,7 +315,7 @@ def chance_lines(scenario: Scenario, rows: list[dict[str, Any]]) -> list[str]:
     lines = ["", f"Chance of meeting the SLO (at confidence {scenario.slo.confidence:g}: the error band of each point's "
                  "class, a piecewise-linear CDF of measured/predicted through its quantiles)"]
     for row in rows:
-        inputs = " ".join(f"{name}={_fmt(row.get(f'input.{name}'), '')}" for name in axes)
+        inputs = " ".join(f"{name}={fmt_value(row.get(f'input.{name}'), '')}" for name in axes)
         for label, prefix, p99_key in _CHANCE_SOURCES:
             if prefix + "probability" not in row:
                 continue
@@ -369,13 +351,13 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
 def _search_cell(row: dict[str, Any], key: str) -> str:
     """A search result; '>= x' when it is the search's upper bound (the true answer may be higher)."""
     value = row.get(key)
-    text = _fmt(value, "qps" if key.endswith("qps") else "")
+    text = fmt_value(value, "qps" if key.endswith("qps") else "")
     at_bound = row.get(key.rsplit(".", 1)[0] + ".at_bound") is True
     return f">= {text}" if at_bound else text
 
 
 def _point_cells(row: dict[str, Any], axes: list[str]) -> list[str]:
-    return [str(row["point"]), *(_fmt(row.get(f"input.{name}"), "") for name in axes)]
+    return [str(row["point"]), *(fmt_value(row.get(f"input.{name}"), "") for name in axes)]
 
 
 def _layout(row: dict[str, Any]) -> str:
@@ -400,7 +382,7 @@ def layout_note(scenario: Scenario, rows: list[dict[str, Any]]) -> list[str]:
 
     def points(members: list[dict[str, Any]]) -> str:
         shown = members[:4]
-        inputs = "; ".join(" ".join(f"{name}={_fmt(r.get(f'input.{name}'), '')}" for name in axes) for r in shown)
+        inputs = "; ".join(" ".join(f"{name}={fmt_value(r.get(f'input.{name}'), '')}" for name in axes) for r in shown)
         more = f" and {len(members) - len(shown)} more" if len(members) > len(shown) else ""
         return f"point{'s' if len(members) > 1 else ''} {', '.join(str(r['point']) for r in shown)}{more} ({inputs})"
 
@@ -437,12 +419,12 @@ def summary_text(scenario: Scenario, outcome: SweepOutcome, where: str, limit: i
         table = [
             _point_cells(r, axes)
             + [
-                _fmt(r.get(THROUGHPUT_KEY), "rate"),
-                _fmt(r.get("p99.e2e_seconds"), "seconds"),
-                _fmt(r.get("p99.ttft_seconds"), "seconds"),
-                _fmt(r.get("p99.tpot_seconds"), "seconds"),
-                _fmt(r.get(COST_KEY), "usd"),
-                *([_fmt(r.get("slo.met"), "bool")] if has_slo else []),
+                fmt_value(r.get(THROUGHPUT_KEY), "rate"),
+                fmt_value(r.get("p99.e2e_seconds"), "seconds"),
+                fmt_value(r.get("p99.ttft_seconds"), "seconds"),
+                fmt_value(r.get("p99.tpot_seconds"), "seconds"),
+                fmt_value(r.get(COST_KEY), "usd"),
+                *([fmt_value(r.get("slo.met"), "bool")] if has_slo else []),
             ]
             for r in front[:limit]
         ]
@@ -461,9 +443,9 @@ def summary_text(scenario: Scenario, outcome: SweepOutcome, where: str, limit: i
         headers = ["point", *axes, "GPUs/replica", *(labels[k] for k in searched), *extra]
         table = [
             _point_cells(r, axes)
-            + [_fmt(r.get("gpus"), "")]
+            + [fmt_value(r.get("gpus"), "")]
             + [_search_cell(r, k) for k in searched]
-            + ([_fmt(r.get("search.min_gpus_for_qps.usd_per_hour"), "usd")] if extra else [])
+            + ([fmt_value(r.get("search.min_gpus_for_qps.usd_per_hour"), "usd")] if extra else [])
             for r in rows[: 3 * limit]
         ]
         lines += _table(headers, table)
@@ -479,8 +461,8 @@ def summary_text(scenario: Scenario, outcome: SweepOutcome, where: str, limit: i
         table = []
         for objective, row in best:
             kind = {"s": "seconds", "$": "usd", "tokens/s": "rate", "requests/s": "qps"}.get(objective.unit, "")
-            value = _fmt(row.get(objective.key), kind) + ("" if kind in ("seconds", "usd") or not objective.unit else f" {objective.unit}")
-            description = " ".join(f"{name}={_fmt(row.get(f'input.{name}'), '')}" for name in axes)
+            value = fmt_value(row.get(objective.key), kind) + ("" if kind in ("seconds", "usd") or not objective.unit else f" {objective.unit}")
+            description = " ".join(f"{name}={fmt_value(row.get(f'input.{name}'), '')}" for name in axes)
             table.append([objective.label, value, f"point {row['point']}", description])
         lines += _table(["objective", "value", "point", "inputs"], table)
     return "\n".join(lines)

@@ -24,7 +24,7 @@ from typing import Any, Callable
 from simulator.report.html.page import Cell, Figure, Section, Table, write_page
 from simulator.sweep.scenario import Scenario
 from simulator.sweep.sweep import THROUGHPUT_KEY, best_per_objective
-from simulator.units import fmt_seconds
+from simulator.units import fmt_seconds, fmt_value
 
 LAUNCH_ENGINES = ("vllm", "sglang")
 PER_USER_KEY = "latency.tpot_seconds.mean"
@@ -103,20 +103,6 @@ CHOSEN_KEYS = (
     ("p99.e2e_seconds", "p99 end to end", "seconds"), (PER_USER_KEY, "mean TPOT", "seconds"),
     ("slo.met", "meets the SLO", "bool"), ("cost.usd_per_million_output_tokens", "$ per million output tokens", "usd"),
 )
-
-
-def _shown(value: Any, kind: str) -> str:
-    if value is None or value == "":
-        return "-"
-    if kind == "seconds":
-        return fmt_seconds(float(value))
-    if kind == "rate":
-        return f"{float(value):,.1f}"
-    if kind == "usd":
-        return f"${float(value):,.2f}"
-    if kind == "bool":
-        return "yes" if value is True else "no"
-    return str(value)
 
 
 def sweep_report_data(scenario: Scenario, rows: list[dict[str, Any]],
@@ -208,7 +194,7 @@ def write_sweep_html(scenario: Scenario, rows: list[dict[str, Any]], path: str |
         sections.append(Section("Chosen point", ["No point fits memory" + (" and meets the SLO" if slo else "") + "."]))
     else:
         row = chosen["row"]
-        table = Table(["", "value"], [[Cell(label), Cell(_shown(row.get(key), kind), key, row.get(key))]
+        table = Table(["", "value"], [[Cell(label), Cell(fmt_value(row.get(key), kind), key, row.get(key))]
                                       for key, label, kind in CHOSEN_KEYS if key in row], "chosen-table")
         inputs = "; ".join(f"{name}={value}" for name, value in chosen["inputs"].items())
         sections.append(Section(
