@@ -276,6 +276,18 @@ def _sequence_roofline(shape: AttentionShape, queries: float, keys_before: float
     return max(flops / shape.peak_flops_per_second, moved / shape.bandwidth_bytes_per_second)
 
 
+def log_linear(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
+    """``ys`` at ``x``, linear between the points of increasing ``xs`` and held at the end points beyond them (in
+    plain floats: the scalar lookups' speed, and the array lookups repeat the same arithmetic entry by entry)."""
+    if len(xs) == 1 or x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    j = bisect.bisect_left(xs, x)
+    w = (x - xs[j - 1]) / (xs[j] - xs[j - 1])
+    return ys[j - 1] + w * (ys[j] - ys[j - 1])
+
+
 @dataclass(frozen=True, eq=False)
 class _Row:
     """One measured batch's curve in plain floats: the lookup runs in Python floats (the engine costs most steps one
@@ -324,17 +336,8 @@ class PhaseCurve:
         """Log seconds of measured batch ``index`` at ``length``: linear in (log length, log seconds) between its
         rows, the roofline's ratio beyond them."""
         line = self.lines[index]
-        lens, secs = line.log_lengths, line.log_seconds
         clipped = min(max(length, line.first), line.last)
-        x = math.log(clipped)
-        if len(lens) == 1 or x <= lens[0]:
-            value = secs[0]
-        elif x >= lens[-1]:
-            value = secs[-1]
-        else:
-            j = bisect.bisect_left(lens, x)
-            w = (x - lens[j - 1]) / (lens[j] - lens[j - 1])
-            value = secs[j - 1] + w * (secs[j] - secs[j - 1])
+        value = log_linear(line.log_lengths, line.log_seconds, math.log(clipped))
         if clipped != length:
             value += math.log(self._sequence(length) / self._sequence(clipped))
         return value

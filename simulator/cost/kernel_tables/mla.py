@@ -61,14 +61,20 @@ roofline, and the report's by-kind source says so.
 
 from __future__ import annotations
 
-import bisect
 import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.cost.kernel_tables.attention import PHASES, AttentionTable, PhaseCurve, attention_table, phase_curve
+from simulator.cost.kernel_tables.attention import (
+    PHASES,
+    AttentionTable,
+    PhaseCurve,
+    attention_table,
+    log_linear,
+    phase_curve,
+)
 from simulator.cost.kernel_tables.gemm import GemmCurve
 from simulator.cost.kernel_tables.parquet import codes, numbers, read_parquet
 from simulator.cost.kernel_tables.table import TableOrigin
@@ -176,19 +182,9 @@ class TokenCurve:
     log_seconds: tuple[float, ...]
 
     def seconds(self, tokens: float) -> float:
-        lens, secs = self.log_tokens, self.log_seconds
-        first, last = math.exp(lens[0]), math.exp(lens[-1])
-        clipped = min(max(tokens, first), last)
-        x = math.log(clipped)
-        if x <= lens[0]:
-            value = secs[0]
-        elif x >= lens[-1]:
-            value = secs[-1]
-        else:
-            j = bisect.bisect_left(lens, x)
-            w = (x - lens[j - 1]) / (lens[j] - lens[j - 1])
-            value = secs[j - 1] + w * (secs[j] - secs[j - 1])
-        out = math.exp(value)
+        lens = self.log_tokens
+        clipped = min(max(tokens, math.exp(lens[0])), math.exp(lens[-1]))
+        out = math.exp(log_linear(lens, self.log_seconds, math.log(clipped)))
         if clipped != tokens:
             out *= self.shape.seconds(tokens) / self.shape.seconds(clipped)
         return out
