@@ -67,11 +67,20 @@ def test_a_sweep_whose_worker_is_killed_resumes_to_the_same_rows(tmp_path, clust
                 busy = [address for address, keys in client.processing().items() if keys]
                 os.kill(pids[busy[0]], signal.SIGKILL)
 
-        with pytest.raises(distributed.KilledWorker):
+        # The scheduler's view of which worker is busy can be a moment old: when the killed worker held only
+        # finished results (not yet gathered), Dask recomputes them elsewhere and the sweep completes instead of
+        # stopping. Both are right; either way the rows on disk must resume to the in-process rows.
+        try:
             run_sweep(scenario, client.get_executor(pure=False), in_flight=4, on_point=kill_a_busy_worker)
-        # Three rows were on disk when the worker was killed (fewer only if a worker died on its own before).
+            stopped = False
+        except distributed.KilledWorker:
+            stopped = True
+        assert len(finished) >= 3  # the kill was made
         rows_kept = out.read_text().count("\n") - 1 if out.exists() else 0
-        assert rows_kept < POINTS and (rows_kept >= 3 or len(finished) < 3)
+        if stopped:  # three rows were on disk when the worker was killed
+            assert 3 <= rows_kept < POINTS
+        else:
+            assert rows_kept == POINTS and out.read_text() == expected
 
         client.wait_for_workers(2, timeout=60)  # the nanny restarts the killed worker
         outcome = run_sweep(load_scenario(path, out=str(out)), client.get_executor(pure=False), resume=True, in_flight=4)
