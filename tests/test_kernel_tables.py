@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from measured import measured_tables_hidden
 
-from simulator.cost.kernel_tables import aiconfigurator, source
+from simulator.cost.kernel_tables import aiconfigurator
 from simulator.cost.kernel_tables.gemm import GemmShape, gemm_curve
 from simulator.cost.kernel_tables.table import TableOrigin, gemm_table
 from simulator.cost.system import System
@@ -189,14 +190,10 @@ def test_without_the_extra_a_run_is_the_roofline_run(monkeypatch):
 
     options = {"model": "llama2-7b", "gpu": "h100", "batch": 4, "ctx": 512, "gen": 16, "engine": "trtllm"}
     roofline = engine_run_dict(simulate_settings({**options, "kernels": "roofline"}))
-    monkeypatch.setattr(aiconfigurator, "data_root", lambda: None)
-    source._measured_source.cache_clear()
-    try:
+    with measured_tables_hidden(monkeypatch):
         auto = engine_run_dict(simulate_settings({**options, "kernels": "auto"}))
         with pytest.raises(InputError, match="no measured kernel tables installed"):
             simulate_settings({**options, "kernels": "measured"})
-    finally:
-        source._measured_source.cache_clear()
     assert "no measured kernel tables installed" in auto["kernels"]["note"]
     assert auto["latency"] == roofline["latency"] and auto["throughput"] == roofline["throughput"]
     assert auto["operators"] == roofline["operators"]

@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from measured import measured_tables_hidden
 
-from simulator.cost.kernel_tables import aiconfigurator, source
+from simulator.cost.kernel_tables import aiconfigurator
 from simulator.cost.kernel_tables.moe import (
     BLOCK_OPERATORS,
     MoeBlock,
@@ -195,12 +196,8 @@ def test_without_the_tables_an_moe_run_is_the_roofline_run(monkeypatch):
 
     options = {"model": "qwen3-30b-a3b", "gpu": "h100", "batch": 4, "ctx": 256, "gen": 8, "engine": "trtllm"}
     roofline = engine_run_dict(simulate_settings({**options, "kernels": "roofline"}))
-    monkeypatch.setattr(aiconfigurator, "data_root", lambda: None)
-    source._measured_source.cache_clear()
-    try:
+    with measured_tables_hidden(monkeypatch):
         auto = engine_run_dict(simulate_settings({**options, "kernels": "auto"}))
-    finally:
-        source._measured_source.cache_clear()
     assert "no measured kernel tables installed" in auto["kernels"]["note"]
     assert auto["latency"] == roofline["latency"] and auto["operators"] == roofline["operators"]
 

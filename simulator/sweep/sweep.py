@@ -449,7 +449,8 @@ def run_sweep(
 # Summary
 
 
-def _number(value: Any) -> float | None:
+def cell_number(value: Any) -> float | None:
+    """A results-file cell as a number: None for an empty, boolean, non-numeric or NaN cell (infinities kept)."""
     if isinstance(value, bool) or value is None:
         return None
     try:
@@ -464,11 +465,11 @@ def pareto_front(rows: list[dict[str, Any]], maximize: str, minimize: str) -> li
 
     Of rows equal on both, the first in point order stays.
     """
-    candidates = [r for r in rows if _number(r.get(maximize)) is not None and _number(r.get(minimize)) is not None]
-    candidates.sort(key=lambda r: (_number(r[minimize]), -_number(r[maximize]), int(r["point"])))  # type: ignore[operator]
+    candidates = [r for r in rows if cell_number(r.get(maximize)) is not None and cell_number(r.get(minimize)) is not None]
+    candidates.sort(key=lambda r: (cell_number(r[minimize]), -cell_number(r[maximize]), int(r["point"])))  # type: ignore[operator]
     front, best = [], -math.inf
     for row in candidates:
-        value = _number(row[maximize])
+        value = cell_number(row[maximize])
         assert value is not None
         if value > best:
             front.append(row)
@@ -505,14 +506,14 @@ def best_per_objective(rows: list[dict[str, Any]], has_slo: bool) -> list[tuple[
         competing = [
             r
             for r in rows
-            if _number(r.get(objective.key)) is not None and (not (objective.under_slo and has_slo) or r.get("slo.met") is True)
+            if cell_number(r.get(objective.key)) is not None and (not (objective.under_slo and has_slo) or r.get("slo.met") is True)
         ]
         if not competing:
             continue
         sign = -1.0 if objective.goal == "max" else 1.0
         def rank(row: dict[str, Any]) -> tuple[float, float, int]:
-            tie = _number(row.get(objective.tie_break))
-            return sign * _number(row[objective.key]), math.inf if tie is None else tie, int(row["point"])  # type: ignore[operator]
+            tie = cell_number(row.get(objective.tie_break))
+            return sign * cell_number(row[objective.key]), math.inf if tie is None else tie, int(row["point"])  # type: ignore[operator]
 
         winner = min(competing, key=rank)
         best.append((objective, winner))

@@ -56,7 +56,7 @@ from typing import Protocol
 import numpy as np
 
 from simulator.cost.kernel_tables.parquet import codes, numbers, read_parquet
-from simulator.cost.kernel_tables.table import TableOrigin
+from simulator.cost.kernel_tables.table import TableOrigin, mean_grid, suffix_minimum
 from simulator.errors import InputError
 from simulator.model.step import Number, Step
 
@@ -118,26 +118,9 @@ class AttentionTable:
         return max((grid.cut for grid in map(self.grid, self.rows) if grid is not None), default=0.0)
 
 
-def _smoothed(grid: np.ndarray) -> np.ndarray:
-    """The suffix minimum along both axes (missing cells stay missing), as :func:`.table.gemm_table` does."""
-    out = grid
-    for axis in range(2):
-        flipped = np.flip(out, axis=axis)
-        out = np.where(np.isfinite(grid), np.flip(np.fmin.accumulate(flipped, axis=axis), axis=axis), np.nan)
-    return out
-
-
 def _grid(batch: np.ndarray, length: np.ndarray, seconds: np.ndarray) -> AttentionGrid:
-    bu, bi = np.unique(batch, return_inverse=True)
-    lu, li = np.unique(length, return_inverse=True)
-    total = np.zeros((len(bu), len(lu)))
-    count = np.zeros_like(total)
-    np.add.at(total, (bi, li), seconds)
-    np.add.at(count, (bi, li), 1.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        raw = np.where(count > 0, total / count, np.nan)
-        smooth = _smoothed(raw)
-        cut = float(np.nanmax(np.where(np.isfinite(raw), 1.0 - smooth / raw, 0.0)))
+    (bu, lu), raw = mean_grid(seconds, batch, length)
+    smooth, cut = suffix_minimum(raw)
     return AttentionGrid(bu, lu, smooth, cut)
 
 
@@ -362,6 +345,29 @@ class PhaseCurve:
         self._batch_memo[batch] = out
         return out
 
+    def cached_ratio(self, chunk: float, cached: float) -> float:
+        """The roofline's seconds of a ``chunk``-token prefill after ``cached`` cached tokens over the same chunk
+        alone: the context tables measure prompts without a cache, and a cached prefix scales them by this."""
+        return self.shape.sequence_seconds(chunk, cached) / self.shape.sequence_seconds(chunk, 0.0)
+
+    def prefill_seconds(self, prefill: float, sequences: float, decoders: float, prefill_pairs: float,
+                        share: float) -> float:
+        """Seconds of the context kernel of a step's prefilling sequences (plain floats): ``prefill`` tokens over the
+        ``sequences - decoders`` sequences that prefill (at least one), each chunk after the cached tokens its
+        ``prefill_pairs`` imply, ``share`` of them on this GPU.
+
+        A speculative verification step decodes k + 1 queries per sequence, so its decode tokens can reach the
+        sequence count: the table measures one query per sequence, and each query is charged as a one-query
+        sequence of its own."""
+        prefillers = max(sequences - decoders, 1.0)
+        chunk = prefill / max(prefillers, 1e-300)
+        cached = max(prefill_pairs / prefill - (chunk + 1.0) / 2.0, 0.0)
+        p = max(chunk, 1.0)
+        seconds = self.scalar_seconds(max(prefillers * share, 1e-9), p)
+        if cached > 0:
+            seconds *= self.cached_ratio(p, cached)
+        return seconds
+
     def scalar_seconds(self, batch: float, length: float) -> float:
         """Seconds of ``batch`` sequences of ``length`` (plain floats): log-log between the measured batches' rows."""
         lower, upper, w, b_clip = self.batch_weights(batch)
@@ -470,17 +476,8 @@ class AttentionCurve:
             keys = float(step.attention_pairs - step.prefill_attention_pairs) / decoders
             out += self.generation.scalar_seconds(max(decoders * share, 1e-9), max(keys, 1.0))
         if prefill > 0:
-            # At least one sequence prefills. A speculative verification step decodes k + 1 queries per sequence,
-            # so its decode tokens can reach the sequence count: the table measures one query per sequence, and
-            # each query is charged as a one-query sequence of its own.
-            prefillers = max(float(step.sequences) - decoders, 1.0)
-            chunk = prefill / max(prefillers, 1e-300)
-            cached = max(float(step.prefill_attention_pairs) / prefill - (chunk + 1.0) / 2.0, 0.0)
-            p = max(chunk, 1.0)
-            ctx = self.context.scalar_seconds(max(prefillers * share, 1e-9), p)
-            if cached > 0:
-                ctx *= self.context.shape.sequence_seconds(p, cached) / self.context.shape.sequence_seconds(p, 0.0)
-            out += ctx
+            out += self.context.prefill_seconds(prefill, float(step.sequences), decoders,
+                                                float(step.prefill_attention_pairs), share)
         return out
 
     def _array_step_seconds(self, tokens: np.ndarray, prefill: np.ndarray, sequences: np.ndarray, pairs: np.ndarray,
@@ -502,9 +499,7 @@ class AttentionCurve:
             p = np.maximum(chunk, 1.0)
             ctx = self.context.seconds_array(np.maximum(prefillers * share, 1e-9), p)
             for k in np.flatnonzero(cached > 0).tolist():
-                p_k, cached_k = float(p[k]), float(cached[k])
-                ctx[k] *= (self.context.shape.sequence_seconds(p_k, cached_k)
-                           / self.context.shape.sequence_seconds(p_k, 0.0))
+                ctx[k] *= self.context.cached_ratio(float(p[k]), float(cached[k]))
             out[filling] = out[filling] + ctx
         return out
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.cost.kernel_tables.table import mean_grid, suffix_minimum
 from simulator.model.step import Number
 
 
@@ -51,13 +52,8 @@ def message_curve(gpus: int, message_bytes: np.ndarray, seconds: np.ndarray) -> 
     """The curve of one group size from rows (bytes, seconds): duplicates averaged, then no message slower than
     a larger one (a smaller message can always run as a larger one: the excess is a kernel choice's noise).
     None with fewer than two distinct sizes."""
-    sizes, where = np.unique(np.asarray(message_bytes, dtype=float), return_inverse=True)
+    (sizes,), mean = mean_grid(seconds, np.asarray(message_bytes, dtype=float))
     if len(sizes) < 2:
         return None
-    total = np.zeros(len(sizes))
-    count = np.zeros(len(sizes))
-    np.add.at(total, where, np.asarray(seconds, dtype=float))
-    np.add.at(count, where, 1.0)
-    mean = total / count
-    smoothed = np.flip(np.minimum.accumulate(np.flip(mean)))
+    smoothed, _ = suffix_minimum(mean)
     return MessageCurve(gpus, np.log(sizes), np.log(smoothed))

@@ -77,7 +77,7 @@ from simulator.cost.kernel_tables.attention import (
 )
 from simulator.cost.kernel_tables.gemm import GemmCurve
 from simulator.cost.kernel_tables.parquet import codes, numbers, read_parquet
-from simulator.cost.kernel_tables.table import TableOrigin
+from simulator.cost.kernel_tables.table import TableOrigin, mean_grid, suffix_minimum
 from simulator.errors import InputError
 from simulator.model.step import Number, Step
 
@@ -99,16 +99,21 @@ BMM_OPS = ("mla_gen_pre", "mla_gen_post")
 
 
 @dataclass(frozen=True)
-class MlaGenerationShape:
-    """The speed of light of one decoding sequence over the latent (absorbed form), for the edge scaling (SI units):
-    per key, scores over r + d_r values and the weighted sum over r, ``2 n (2 r + d_r)`` FLOPs, one read of the key's
-    latent; per query, its latent written, the absorbed q (n (r + d_r)) read and the latent output (n r) written."""
+class _MlaShape:
+    """What both phases' speed of light needs: heads on the GPU, element sizes (bytes) and the GPU's peaks (SI)."""
 
     heads: int
     kv_bytes_per_element: float
     activation_bytes_per_element: float
     peak_flops_per_second: float
     bandwidth_bytes_per_second: float
+
+
+@dataclass(frozen=True)
+class MlaGenerationShape(_MlaShape):
+    """The speed of light of one decoding sequence over the latent (absorbed form), for the edge scaling (SI units):
+    per key, scores over r + d_r values and the weighted sum over r, ``2 n (2 r + d_r)`` FLOPs, one read of the key's
+    latent; per query, its latent written, the absorbed q (n (r + d_r)) read and the latent output (n r) written."""
 
     def sequence_seconds(self, queries: float, keys_before: float) -> float:
         r, d_r, _, _ = GEOMETRY
@@ -120,16 +125,10 @@ class MlaGenerationShape:
 
 
 @dataclass(frozen=True)
-class MlaContextShape:
+class MlaContextShape(_MlaShape):
     """The speed of light of one prefilling sequence on decompressed q/k/v (SI units): ``2 n (d_n + d_r + d_v)`` FLOPs
     per causal (query, key) pair; the per-head keys and values of every key read once, q read and o written per
     query, the new tokens' latent written."""
-
-    heads: int
-    kv_bytes_per_element: float
-    activation_bytes_per_element: float
-    peak_flops_per_second: float
-    bandwidth_bytes_per_second: float
 
     def sequence_seconds(self, queries: float, keys_before: float) -> float:
         r, d_r, d_n, d_v = GEOMETRY
@@ -190,12 +189,6 @@ class TokenCurve:
         return out
 
 
-def _suffix_minimum(seconds: np.ndarray) -> tuple[np.ndarray, float]:
-    """The suffix minimum of latencies by ascending size (no size faster than a smaller one) and the largest cut."""
-    smooth = np.flip(np.minimum.accumulate(np.flip(seconds)))
-    return smooth, float(np.max(1.0 - smooth / seconds))
-
-
 @functools.lru_cache(maxsize=16)
 def read_bmm_table(path: str, gpu: str, engine: str, version: str) -> BmmTable:
     """One ``mla_bmm_perf.parquet`` (module docstring)."""
@@ -219,11 +212,10 @@ def read_bmm_table(path: str, gpu: str, engine: str, version: str) -> BmmTable:
                 continue
             for h in np.unique(heads[(op == o) & (dtype == d)]).tolist():
                 pick = (op == o) & (dtype == d) & (heads == h)
-                sizes, where = np.unique(tokens[pick], return_inverse=True)
-                mean = np.bincount(where, weights=seconds[pick]) / np.bincount(where)  # duplicates averaged
+                (sizes,), mean = mean_grid(seconds[pick], tokens[pick])
                 if len(sizes) < 2:
                     continue
-                smooth, c = _suffix_minimum(mean)
+                smooth, c = suffix_minimum(mean)
                 cut = max(cut, c)
                 rows[(str(o_name), BMM_DTYPES[str(d_name)], int(h))] = (sizes, smooth)
     return BmmTable(TableOrigin(gpu, engine, version, path, MLA_INCLUDES), rows, cut)
@@ -321,14 +313,7 @@ class MlaCurve:
                          context: float, share: float) -> float:
         """The context kernel of the prefilling sequences plus the kv_b_proj GEMM over their keys (cached ones too:
         the operator decompresses every key a prefilling sequence attends)."""
-        decoders = tokens - prefill
-        prefillers = max(sequences - decoders, 1.0)  # at least one; verification queries as in attention.py
-        chunk = prefill / max(prefillers, 1e-300)
-        cached = max(prefill_pairs / prefill - (chunk + 1.0) / 2.0, 0.0)
-        p = max(chunk, 1.0)
-        ctx = self.context.scalar_seconds(max(prefillers * share, 1e-9), p)
-        if cached > 0:
-            ctx *= self.context.shape.sequence_seconds(p, cached) / self.context.shape.sequence_seconds(p, 0.0)
+        ctx = self.context.prefill_seconds(prefill, sequences, tokens - prefill, prefill_pairs, share)
         # A decode token's pairs equal its keys (LatentAttention.work), so the prefilling sequences' keys are the
         # step's context tokens less the decoders' pairs.
         keys = max(context - (pairs - prefill_pairs), 0.0) * share

@@ -66,7 +66,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simulator.cost.kernel_tables.parquet import codes, numbers, read_parquet
-from simulator.cost.kernel_tables.table import TableOrigin
+from simulator.cost.kernel_tables.table import TableOrigin, mean_grid, suffix_minimum
 from simulator.errors import InputError
 from simulator.model.gpu import GPUSpec
 from simulator.model.operators import ExpertGemm, Operator
@@ -109,12 +109,9 @@ class MoeTable:
             self._curves[key] = None
             if key in self.keys:
                 where = self.code == self.keys.index(key)
-                counts, inverse = np.unique(self.tokens[where], return_inverse=True)
-                total = np.zeros(len(counts))
-                np.add.at(total, inverse, self.seconds[where])
-                mean = total / np.bincount(inverse, minlength=len(counts))
-                smoothed = np.flip(np.minimum.accumulate(np.flip(mean)))
-                self._curves[key] = (counts, smoothed, float(np.max(1.0 - smoothed / mean)))
+                (counts,), mean = mean_grid(self.seconds[where], self.tokens[where])
+                smoothed, cut = suffix_minimum(mean)
+                self._curves[key] = (counts, smoothed, cut)
         return self._curves[key]
 
 

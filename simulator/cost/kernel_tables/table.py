@@ -33,6 +33,32 @@ class TableOrigin:
         return f"{self.gpu} / {names.get(self.engine, self.engine)} {self.version}"
 
 
+def mean_grid(seconds: np.ndarray, *coordinates: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    """Rows (coordinates..., seconds) as a grid: the distinct values of each coordinate, ascending, and the mean
+    latency of the rows at each combination (duplicate rows averaged; NaN where no row was measured)."""
+    axes, where = zip(*(np.unique(c, return_inverse=True) for c in coordinates))
+    total = np.zeros(tuple(len(a) for a in axes))
+    count = np.zeros_like(total)
+    np.add.at(total, where, np.asarray(seconds, dtype=float))
+    np.add.at(count, where, 1.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return list(axes), np.where(count > 0, total / count, np.nan)
+
+
+def suffix_minimum(grid: np.ndarray) -> tuple[np.ndarray, float]:
+    """Each latency the least of its own and those of every larger measured size along each axis, and the largest
+    relative cut that made. A smaller problem can always run as a larger one (padded), so a latency above that of
+    a larger size is the kernel choice's or the clock's noise, not the work's. Missing (NaN) cells stay missing
+    and are skipped."""
+    smoothed = grid
+    for axis in range(grid.ndim):
+        flipped = np.flip(smoothed, axis=axis)
+        smoothed = np.where(np.isfinite(grid), np.flip(np.fmin.accumulate(flipped, axis=axis), axis=axis), np.nan)
+    with np.errstate(invalid="ignore"):
+        cut = np.nanmax(np.where(np.isfinite(grid), 1.0 - smoothed / grid, 0.0))
+    return smoothed, float(cut)
+
+
 @dataclass(frozen=True)
 class GemmTable:
     """Measured latencies of one GEMM format: ``seconds[i, j, l]`` for m = m[i] rows, n = n[j] output columns
@@ -70,20 +96,6 @@ def gemm_table(origin: TableOrigin, dtype: str, m: np.ndarray, n: np.ndarray, k:
         raise InputError(f"{origin.path}: no {dtype} GEMM rows")
     if (m < 1).any() or (n < 1).any() or (k < 1).any() or not np.isfinite(seconds).all() or (seconds <= 0).any():
         raise InputError(f"{origin.path}: {dtype} GEMM rows need m, n, k >= 1 and finite latencies > 0")
-    mu, mi = np.unique(m, return_inverse=True)
-    nu, ni = np.unique(n, return_inverse=True)
-    ku, ki = np.unique(k, return_inverse=True)
-    total = np.zeros((len(mu), len(nu), len(ku)))
-    count = np.zeros_like(total)
-    np.add.at(total, (mi, ni, ki), seconds)
-    np.add.at(count, (mi, ni, ki), 1.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        grid = np.where(count > 0, total / count, np.nan)
-    smoothed = grid
-    for axis in range(3):
-        # The suffix minimum along the axis (fmin skips missing cells; a missing cell stays missing).
-        flipped = np.flip(smoothed, axis=axis)
-        smoothed = np.where(np.isfinite(grid), np.flip(np.fmin.accumulate(flipped, axis=axis), axis=axis), np.nan)
-    with np.errstate(invalid="ignore"):
-        cut = np.nanmax(np.where(np.isfinite(grid), 1.0 - smoothed / grid, 0.0))
-    return GemmTable(origin, dtype, mu, nu, ku, smoothed, float(cut))
+    (mu, nu, ku), grid = mean_grid(seconds, m, n, k)
+    smoothed, cut = suffix_minimum(grid)
+    return GemmTable(origin, dtype, mu, nu, ku, smoothed, cut)

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from simulator.report.html.page import Cell, Figure, Section, Table, write_page
 from simulator.sweep.scenario import Scenario
-from simulator.sweep.sweep import THROUGHPUT_KEY, best_per_objective
+from simulator.sweep.sweep import THROUGHPUT_KEY, best_per_objective, cell_number
 from simulator.units import fmt_seconds, fmt_value
 
 LAUNCH_ENGINES = ("vllm", "sglang")
@@ -37,13 +37,9 @@ CHARTS = (
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or value is None or value == "":
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
+    """A cell a chart can draw: a finite number, else None."""
+    number = cell_number(value)
+    return number if number is not None and math.isfinite(number) else None
 
 
 def point_figures(row: dict[str, Any]) -> dict[str, Any] | None:
