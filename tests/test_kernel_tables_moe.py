@@ -108,6 +108,21 @@ def test_measured_rows_come_back_in_seconds_and_an_outlier_is_cut():
     assert cut == pytest.approx(1 - 0.045947 / 0.517269, rel=1e-4)
 
 
+def test_a_file_of_formats_memwall_does_not_read_is_an_empty_table(tmp_path):
+    # B200's TensorRT-LLM 1.3.0rc23 MoE file holds only w4a8_mxfp4_mxfp8 rows: no key, so no curve (the roofline
+    # times the block), not an IndexError.
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    rows = {"moe_dtype": ["w4a8_mxfp4_mxfp8"] * 2, "num_tokens": [1, 2], "hidden_size": [2048] * 2,
+            "inter_size": [768] * 2, "topk": [8] * 2, "num_experts": [128] * 2, "moe_tp_size": [1] * 2,
+            "moe_ep_size": [1] * 2, "distribution": ["balanced"] * 2, "latency": [0.1, 0.2],
+            "kernel_source": ["moe_torch_flow"] * 2}
+    path = tmp_path / "moe_perf.parquet"
+    pq.write_table(pa.table(rows), path)
+    table = read_moe_table(str(path), "test GPU", "trtllm", "1.0")
+    assert table.keys == () and len(table.tokens) == 0
+    assert table.rows(("bf16",) + QWEN_KEY[1:]) is None
+
+
 def test_the_key_of_qwen3s_experts_is_read_from_its_operators():
     system = _system("roofline")
     ops = {op.name: op for op in system.operators}

@@ -162,6 +162,9 @@ def read_moe_table(path: str, gpu: str, engine: str, version: str) -> MoeTable:
     if (tokens[keep] < 1).any() or not np.isfinite(seconds[keep]).all() or (seconds[keep] <= 0).any():
         raise InputError(f"{path}: MoE rows need num_tokens >= 1 and finite latencies > 0")
     ints = ints[keep]
+    origin = TableOrigin(gpu, engine, version, path, MOE_INCLUDES)
+    if not len(ints):  # a release that measures only formats memwall does not read (B200, TensorRT-LLM 1.3.0rc23)
+        return MoeTable(origin, (), np.zeros(0, dtype=np.int64), tokens[keep], seconds[keep])
     # The distinct keys and each row's: a lexicographic sort, then a new key wherever a column changes.
     order = np.lexsort(ints.T[::-1])
     change = np.r_[True, (np.diff(ints[order], axis=0) != 0).any(axis=1)]
@@ -170,7 +173,6 @@ def read_moe_table(path: str, gpu: str, engine: str, version: str) -> MoeTable:
     distinct = ints[order][change]
     keys = tuple((DTYPES[dtype_names[d]], h, i, e, k, tp, ep, dist_names[dist], bool(g))
                  for h, i, k, e, tp, ep, d, dist, g in distinct.tolist())
-    origin = TableOrigin(gpu, engine, version, path, MOE_INCLUDES)
     return MoeTable(origin, keys, code.reshape(-1), tokens[keep], seconds[keep])
 
 
