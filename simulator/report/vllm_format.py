@@ -309,6 +309,15 @@ def _replicated_commands(run: "EngineRun", engine: str, served: str) -> str:
     return gpus.hosts_note() + "\n\n".join(blocks)
 
 
+def kv_transfer_flags(engine: str, role: str) -> list[str]:
+    """A disaggregated ``role`` worker's KV-transfer flags (vLLM: NixlConnector as kv_producer for prefill, kv_consumer
+    for decode; SGLang: --disaggregation-mode), each as the command line writes it."""
+    if engine == "vllm":
+        kv_role = "kv_producer" if role == "prefill" else "kv_consumer"
+        return [f"--kv-transfer-config '{{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"{kv_role}\"}}'"]
+    return [f"--disaggregation-mode {role}"]
+
+
 def _disaggregated_commands(run: "EngineRun", engine: str, served: str) -> str:
     """Every command of a ``--disaggregate P:D`` deployment: P prefill and D decode workers, each told its role and
     the KV transfer (vLLM: NixlConnector with kv_producer / kv_consumer; SGLang: --disaggregation-mode), and the
@@ -325,12 +334,10 @@ def _disaggregated_commands(run: "EngineRun", engine: str, served: str) -> str:
         dep = pool.deployment
         config = run.config
         if engine == "vllm":
-            kv_role = "kv_producer" if role == "prefill" else "kv_consumer"
-            args = [*_vllm_args(dep.system, dep.pp, config, s),
-                    f"--kv-transfer-config '{{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"{kv_role}\"}}'"]
+            args = [*_vllm_args(dep.system, dep.pp, config, s), *kv_transfer_flags(engine, role)]
             base = VLLM_PREFILL_PORT if role == "prefill" else VLLM_DECODE_PORT
         else:
-            args = [*_sglang_args(dep.system, dep.pp, config, s), f"--disaggregation-mode {role}"]
+            args = [*_sglang_args(dep.system, dep.pp, config, s), *kv_transfer_flags(engine, role)]
             base = SGLANG_PREFILL_PORT if role == "prefill" else SGLANG_DECODE_PORT
         for index in range(pool.replicas):
             port = base + index

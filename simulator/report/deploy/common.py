@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from simulator.errors import InputError
 from simulator.plan.deployment_planner import engine_from_options
-from simulator.report.vllm_format import _sglang_args, _vllm_args, served_model
+from simulator.report.vllm_format import _sglang_args, _vllm_args, kv_transfer_flags, served_model
 
 if TYPE_CHECKING:
     from simulator.plan.engine_run import EngineRun
@@ -84,12 +84,8 @@ def workers(run: "EngineRun", engine: str, platform: str, kv_transfer: bool = Tr
 
 
 def transfer_args(engine: str, role: str) -> list[str]:
-    """A disaggregated worker's KV-transfer flags, as the launch command gives them (vLLM: NixlConnector producer or
-    consumer; SGLang: --disaggregation-mode)."""
-    if engine == "vllm":
-        kv_role = "kv_producer" if role == "prefill" else "kv_consumer"
-        return ["--kv-transfer-config", f'{{"kv_connector":"NixlConnector","kv_role":"{kv_role}"}}']
-    return ["--disaggregation-mode", role]
+    """A disaggregated worker's KV-transfer flags as argv words: the launch command's (:func:`kv_transfer_flags`)."""
+    return argv(kv_transfer_flags(engine, role))
 
 
 def served(run: "EngineRun") -> str:
