@@ -14,6 +14,7 @@ folder, then a rename: a failure leaves neither a partial file nor the temporary
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -129,6 +130,16 @@ def decode_utf8(data: bytes, source: str) -> str:
 def read_text(path: str | Path, what: str = "", max_bytes: int = TEXT_LIMIT_BYTES) -> str:
     """A UTF-8 text file (with or without BOM) as a string; every failure is one InputError line."""
     return decode_utf8(read_bytes(path, what, max_bytes), _where(what, path))
+
+
+def read_csv_rows(path: str | Path, what: str = "") -> tuple[list[str], list[list[str]]]:
+    """A CSV file's header (names stripped and lower-cased) and data rows, blank lines and ``#`` comment lines
+    skipped; a file that cannot be read is one InputError line (:func:`read_text`)."""
+    text = read_text(path, what)
+    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    reader = csv.reader(lines)
+    header = [h.strip().lower() for h in next(reader, [])]
+    return header, list(reader)
 
 
 # ---------------------------------------------------------------------------------------

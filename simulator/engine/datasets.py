@@ -28,7 +28,6 @@ Units: tokens.
 
 from __future__ import annotations
 
-import csv
 import functools
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -37,7 +36,7 @@ import numpy as np
 
 from simulator.engine.workload import Workload
 from simulator.errors import InputError
-from simulator.files import is_file, read_text
+from simulator.files import is_file, read_csv_rows
 from simulator.model.registry import validation_file
 
 MIN_TOKENS = 4
@@ -89,16 +88,13 @@ def dataset_path(spec: str) -> Path:
 
 @functools.lru_cache(maxsize=16)
 def _read(path: Path, stamp: float, skip_output_check: bool) -> Dataset:
-    text = read_text(path, "--dataset")
-    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-    reader = csv.reader(lines)
-    header = [h.strip().lower() for h in next(reader, [])]
+    header, body = read_csv_rows(path, "--dataset")
     if "input_tokens" not in header or "output_tokens" not in header:
         raise InputError(f"--dataset: {path}: expected the columns input_tokens,output_tokens in its first line "
                          f"(got {', '.join(header) or 'nothing'})")
     columns = header.index("input_tokens"), header.index("output_tokens")
     pairs = []
-    for number, cells in enumerate(reader, start=1):
+    for number, cells in enumerate(body, start=1):
         try:
             prompt, output = (int(cells[c].strip()) for c in columns)
         except (ValueError, IndexError):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import functools
 import math
 from dataclasses import dataclass
@@ -11,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from simulator.errors import InputError
-from simulator.files import read_text
+from simulator.files import read_csv_rows
 from simulator.model.registry import validation_file
 
 
@@ -80,11 +79,7 @@ def _from_statistics(stats: dict[str, float], n: int, rng: np.random.Generator, 
 @functools.cache
 def load_lengths(path: Path) -> LengthData:
     """Read a lengths file by its header; InputError naming the file, line and what is allowed."""
-    text = read_text(path, "lengths file")
-    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-    reader = csv.reader(lines)
-    header = [h.strip().lower() for h in next(reader, [])]
-    body = list(reader)
+    header, body = read_csv_rows(path, "lengths file")
     name = path.stem
 
     def numbers(columns: list[str]) -> np.ndarray:
