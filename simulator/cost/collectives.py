@@ -289,6 +289,17 @@ def hierarchical_allreduce_seconds(message_bytes: Number, net: CollectiveNetwork
     return 2.0 * inside + across  # reduce-scatter and all-gather cost the same (ring, n - 1 steps each)
 
 
+def gather_phase_seconds(message_bytes: Number, net: CollectiveNetwork) -> Number:
+    """One all-gather (or reduce-scatter) of an ``m``-byte result (or input) over the group: NCCL's ring at its
+    fastest protocol, ``(n - 1) / n * m`` through each GPU's link. Across nodes, half the hierarchical
+    all-reduce, which is a reduce-scatter and an all-gather of the same cost."""
+    if net.algorithm == "off" or net.gpus < 2:
+        return 0.0 * message_bytes
+    if net.network is not None:
+        return 0.5 * hierarchical_allreduce_seconds(message_bytes, net)
+    return _phase("gather", message_bytes, net.gpus, net.protocols, net.latency_override_seconds)
+
+
 def all_to_all_group_seconds(message_bytes: Number, net: CollectiveNetwork) -> Number:
     """One all-to-all (expert-parallel dispatch or combine) of ``message_bytes`` per GPU over the group.
 

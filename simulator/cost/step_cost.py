@@ -76,6 +76,7 @@ from simulator.cost.collectives import (
     allreduce_seconds,
     check_algorithm,
     collective_network,
+    gather_phase_seconds,
 )
 from simulator.cost.engine_overhead import (
     graph_captured,
@@ -425,6 +426,8 @@ def communication_seconds(op: Operator, work: Work, rates: OperatorRates, count:
     if rates.measured is not None and not isinstance(rates.measured, (AttentionCurve, MlaCurve)) and net.algorithm != "off":
         # The engine's own all-reduce kernel, measured inside a CUDA graph (simulator.cost.kernel_tables.collective).
         seconds = rates.measured.seconds(work.link_bytes)
+    elif getattr(op, "collective", "allreduce") != "allreduce":
+        seconds = gather_phase_seconds(work.link_bytes, net)  # attention DP's gather and reduce-scatter
     elif op.kind == "alltoall":
         # link_bytes: what the busiest GPU sends to the others in one dispatch or combine; NCCL runs
         # all-to-all as grouped sends, one step over the Simple protocol (and the NICs across nodes).

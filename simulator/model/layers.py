@@ -299,10 +299,27 @@ class _Builder:
         params = width * (2 if self.model.norm == "layernorm" else 1)
         return self.elementwise(name, width, width, NORM_FLOPS_PER_ELEMENT * width, weights=params, count=count)
 
-    def allreduce(self, name: str, count: int | None = None) -> AllReduce:
+    def allreduce(self, name: str, count: int | None = None,
+                  collective: Literal["allreduce", "allgather", "reducescatter"] = "allreduce") -> AllReduce:
         return AllReduce(name=name, count=self.model.num_layers if count is None else count,
                          width=self.model.hidden_size, tp=self.tp,
-                         activation_bytes_per_element=self.b_a, compute_dtype=self.precision.activation_dtype)
+                         activation_bytes_per_element=self.b_a, compute_dtype=self.precision.activation_dtype,
+                         collective=collective)
+
+    def tensor_parallel_collectives(self, mixers: int, ffns: int) -> tuple[AllReduce, AllReduce]:
+        """The collectives on the hidden state of each layer: after the attention (or mixer) and after the MLP.
+
+        Tensor-parallel attention: two all-reduces of the step's tokens. Attention data parallelism: each GPU's
+        attention output is whole for its own sequences, so nothing is reduced after it; the MLP or experts,
+        split over the same GPUs, need every rank's tokens, gathered before them and reduce-scattered after
+        (TensorRT-LLM's attention-DP MoE: allgather, then reducescatter, ``fused_moe_cutlass.py``; SGLang:
+        ``dp_gather`` as an all-gather under CUDA graphs, ``dp_reduce_scatter_tensor`` after the MLP when
+        tp == dp, ``layers/dp_attention.py`` and ``layers/communicator.py``).
+        """
+        if self.dp_attention:
+            return (self.allreduce("dp_gather", count=ffns, collective="allgather"),
+                    self.allreduce("dp_reduce_scatter", count=ffns, collective="reducescatter"))
+        return self.allreduce("attn_allreduce", count=mixers), self.allreduce("mlp_allreduce", count=ffns)
 
     def build(self) -> tuple[Operator, ...]:
         model, tp, H = self.model, self.tp, self.model.hidden_size
@@ -324,6 +341,7 @@ class _Builder:
         # A Nemotron-H model's layers are blocks of one mixer or one FFN, each with its own norm and residual add
         # (NemotronHBlock): the mixer's norm, all-reduce and add count its mixer blocks, the FFN's its FFN blocks.
         mixers, ffns = model.mixer_layers, model.ffn_layers
+        after_attention, after_mlp = self.tensor_parallel_collectives(mixers, ffns)
         ops.append(self.norm("attn_norm", count=mixers))
         ops += self.latent_attention() if model.is_mla else self.attention()
         if model.linear_layers:
@@ -332,7 +350,7 @@ class _Builder:
             ops += self.mamba()
         if not model.parallel_attention:
             if tp > 1:
-                ops.append(self.allreduce("attn_allreduce", count=mixers))
+                ops.append(after_attention)
             if model.norms_per_layer == 4:
                 ops.append(self.norm("post_attn_norm"))
             ops.append(self.elementwise("attn_residual", 2 * H, H, ADD_FLOPS_PER_ELEMENT * H, fused_read=H, residual=True,
@@ -348,7 +366,7 @@ class _Builder:
         if model.moe_layers:
             ops += self.moe()
         if tp > 1:
-            ops.append(self.allreduce("mlp_allreduce", count=ffns))
+            ops.append(after_mlp)
         if model.parallel_attention:
             # x + attention(x) + mlp(x): one add reading three vectors.
             ops.append(self.elementwise("residual", 3 * H, H, 2 * ADD_FLOPS_PER_ELEMENT * H, fused_read=2 * H,
@@ -639,7 +657,11 @@ class _Builder:
             self.unfused("moe_topk", E, 2 * k, SOFTMAX_FLOPS_PER_SCORE * E, count),
             self.unfused("moe_align", k, k, 0.0, count),
         ]
-        if ep > 1:
+        # Under attention data parallelism every GPU already holds the step's gathered tokens
+        # (tensor_parallel_collectives), and runs its own experts on them: no all-to-all (TensorRT-LLM without
+        # enable_alltoall, SGLang without a DeepEP backend).
+        all_to_all = ep > 1 and not self.dp_attention
+        if all_to_all:
             share = remote_gpus_per_token(E, k, ep) if self.routing_skew == 0 else busiest_share(q_all, ep)
             dispatch = AllToAll(name="moe_dispatch", count=count, width=D, tp=tp, ep=ep, remote_share=share,
                                 activation_bytes_per_element=self.b_a, compute_dtype=self.precision.activation_dtype)
@@ -655,7 +677,7 @@ class _Builder:
         # The k expert outputs of a token are weighted and summed by a kernel of their own (vLLM's and
         # SGLang's moe_sum, TensorRT-LLM's finalizeMoeRouting): it reads the rows the down GEMM wrote.
         ops.append(self.unfused("experts_combine", rows * D, D, 2.0 * rows * D, count))
-        if ep > 1:
+        if all_to_all:
             ops.append(replace(dispatch, name="moe_combine"))  # the same bytes back to the tokens' GPUs
         if model.moe_latent_size:
             ops.append(self.gemm("moe_latent_out_proj", D, H, D * H, H, H, count=count, module="mlp"))

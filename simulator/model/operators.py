@@ -491,6 +491,11 @@ class AllReduce:
     ``link_bytes`` is the message each GPU holds; :mod:`simulator.cost.collectives` alone turns it
     into seconds (ring, tree, one-shot or two-shot by the engine's policy, the group size and the
     interconnect's latencies and bandwidth).
+
+    ``collective``: 'allreduce', or under attention data parallelism the pair that replaces the two
+    all-reduces of a layer: 'allgather' (every GPU's tokens gathered for the MLP or experts, ``link_bytes``
+    the gathered result) and 'reducescatter' (their partial outputs summed and each rank's tokens sent back,
+    ``link_bytes`` the summed input). Both cost one ring phase, half an all-reduce's traffic.
     """
 
     name: str
@@ -498,6 +503,7 @@ class AllReduce:
     width: int
     tp: int
     activation_bytes_per_element: float
+    collective: Literal["allreduce", "allgather", "reducescatter"] = "allreduce"
     params: int = 0
     resident_bytes: float = 0.0
     compute_dtype: str = "fp16"

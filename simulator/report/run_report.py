@@ -192,7 +192,7 @@ def architecture_lines(system: Any, last_step: Any, last_cost: Any) -> list[str]
         lines.append(
             f"  experts      {moe['experts']} routed, top-{moe['top_k']}, {split}; the last decode step "
             f"({int(tokens)} tokens) touches {moe['touched_per_gpu']:.1f} of {moe['experts_per_gpu']} per GPU per MoE layer"
-            + (f", all-to-all {fmt_seconds(alltoall)}" if moe["ep"] > 1 else "")
+            + (f", all-to-all {fmt_seconds(alltoall)}" if moe["ep"] > 1 and not getattr(system, "dp_attention", False) else "")
         )
     return lines
 

@@ -85,8 +85,11 @@ def _step_line(pool: PoolSummary) -> str | None:
         which = f"first prefill step ({step.tokens:,} tokens)"
     else:
         which = f"last decode step ({step.sequences:,} sequence{'' if step.sequences == 1 else 's'})"
-    alltoall = f", all-to-all {fmt_seconds(step.alltoall_seconds)}" if pool.ep > 1 else ""
-    return (f"  {pool.role + ' layout':<15}{pool_layout(pool)}; {which} {fmt_seconds(step.seconds)}: all-reduce "
+    # Attention DP gathers the tokens and reduce-scatters the MLP's output instead of all-reducing, and moves no
+    # token by all-to-all (simulator.model.layers, tensor_parallel_collectives).
+    alltoall = f", all-to-all {fmt_seconds(step.alltoall_seconds)}" if pool.ep > 1 and not pool.dp_attention else ""
+    reduce = "gather and reduce-scatter" if pool.dp_attention else "all-reduce"
+    return (f"  {pool.role + ' layout':<15}{pool_layout(pool)}; {which} {fmt_seconds(step.seconds)}: {reduce} "
             f"{fmt_seconds(step.allreduce_seconds)}{alltoall}; collectives {100 * pool.communication_share:.0f}% of "
             "its busy time")
 

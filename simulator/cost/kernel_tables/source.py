@@ -102,7 +102,8 @@ class KernelSource:
             return self.mla_curve(op, gpu)
         if type(op) is AllReduce:
             # Only the group sizes and the message dtype measured: a larger group, or one across nodes, is not.
-            if op.activation_bytes_per_element != aiconfigurator.ALLREDUCE_BYTES_PER_ELEMENT:
+            # The all-reduce tables time no all-gather or reduce-scatter (attention DP's collectives).
+            if op.activation_bytes_per_element != aiconfigurator.ALLREDUCE_BYTES_PER_ELEMENT or op.collective != "allreduce":
                 return None
             return self.allreduce.get(op.tp)
         if not self.gemm or type(op) is not Gemm:
