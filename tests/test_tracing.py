@@ -8,7 +8,7 @@ from test_step_totals import _systems
 
 from simulator.cost.pipeline import PipelineSystem
 from simulator.cost.system import System
-from simulator.cost.tracing import trace_scalar
+from simulator.cost.tracing import scalar_call, trace_scalar
 from simulator.model import load_gpu, load_model
 from simulator.model.engine_profile import load_engine_profile
 from simulator.model.precision import Precision
@@ -44,6 +44,47 @@ def test_a_traced_decode_tick_equals_step_totals_bit_for_bit(system):
         # Keys from one per sequence to 32k per sequence: both sides of every max() in the roofline.
         for keys in batch * np.exp(rng.uniform(0.0, np.log(32768.0), 200)).round():
             assert traced(float(keys)) == tuple(float(v) for v in system.step_totals(step(float(keys))))
+
+
+def _measured() -> list:
+    h100, h200 = load_gpu("h100"), load_gpu("h200")
+    return [
+        # Measured GEMMs and GQA attention (TensorRT-LLM's tables on H100), and MLA (on H200).
+        System(load_model("llama3-8b"), h100, Precision(), engine=load_engine_profile("trtllm"), kernels="measured",
+               kernel_efficiency="shape"),
+        System(load_model("deepseek-v3"), h200, Precision(weights="fp8", kv="fp8"), tp=8,
+               engine=load_engine_profile("trtllm"), kernels="measured", kernel_efficiency="shape"),
+    ]
+
+
+@pytest.mark.parametrize("system", _measured(), ids=lambda s: s.describe())
+def test_a_decode_tick_on_measured_kernels_traces_and_equals_step_totals_bit_for_bit(system):
+    assert system.time_model.kernels.measured
+    rng = np.random.default_rng(7)
+    for batch in (1.0, 16.0, 200.0):
+        step = _decode(batch)
+        traced = trace_scalar(lambda keys, step=step: system.step_totals(step(keys)), (batch, 1e3 * batch))
+        # The table lookups join the trace as calls (scalar_call): a measured tick is traced, not costed one by one.
+        assert traced is not None
+        for keys in batch * np.exp(rng.uniform(0.0, np.log(131072.0), 100)).round():
+            assert traced(float(keys)) == tuple(float(v) for v in system.step_totals(step(float(keys))))
+
+
+def test_a_scalar_call_is_one_recorded_call_of_plain_numbers():
+    seen = []
+
+    def lookup(a: float, b: float) -> float:
+        seen.append((type(a), type(b)))
+        return float(np.log(a) + b)  # nothing the tracer could follow: a ufunc it has no form for
+
+    traced = trace_scalar(lambda x: (scalar_call(lookup, 2.0 * x, 3.0) + 1.0,), (1.0, 5.0))
+    assert traced is not None
+    # log(2 x) + 3 + 1: at x = 1, log 2 + 4 = 4.693147...; at x = 4, log 8 + 4 = 6.079441...
+    assert traced(1.0) == (float(np.log(2.0)) + 3.0 + 1.0,)
+    assert traced(4.0) == pytest.approx((np.log(8.0) + 4.0,), abs=1e-15)
+    # The compiled function hands the call plain floats, as the untraced path does.
+    assert seen[-1] == (float, float)
+    assert scalar_call(lookup, 2.0, 3.0) == float(np.log(2.0)) + 3.0  # untraced: just the call
 
 
 def test_what_cannot_be_traced_gives_none():

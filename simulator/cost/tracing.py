@@ -15,6 +15,11 @@ bit for bit. Anything the tracer does not know (a reduction, a conversion to a P
 branch on the symbol's value) stops the trace and :func:`trace_scalar` returns None (callers keep
 the untraced path). It also checks the compiled function against the original on sample inputs
 and returns None on any difference.
+
+A function of plain numbers that the tracer cannot follow (a measured table's lookup: logarithms,
+a search among its rows) joins a trace through :func:`scalar_call`: one recorded call, which the
+compiled function makes with the same plain numbers as the untraced path, so the results stay
+equal bit for bit.
 """
 
 from __future__ import annotations
@@ -79,6 +84,11 @@ class _Recorder:
         self.constants.append(constant)
         return f"c{len(self.constants) - 1}"
 
+    def call(self, func: Callable[..., float], operands: Sequence[Any]) -> Symbol:
+        self.constants.append(func)
+        return self.record(f"c{len(self.constants) - 1}({', '.join('{%d}' % k for k in range(len(operands)))})",
+                           operands)
+
     def record(self, template: str, operands: Sequence[Any]) -> Symbol:
         expression = template.format(*(self.operand(value) for value in operands))
         name = f"v{len(self.lines)}"
@@ -133,6 +143,20 @@ class Symbol(np.ndarray):
 
     def __reduce__(self):
         raise Untraceable("a traced value pickled")
+
+
+def is_traced(*values: Any) -> bool:
+    """Is any of ``values`` a traced number?"""
+    return any(isinstance(value, Symbol) for value in values)
+
+
+def scalar_call(func: Callable[..., float], *args: Any) -> Any:
+    """``func(*args)``, where ``func`` is a pure function of plain numbers returning a float; with a traced argument,
+    one recorded call of ``func`` (module docstring), which the compiled function makes with plain numbers."""
+    traced = next((value for value in args if isinstance(value, Symbol)), None)
+    if traced is None:
+        return func(*args)
+    return traced.recorder.call(func, args)
 
 
 def _live(lines: list[str], results: list[str]) -> list[str]:

@@ -49,7 +49,7 @@ from __future__ import annotations
 import bisect
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -57,6 +57,7 @@ import numpy as np
 
 from simulator.cost.kernel_tables.parquet import codes, numbers, read_parquet
 from simulator.cost.kernel_tables.table import TableOrigin, mean_grid, suffix_minimum
+from simulator.cost.tracing import is_traced, scalar_call
 from simulator.errors import InputError
 from simulator.model.step import Number, Step
 
@@ -325,6 +326,17 @@ class PhaseCurve:
             value += math.log(self._sequence(length) / self._sequence(clipped))
         return value
 
+    def length_seconds(self, batch: float) -> Callable[[float], float]:
+        """``scalar_seconds(batch, length)`` as a function of the length alone, the batch's rows and weight resolved
+        once: a traced decode tick (simulator.cost.tracing) calls it for every tick of that batch. The same
+        operations in the same order as :meth:`scalar_seconds`, so the same floats."""
+        lower, upper, w, b_clip = self.batch_weights(batch)
+        row, exp = self._scalar_row, math.exp
+        if w == 0.0 or w == 1.0:
+            only = lower if w == 0.0 else upper
+            return lambda length: exp(row(only, length)) * (batch / b_clip)
+        return lambda length: exp((1.0 - w) * row(lower, length) + w * row(upper, length)) * (batch / b_clip)
+
     def batch_weights(self, batch: float) -> tuple[int, int, float, float]:
         """(lower row, upper row, weight of the upper, clipped batch) of a batch size: linear in log batch between the
         measured batches, clipped to them. Remembered per batch (a run asks the same few again and again)."""
@@ -449,6 +461,9 @@ class AttentionCurve:
         generation kernel for the decoding ones (module docstring); 0 for a step with neither."""
         share = 1.0 / self.data_parallel  # this GPU's share of the sequences
         arrays = (step.tokens, step.prefill_tokens, step.sequences, step.attention_pairs, step.prefill_attention_pairs)
+        if is_traced(*arrays):
+            # A decode tick traced as a function of its keys (simulator.cost.tracing): the lookup is one call.
+            return self._traced_step_seconds(*arrays, share)
         if not (isinstance(arrays[0], np.ndarray) or isinstance(arrays[1], np.ndarray)
                 or isinstance(arrays[2], np.ndarray) or isinstance(arrays[3], np.ndarray)
                 or isinstance(arrays[4], np.ndarray)):
@@ -469,16 +484,33 @@ class AttentionCurve:
 
     def _scalar_step_seconds(self, step: Step, share: float) -> float:
         """:meth:`step_seconds` of a step of plain numbers, in plain floats (the same formulas)."""
-        decoders = float(step.tokens - step.prefill_tokens)
-        prefill = float(step.prefill_tokens)
+        return self._scalar_fields_seconds(step.tokens, step.prefill_tokens, step.sequences, step.attention_pairs,
+                                           step.prefill_attention_pairs, share)
+
+    def _scalar_fields_seconds(self, tokens: Number, prefill_tokens: Number, sequences: Number, pairs: Number,
+                               prefill_pairs: Number, share: float) -> float:
+        """:meth:`_scalar_step_seconds` of the step's fields it reads."""
+        decoders = float(tokens - prefill_tokens)
+        prefill = float(prefill_tokens)
         out = 0.0
         if decoders > 0:
-            keys = float(step.attention_pairs - step.prefill_attention_pairs) / decoders
+            keys = float(pairs - prefill_pairs) / decoders
             out += self.generation.scalar_seconds(max(decoders * share, 1e-9), max(keys, 1.0))
         if prefill > 0:
-            out += self.context.prefill_seconds(prefill, float(step.sequences), decoders,
-                                                float(step.prefill_attention_pairs), share)
+            out += self.context.prefill_seconds(prefill, float(sequences), decoders, float(prefill_pairs), share)
         return out
+
+    def _traced_step_seconds(self, tokens: Number, prefill_tokens: Number, sequences: Number, pairs: Number,
+                             prefill_pairs: Number, share: float) -> Number:
+        """:meth:`_scalar_fields_seconds` where some field is traced: one recorded call. A decode tick whose batch is a
+        plain number (the engine's traced ticks) calls the generation lookup of that batch, resolved once
+        (:meth:`PhaseCurve.length_seconds`), with the keys per sequence: the same floats as the scalar path."""
+        if not is_traced(tokens, prefill_tokens) and float(prefill_tokens) == 0.0 and float(tokens) > 0:
+            decoders = float(tokens - prefill_tokens)
+            lookup = self.generation.length_seconds(max(decoders * share, 1e-9))
+            keys = np.maximum((pairs - prefill_pairs) / decoders, 1.0)
+            return scalar_call(lookup, keys)
+        return scalar_call(self._scalar_fields_seconds, tokens, prefill_tokens, sequences, pairs, prefill_pairs, share)
 
     def _array_step_seconds(self, tokens: np.ndarray, prefill: np.ndarray, sequences: np.ndarray, pairs: np.ndarray,
                             prefill_pairs: np.ndarray, share: float) -> np.ndarray:

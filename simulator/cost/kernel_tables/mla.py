@@ -78,6 +78,7 @@ from simulator.cost.kernel_tables.attention import (
 from simulator.cost.kernel_tables.gemm import GemmCurve
 from simulator.cost.kernel_tables.parquet import codes, numbers, read_parquet
 from simulator.cost.kernel_tables.table import TableOrigin, mean_grid, suffix_minimum
+from simulator.cost.tracing import is_traced, scalar_call
 from simulator.errors import InputError
 from simulator.model.step import Number, Step
 
@@ -272,6 +273,9 @@ class MlaCurve:
         share = 1.0 / self.data_parallel  # this GPU's share of the sequences
         arrays = (step.tokens, step.prefill_tokens, step.sequences, step.attention_pairs,
                   step.prefill_attention_pairs, step.context_tokens)
+        if is_traced(*arrays):
+            # A decode tick traced as a function of its keys (simulator.cost.tracing): the lookup is one call.
+            return scalar_call(self._scalar_step_seconds, *arrays, share)
         if not any(isinstance(a, np.ndarray) for a in arrays):
             t, p, q, a, pa, c = (float(value) for value in arrays)
             return self._scalar_step_seconds(t, p, q, a, pa, c, share)
