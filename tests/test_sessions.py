@@ -7,7 +7,7 @@ import pytest
 
 from simulator.engine.cluster import simulate_cluster
 from simulator.engine.engine import Engine
-from simulator.engine.kv_offload import OffloadTier, host_link_bytes_per_second, parse_offload
+from simulator.engine.kv_offload import OffloadTier, parse_offload, tier_bytes_per_second
 from simulator.engine.metrics import DONE
 from simulator.engine.scheduler import SchedulerConfig
 from simulator.engine.sessions import as_sessions, by_turn, session_workload, with_hash_prefixes
@@ -94,8 +94,12 @@ def test_offload_tier_load_time_is_bytes_over_bandwidth():
     assert tier.load(8, 10) == (0, 0.0)
     tier.store(9, 20)  # 31 + 20 > 40: the least recently used (7) goes
     assert list(tier.held) == [9] and tier.stats.evictions == 1
-    assert host_link_bytes_per_second("A100-SXM4-80GB", "cpu") == 32e9
-    assert host_link_bytes_per_second("H100-SXM", "cpu") == 64e9 and host_link_bytes_per_second("GB200", "cpu") == 450e9
+    # PCIe Gen4 x16: 16 GT/s x 16 lanes / 8 bits ~ 32 GB/s; Gen5 doubles it; NVLink-C2C 900 GB/s both ways / 2.
+    assert tier_bytes_per_second(load_gpu("a100"), "cpu") == 16e9 * 16 / 8
+    assert tier_bytes_per_second(load_gpu("h100"), "cpu") == 32e9 * 16 / 8
+    assert tier_bytes_per_second(load_gpu("gb200"), "cpu") == 900e9 / 2
+    assert tier_bytes_per_second(load_gpu("v100"), "cpu") == 8e9 * 16 / 8  # PCIe Gen3, not Gen4 as by name before
+    assert tier_bytes_per_second(load_gpu("h100"), "nvme") == 7e9
     assert parse_offload("cpu:64").capacity_bytes == 64 * 2**30 and parse_offload("nvme:1:3").bandwidth_bytes_per_second == 3e9
 
 

@@ -16,9 +16,9 @@ radix cache) do it:
   iteration that loads lasts ``max(compute, load)`` seconds, not their sum.
 
 Bandwidths (bytes/s, one direction, per GPU), unless given (``cpu:SIZE_GIB:GBPS``):
-``cpu`` over PCIe Gen5 x16 (H100, H200, B200, B300, RTX PRO 6000, MI300X and later): 64e9 (32 GT/s x 16
-lanes, 128b/130b: 63 GB/s); PCIe Gen4 x16 (A100, L40S, and older): 32e9; NVLink-C2C on Grace systems
-(GH200, GB200, GB300): 450e9 (900 GB/s total, both directions, NVIDIA Grace Hopper / GB200 datasheets).
+``cpu``: the GPU's host link, its config's ``host_link_bytes_per_second`` (PCIe Gen5 x16 64e9 on H100,
+H200, B200, MI300X and later; PCIe Gen4 x16 32e9 on A100, L40S and older; NVLink-C2C 450e9 on Grace
+systems, GB200 and GB300: 900 GB/s both directions, NVIDIA GB200 datasheet).
 ``nvme``: 7e9 (one PCIe Gen4 x4 data-centre drive per GPU, e.g. Samsung PM9A3: 6.9 GB/s sequential read).
 Capacity ``SIZE_GIB`` is per replica (all GPUs of its tensor-parallel group together).
 """
@@ -29,18 +29,13 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from simulator.errors import InputError
+from simulator.model.gpu import GPUSpec
 
 GIB = 2**30
 
 TIERS = ("cpu", "nvme")
 
-PCIE_GEN5_BYTES_PER_SECOND = 64e9
-PCIE_GEN4_BYTES_PER_SECOND = 32e9
-NVLINK_C2C_BYTES_PER_SECOND = 450e9
 NVME_BYTES_PER_SECOND = 7e9
-
-_GEN5 = ("h100", "h200", "h20", "b200", "b300", "rtx pro 6000", "rtx-pro-6000", "mi300", "mi325", "mi355", "5090")
-_C2C = ("gh200", "gb200", "gb300")
 
 
 @dataclass(frozen=True)
@@ -70,16 +65,9 @@ def parse_offload(text: str) -> OffloadSpec:
     return OffloadSpec(parts[0].lower(), size * GIB, None if rate is None else rate * 1e9)
 
 
-def host_link_bytes_per_second(gpu_name: str, kind: str) -> float:
-    """The default bandwidth of ``kind``'s tier for GPU ``gpu_name`` (module docstring), bytes/s per GPU."""
-    if kind == "nvme":
-        return NVME_BYTES_PER_SECOND
-    name = gpu_name.lower()
-    if any(tag in name for tag in _C2C):
-        return NVLINK_C2C_BYTES_PER_SECOND
-    if any(tag in name for tag in _GEN5):
-        return PCIE_GEN5_BYTES_PER_SECOND
-    return PCIE_GEN4_BYTES_PER_SECOND
+def tier_bytes_per_second(gpu: GPUSpec, kind: str) -> float:
+    """The default bandwidth of ``kind``'s tier for a GPU of type ``gpu`` (module docstring), bytes/s per GPU."""
+    return NVME_BYTES_PER_SECOND if kind == "nvme" else gpu.host_link_bytes_per_second
 
 
 @dataclass
@@ -157,10 +145,10 @@ class OffloadTier:
         return loaded, seconds
 
 
-def offload_tier(spec: OffloadSpec | None, gpu_name: str, bytes_per_block_per_gpu: float, tp: int) -> OffloadTier | None:
+def offload_tier(spec: OffloadSpec | None, gpu: GPUSpec, bytes_per_block_per_gpu: float, tp: int) -> OffloadTier | None:
     """The tier ``spec`` describes for a replica of ``tp`` GPUs whose blocks take ``bytes_per_block_per_gpu`` each."""
     if spec is None:
         return None
     capacity = int(spec.capacity_bytes // (bytes_per_block_per_gpu * tp))
-    bandwidth = spec.bandwidth_bytes_per_second or host_link_bytes_per_second(gpu_name, spec.kind)
+    bandwidth = spec.bandwidth_bytes_per_second or tier_bytes_per_second(gpu, spec.kind)
     return OffloadTier(spec.kind, capacity, bytes_per_block_per_gpu, bandwidth)

@@ -190,6 +190,9 @@ class GPUSpec(BaseModel):
     sram_bytes_per_sm: float = Field(gt=0, description="shared memory per SM usable by one kernel")
     interconnect: str = "pcie"
     link_bandwidth_bytes_per_second: float = Field(gt=0, description="one direction, per GPU")
+    host_link_bytes_per_second: float = Field(
+        default=32e9, gt=0, description="GPU <-> host CPU memory, one direction, per GPU (a KV offload tier's "
+        "loads): PCIe Gen4 x16 32e9, Gen5 x16 64e9, NVLink-C2C on Grace systems 450e9; default PCIe Gen4")
     max_gpus_per_node: int = Field(default=8, ge=1, le=4096, description="GPUs joined by the interconnect (one "
                                    "NVLink domain: 8 on an HGX board, 72 on a GB200/GB300 NVL72 rack)")
     network: str | None = Field(default=None, description="the network between nodes (an interconnect config of "

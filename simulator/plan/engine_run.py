@@ -241,7 +241,7 @@ def simulate_prepared(prep: Prepared, progress: Callable[[int, int], None] | Non
     spec = None if prep.settings.kv_offload is None else parse_offload(prep.settings.kv_offload)
     capacity = prep.capacity
     offload = None if spec is None else (
-        lambda: offload_tier(spec, system.gpu.name, capacity.bytes_per_block_per_gpu, system.tp))
+        lambda: offload_tier(spec, system.gpu, capacity.bytes_per_block_per_gpu, system.tp))
     result = simulate_cluster(system, prep.workload, prep.config, prep.capacity.blocks, replicas,
                               prep.settings.router, progress, records=records, offload=offload,
                               router_staleness=prep.settings.router_staleness)
