@@ -8,6 +8,7 @@ from simulator.cost.collectives import (
     all_to_all_seconds,
     allreduce_seconds,
     collective_network,
+    gather_phase_seconds,
     group_bandwidth,
     nccl_allreduce_seconds,
     one_shot_allreduce_seconds,
@@ -79,6 +80,20 @@ def test_nccl_picks_ll_for_small_messages_and_simple_for_large_on_nvlink4():
     simple = 56.0e-6 + 1.75 * large / 337.5e9  # 404.0 us
     assert simple < ll128 < ll
     assert nccl_allreduce_seconds(large, net) == pytest.approx(simple, rel=1e-12)
+
+
+def test_attention_dps_gather_is_ncclls_ring_all_gather_at_its_fastest_protocol():
+    net = _h100_network(algorithm="auto")  # the engine's custom all-reduce does not gather: NCCL's ring does
+    # 8 GPUs, 7 ring steps, 7 / 8 of the gathered message through each GPU's link.
+    # 64 MiB, Simple: 8.4 + 7 x 3.4 = 32.2 us, plus 7 / 8 x 67,108,864 / 337.5e9 = 174.0 us: 206.2 us; LL128:
+    # 14 + 7 x 1.9 = 27.3 us + 189.1 us = 216.4 us; LL: 6.6 + 7 x 0.6 = 10.8 us + 416.5 us = 427.3 us.
+    large = 64.0 * MIB
+    simple = 32.2e-6 + 7 / 8 * large / 337.5e9
+    assert simple == pytest.approx(206.2e-6, rel=1e-3)
+    assert gather_phase_seconds(large, net) == pytest.approx(simple, rel=1e-12)
+    # 1 KiB: LL, 10.8 us + 7 / 8 x 1,024 / 141e9.
+    assert gather_phase_seconds(1024.0, net) == pytest.approx(10.8e-6 + 7 / 8 * 1024 / 141e9, rel=1e-12)
+    assert gather_phase_seconds(0.0, net) == 0.0 and gather_phase_seconds(large, _h100_network(1)) == 0.0
 
 
 def test_auto_follows_vllms_custom_allreduce_thresholds():
