@@ -2,7 +2,10 @@
 
 Split from :mod:`simulator.model.operators` (which would pass 600 lines with them); that module's
 ``Operator`` union includes these, and :class:`~simulator.model.operators.LatentAttention` uses
-:func:`topk_step` for a DSA layer. Formulas and sources are collected in docs/time-model.md
+:func:`topk_step` for a DSA layer. The step views of restricted attention live here too (a sliding window:
+:func:`windowed_step`; compressed keys: :func:`compressed_step`; selected keys: :func:`topk_step`), shared with
+:mod:`simulator.model.compressed_attention_operators` (DeepSeek-V4), whose CSA layers run this ``Indexer`` over
+compressed keys. Formulas and sources are collected in docs/time-model.md
 ("Sparse and linear attention").
 
 **DeepSeek Sparse Attention (DSA)** (DeepSeek-V3.2-Exp technical report, section 2.1; GLM-5): in each
