@@ -2,11 +2,9 @@
 hand from the real config.json files in tests/data/hf_configs (DeepSeek-V4-Flash: hidden 4096, 43 layers, 64 heads
 of 512, q_lora_rank 1024, o_groups 8 x o_lora_rank 1024, window 128, indexer 64 x 128 top-512, hc_mult 4)."""
 
-import json
-from pathlib import Path
-
 import pytest
 from click.testing import CliRunner
+from hf_fixtures import DATA, config, load, named
 
 from simulator.cli import main
 from simulator.cost.memory import (
@@ -18,7 +16,7 @@ from simulator.cost.memory import (
 )
 from simulator.cost.pipeline import stage_model
 from simulator.errors import InputError
-from simulator.model.architecture import ModelSpec, load_model_file, with_attention
+from simulator.model.architecture import with_attention
 from simulator.model.compressed_attention_operators import (
     CompressedAttention,
     HyperConnection,
@@ -33,23 +31,9 @@ from simulator.model.precision import Precision
 from simulator.model.sparse_linear_operators import Indexer
 from simulator.model.step import Step
 
-DATA = Path(__file__).parent / "data" / "hf_configs"
 FLASH_STEM = "deepseek-ai--DeepSeek-V4-Flash"
 CONTEXT = 128 * 1024  # 131,072 tokens
 BF16 = Precision(weights="bf16", kv="bf16")
-
-
-def config(stem: str) -> dict:
-    return json.loads((DATA / f"{stem}_config.json").read_text())
-
-
-def load(stem: str) -> ModelSpec:
-    return load_model_file(DATA / f"{stem}_config.json")
-
-
-def named(ops, name):
-    return next(op for op in ops if op.name == name)
-
 
 FLASH = config(FLASH_STEM)
 
