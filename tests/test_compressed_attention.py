@@ -2,6 +2,8 @@
 hand from the real config.json files in tests/data/hf_configs (DeepSeek-V4-Flash: hidden 4096, 43 layers, 64 heads
 of 512, q_lora_rank 1024, o_groups 8 x o_lora_rank 1024, window 128, indexer 64 x 128 top-512, hc_mult 4)."""
 
+import json
+
 import pytest
 from click.testing import CliRunner
 from hf_fixtures import DATA, config, load, named
@@ -16,7 +18,7 @@ from simulator.cost.memory import (
 )
 from simulator.cost.pipeline import stage_model
 from simulator.errors import InputError
-from simulator.model.architecture import with_attention
+from simulator.model.architecture import load_model_file, with_attention
 from simulator.model.compressed_attention_operators import (
     CompressedAttention,
     HyperConnection,
@@ -225,13 +227,19 @@ def test_pipeline_stage_keeps_its_layers_ratios():
     assert [stage.compress_ratio_layers(r) for r in (0, 4, 128)] == [0, 11, 11]
 
 
-def test_bad_compress_ratios_are_one_line_errors():
+def test_bad_compress_ratios_are_one_line_errors(tmp_path):
     bad = dict(FLASH, compress_ratios=[0, 8] + FLASH["compress_ratios"][2:])
     with pytest.raises(InputError, match=r"compress_ratios has 8; allowed: 0 \(window only\), 4 .*128"):
         from_hf_config(bad, "v4")
     short = dict(FLASH, compress_ratios=FLASH["compress_ratios"][:10])
     with pytest.raises(InputError, match=r"compress_ratios has 10 entries; allowed: .* one per layer \(43\)"):
         from_hf_config(short, "v4")
+    with pytest.raises(InputError, match=r"compress_ratios is a str; allowed: a list"):
+        from_hf_config(dict(FLASH, compress_ratios="4"), "v4")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({k: v for k, v in FLASH.items() if k != "sliding_window"}))
+    with pytest.raises(InputError, match=r"config.json: .*needs compress_window \(a config.json's sliding_window\)"):
+        load_model_file(path)
 
 
 def test_attention_variants_and_other_kernels_are_refused():

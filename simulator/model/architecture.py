@@ -265,7 +265,8 @@ class ModelSpec(BaseModel):
         if len(self.compress_ratios) != self.num_layers:
             raise ValueError(f"compress_ratios has {len(self.compress_ratios)} entries for {self.num_layers} layers")
         needed = {"q_lora_rank": self.q_lora_rank, "qk_rope_head_dim": self.qk_rope_head_dim,
-                  "compress_window": self.compress_window, "o_groups": self.o_groups, "o_lora_rank": self.o_lora_rank}
+                  "compress_window (a config.json's sliding_window)": self.compress_window, "o_groups": self.o_groups,
+                  "o_lora_rank": self.o_lora_rank}
         if 4 in self.compress_ratios:
             needed.update(index_topk=self.index_topk, index_heads=self.index_heads, index_head_dim=self.index_head_dim)
         missing = [name for name, value in needed.items() if not value]

@@ -214,9 +214,9 @@ def _compressed_attention_fields(config: dict[str, Any], layers: int, name: str)
     ratios = config["compress_ratios"]
     mtp = int(config.get("num_nextn_predict_layers") or 0)
     if not isinstance(ratios, list) or len(ratios) not in (layers, layers + mtp):
-        count = len(ratios) if isinstance(ratios, list) else type(ratios).__name__
-        raise InputError(f"{name}: compress_ratios has {count} entries; allowed: a list of one per layer ({layers}), "
-                         f"then one per multi-token-prediction layer ({mtp})")
+        got = f"has {len(ratios)} entries" if isinstance(ratios, list) else f"is a {type(ratios).__name__}"
+        raise InputError(f"{name}: compress_ratios {got}; allowed: a list of one per layer ({layers}), then one per "
+                         f"multi-token-prediction layer ({mtp})")
     odd = sorted({str(r) for r in ratios if r not in COMPRESS_RATIOS or isinstance(r, bool)})
     if odd:
         raise InputError(f"{name}: compress_ratios has {', '.join(odd)}; allowed: 0 (window only), 4 (compressed "
