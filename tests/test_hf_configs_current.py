@@ -31,7 +31,6 @@ def load(stem: str):
 
 # Refused: (config, the reason the one-line error must give).
 SHARED_INDEXER = r"indexers shared between layers.*field indexer_types has 'shared'"
-DSV4 = r"compressed sparse attention.*DeepSeek-V4.*field compress_ratios"
 GEMMA4 = r"Gemma 4.*field global_head_dim = 512"
 REFUSED = {
     "MiniMaxAI--MiniMax-M3": r"block-sparse attention.*field sparse_attention_config",
@@ -41,9 +40,6 @@ REFUSED = {
     "nvidia--GLM-5.2-NVFP4": SHARED_INDEXER, "nvidia--GLM-5.3-NVFP4": SHARED_INDEXER,
     "zai-org--GLM-5.2": SHARED_INDEXER, "zai-org--GLM-5.2-FP8": SHARED_INDEXER, "zai-org--GLM-5.3": SHARED_INDEXER,
     "zai-org--GLM-5.3-FP8": SHARED_INDEXER,
-    "deepseek-ai--DeepSeek-V4-Flash": DSV4, "deepseek-ai--DeepSeek-V4-Pro": DSV4,
-    "nvidia--DeepSeek-V4-Flash-NVFP4": DSV4, "nvidia--DeepSeek-V4-Pro-NVFP4": DSV4,
-    "sgl-project--DeepSeek-V4-Flash-FP8": DSV4, "sgl-project--DeepSeek-V4-Pro-FP8": DSV4,
     "google--gemma-4-26B-A4B": GEMMA4, "nvidia--Gemma-4-26B-A4B-NVFP4": GEMMA4, "nvidia--Gemma-4-31B-IT-NVFP4": GEMMA4,
     "moonshotai--Kimi-K3": r"linear attention \(Kimi Delta Attention layers\).*field linear_attn_config",
     "nvidia--Llama-3_3-Nemotron-Super-49B-v1": r"per-layer block_configs.*field block_configs",
@@ -84,6 +80,12 @@ NEMOTRON_3_NANO = (31.6e9, 3.2e9, 0.1e9, "compute", "Nemotron 3 Nano card: 31.6B
 # hand counts of tests/test_mamba2.py match within 1%.
 NEMOTRON_3_SUPER = (120e9, 12e9, 1e9, "compute", "NVIDIA-Nemotron-3-Super-120B-A12B: 120B total, 12B active (name)")
 NEMOTRON_3_ULTRA = (550e9, 55e9, 1e9, "compute", "NVIDIA-Nemotron-3-Ultra-550B-A55B: 550B total, 55B active (name)")
+# DeepSeek-V4 (compressed attention, hyper-connections; tests/test_compressed_attention.py counts them by hand). The
+# cards' totals leave out the multi-token-prediction layer, as DeepSeek-V3's 671B does.
+DEEPSEEK_V4_FLASH = (284e9, 13e9, 1e9, "compute", "DeepSeek-V4-Flash card (huggingface.co/deepseek-ai/DeepSeek-V4-Flash): "
+                     "284B total, 13B activated")
+DEEPSEEK_V4_PRO = (1.6e12, 49e9, 0.1e12, "compute", "DeepSeek-V4-Pro card (huggingface.co/deepseek-ai/DeepSeek-V4-Pro): "
+                   "1.6T total, 49B activated")
 # The VL models' cards count their vision encoder too; only the decoder is modelled, and it has the layer shapes
 # of the Qwen3 text model named (asserted in test_qwen3_vl_decoders_are_the_qwen3_text_models).
 PUBLISHED = {
@@ -106,6 +108,10 @@ PUBLISHED = {
     "deepseek-ai--DeepSeek-V3": DEEPSEEK_V3, "deepseek-ai--DeepSeek-R1": DEEPSEEK_V3,
     "nvidia--DeepSeek-V3.1-NVFP4": DEEPSEEK_V3,
     "deepseek-ai--DeepSeek-V3.2": DEEPSEEK_V32, "nvidia--DeepSeek-V3.2-NVFP4": DEEPSEEK_V32,
+    "deepseek-ai--DeepSeek-V4-Flash": DEEPSEEK_V4_FLASH, "nvidia--DeepSeek-V4-Flash-NVFP4": DEEPSEEK_V4_FLASH,
+    "sgl-project--DeepSeek-V4-Flash-FP8": DEEPSEEK_V4_FLASH,
+    "deepseek-ai--DeepSeek-V4-Pro": DEEPSEEK_V4_PRO, "nvidia--DeepSeek-V4-Pro-NVFP4": DEEPSEEK_V4_PRO,
+    "sgl-project--DeepSeek-V4-Pro-FP8": DEEPSEEK_V4_PRO,
     "zai-org--GLM-5": GLM5, "zai-org--GLM-5-FP8": GLM5, "nvidia--GLM-5-NVFP4": GLM5, "zai-org--GLM-5.1": GLM5,
     "zai-org--GLM-5.1-FP8": GLM5, "nvidia--GLM-5.1-NVFP4": GLM5,
     "Qwen--Qwen3.5-27B": QWEN35_27B, "nvidia--Qwen3.6-27B-NVFP4": QWEN35_27B,
@@ -148,6 +154,11 @@ MINIMAX_KV = 2 * 62 * 8 * 128 * 2
 DSV32_KV = (512 + 64) * 61 * 2 + 61 * (128 + 4)
 GLM5_KV = (512 + 64) * 78 * 2 + 78 * (128 + 4)
 KIMI_KV = (512 + 64) * 61 * 2
+# DeepSeek-V4 per token, long-context rate: a 512-wide entry (bf16: 1,024 bytes) per 4 tokens on the CSA layers and per
+# 128 on the HCA layers, and an index key (128 FP8 + a 4-byte scale) per 4 tokens on the CSA layers; the raw windows
+# are a fixed amount per sequence. Flash: 21 CSA, 20 HCA (and 2 window-only) layers; Pro: 30 CSA, 31 HCA.
+DSV4_FLASH_KV = 21 * 1024 // 4 + 20 * 1024 // 128 + 21 * (128 + 4) // 4  # 5,376 + 160 + 693 = 6,229
+DSV4_PRO_KV = 30 * 1024 // 4 + 31 * 1024 // 128 + 30 * (128 + 4) // 4  # 7,680 + 248 + 990 = 8,918
 KV_BY_HAND = {
     "MiniMaxAI--MiniMax-M2.5": MINIMAX_KV, "MiniMaxAI--MiniMax-M2.7": MINIMAX_KV,
     "nvidia--MiniMax-M2.5-NVFP4": MINIMAX_KV, "nvidia--MiniMax-M2.7-NVFP4": MINIMAX_KV,
@@ -166,6 +177,10 @@ KV_BY_HAND = {
     "deepseek-ai--DeepSeek-V3": (512 + 64) * 61 * 2, "deepseek-ai--DeepSeek-R1": (512 + 64) * 61 * 2,
     "nvidia--DeepSeek-V3.1-NVFP4": (512 + 64) * 61 * 2,
     "deepseek-ai--DeepSeek-V3.2": DSV32_KV, "nvidia--DeepSeek-V3.2-NVFP4": DSV32_KV,
+    "deepseek-ai--DeepSeek-V4-Flash": DSV4_FLASH_KV, "nvidia--DeepSeek-V4-Flash-NVFP4": DSV4_FLASH_KV,
+    "sgl-project--DeepSeek-V4-Flash-FP8": DSV4_FLASH_KV,
+    "deepseek-ai--DeepSeek-V4-Pro": DSV4_PRO_KV, "nvidia--DeepSeek-V4-Pro-NVFP4": DSV4_PRO_KV,
+    "sgl-project--DeepSeek-V4-Pro-FP8": DSV4_PRO_KV,
     "zai-org--GLM-5": GLM5_KV, "zai-org--GLM-5-FP8": GLM5_KV, "nvidia--GLM-5-NVFP4": GLM5_KV, "zai-org--GLM-5.1": GLM5_KV,
     "zai-org--GLM-5.1-FP8": GLM5_KV, "nvidia--GLM-5.1-NVFP4": GLM5_KV,
     # Qwen3.5/3.6: one layer in four is full attention (16 of 64, 10 of 40, 12 of 48, 15 of 60).

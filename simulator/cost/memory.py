@@ -22,6 +22,11 @@ window, :func:`simulator.model.state_space_operators.mamba2_state_bytes`), count
 and held in the same state pool.
 :func:`kv_bytes_per_sequence` includes that state; the paged cache sets aside a pool of such states
 (:func:`simulator.engine.kvcache.kv_capacity`).
+
+DeepSeek-V4's compressed attention caches, per token, one entry per r tokens in each layer of compression ratio r
+and one index key per 4 tokens in its CSA layers; each sequence also holds every layer's raw window of the latest W
+keys and its compressors' states, a fixed amount counted with the linear-attention state
+(:func:`compressed_attention_state_bytes`). All of it is whole on every GPU (one K = V head, as MLA's latent).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from dataclasses import dataclass
 
 from simulator.errors import InputError
 from simulator.model.architecture import ModelSpec
+from simulator.model.compressed_attention_operators import INDEXED_RATIO, compressed_entry_bytes, compressor_state_bytes
 from simulator.model.gpu import GPUSpec
 from simulator.model.layers import build_operators
 from simulator.model.operators import Operator
@@ -57,8 +63,35 @@ def _kv_elements_per_token_per_layer(model: ModelSpec, kv_heads: int) -> int:
 
 def _kv_bytes_per_token(model: ModelSpec, precision: Precision, kv_heads: int) -> float:
     """KV bytes one token adds over all attention layers with ``kv_heads`` KV heads each, index keys included."""
+    if model.compress_ratios:
+        return _compressed_kv_bytes_per_token(model, precision)
     per_layer = _kv_elements_per_token_per_layer(model, kv_heads) * precision.kv_bytes_per_element
     return model.attention_layers * per_layer + model.index_layers * indexer_key_bytes(model.index_head_dim)
+
+
+def _compressed_kv_bytes_per_token(model: ModelSpec, precision: Precision) -> float:
+    """DeepSeek-V4: bytes of the compressed entries one token adds, all layers: an entry per r tokens in each layer of
+    ratio r, and on the CSA layers an index key per 4 tokens. The raw windows and the compressors' states are a fixed
+    amount per sequence (:func:`compressed_attention_state_bytes`)."""
+    entry = compressed_entry_bytes(model.head_dim, model.qk_rope_head_dim, precision.kv_bytes_per_element)
+    entries_per_token = sum(1.0 / ratio for ratio in model.compress_ratios if ratio)
+    return entry * entries_per_token + model.index_layers * indexer_key_bytes(model.index_head_dim) / INDEXED_RATIO
+
+
+def compressed_attention_state_bytes(model: ModelSpec, precision: Precision) -> float:
+    """DeepSeek-V4: bytes one sequence keeps whatever its length, whole on every GPU: each layer's raw window of W
+    keys, each compressor's state (:func:`simulator.model.compressed_attention_operators.compressor_state_bytes`)
+    and each CSA layer's index-key compressor's (0 for other models).
+
+    The window is counted whole, as for a sequence past its first W tokens (a shorter one holds fewer: the
+    reference's ``kv_cache`` is W + max_seq_len / r entries per layer, vLLM's SWA cache pages them by token).
+    """
+    if not model.compress_ratios:
+        return 0.0
+    entry = compressed_entry_bytes(model.head_dim, model.qk_rope_head_dim, precision.kv_bytes_per_element)
+    states = sum(compressor_state_bytes(ratio, model.head_dim) for ratio in model.compress_ratios if ratio)
+    index_states = model.index_layers * compressor_state_bytes(INDEXED_RATIO, model.index_head_dim)
+    return model.num_layers * model.compress_window * entry + states + index_states
 
 
 def kv_bytes_per_token(model: ModelSpec, precision: Precision) -> float:
@@ -79,18 +112,20 @@ def kv_bytes_per_token_per_gpu(model: ModelSpec, precision: Precision, tp: int, 
 def linear_state_bytes_per_sequence(model: ModelSpec, precision: Precision, tp: int | None = None,
                                     dp_attention: bool = False) -> float:
     """Bytes of the fixed state one sequence keeps in the linear-attention (Gated DeltaNet) and Mamba-2 layers (per
-    GPU of ``tp``; None: logical).
+    GPU of ``tp``; None: logical), and DeepSeek-V4's raw windows and compressor states.
 
     Per Gated DeltaNet layer: the d_k x d_v state of each value head at the state dtype, and the convolution window
     (K - 1) x (2 n_k d_k + n_v d_v) at the model dtype. Per Mamba-2 layer: the P x N state of each head at the state
     dtype, and the window (K - 1) x (I + 2 G N) at the model dtype. Heads, groups and channels are split over ``tp``.
-    Under attention data parallelism a sequence lives on one GPU: on average 1/tp of it per GPU.
+    DeepSeek-V4's raw windows and compressor states are such a state too, whole on every GPU
+    (:func:`compressed_attention_state_bytes`). Under attention data parallelism a sequence lives on one GPU: on
+    average 1/tp of it per GPU.
     """
-    if not (model.linear_layers or model.mamba_layers):
+    state = compressed_attention_state_bytes(model, precision)
+    if not (model.linear_layers or model.mamba_layers or state):
         return 0.0
     split = 1 if tp is None or dp_attention else tp
     b_a = precision.activation_bytes_per_element
-    state = 0.0
     if model.linear_layers:
         n_k, n_v = model.linear_key_heads // split, model.linear_value_heads // split
         d_k, d_v = model.linear_key_head_dim, model.linear_value_head_dim
@@ -148,7 +183,9 @@ def workspace_bytes_per_gpu(model: ModelSpec, precision: Precision, tp: int, ste
         # Routed rows: k per token, split over the GPUs (by expert under EP, by columns without); plus shared experts.
         routed = model.moe_top_k * model.expert_ffn_size + model.moe_shared_experts * model.shared_expert_ffn_size
         mlp = max(mlp if model.dense_mlp_layers else 0, matrices * routed // tp)
-    activations = tokens * (4 * model.hidden_size + mlp) * precision.activation_bytes_per_element
+    # Hyper-connections keep hc_mult copies of the residual stream (one without them).
+    streams = (model.hc_mult - 1) * model.hidden_size
+    activations = tokens * (4 * model.hidden_size + streams + mlp) * precision.activation_bytes_per_element
     logits = min(sequences, tokens) * (model.vocab_size / tp) * 4.0
     return activations + logits
 
@@ -240,8 +277,10 @@ def tensor_parallel_candidates(model: ModelSpec, gpu: GPUSpec, ep: int = 1) -> l
             widths.append(model.moe_shared_experts * model.shared_expert_ffn_size)
             if ep == 1:
                 widths.append(model.expert_ffn_size)
-        kv_ok = (model.is_mla or model.num_kv_heads % tp == 0) and model.linear_key_heads % tp == 0 \
-            and model.mamba_heads % tp == 0 and model.mamba_groups % tp == 0
+        # MLA's latent and DeepSeek-V4's one K = V head are held whole on every GPU.
+        kv_ok = (model.is_mla or bool(model.compress_ratios) or model.num_kv_heads % tp == 0) \
+            and model.linear_key_heads % tp == 0 and model.mamba_heads % tp == 0 and model.mamba_groups % tp == 0 \
+            and model.o_groups % tp == 0
         fits_widths = all(width % tp == 0 for width in widths)
         if model.num_heads % tp == 0 and kv_ok and fits_widths and (ep == 1 or tp == ep):
             candidates.append(tp)

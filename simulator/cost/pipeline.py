@@ -95,6 +95,8 @@ def stage_model(model: ModelSpec, pp: int) -> ModelSpec:
             # The stage would hold no KV cache at all, which the paged cache's sizing cannot represent.
             raise InputError(f"--pp: {pp} stages leave the last {count} layers of {model.name} without an attention "
                              f"layer (blocks {update['block_pattern']}); use fewer stages")
+    if model.compress_ratios:
+        update["compress_ratios"] = model.compress_ratios[first:]  # DeepSeek-V4: the stage's own ratios
     if model.sliding_window is not None or model.linear_layers:
         update["layer_types"] = [model.layer_kind(i) for i in range(first, layers)]
         update["sliding_window_pattern"] = 0

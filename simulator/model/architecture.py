@@ -1,6 +1,10 @@
 """Model architecture specs: our YAML files and HuggingFace ``config.json`` files.
 
 A ``config.json`` is read from a local path only; nothing is ever fetched from a hub.
+
+Why this module is over 600 lines: ``ModelSpec`` holds the fields of every architecture family the cost model
+represents (MLA, DSA, sliding windows, Gated DeltaNet, Mamba-2 blocks, DeepSeek-V4's compressed attention and
+hyper-connections, MoE layouts) with the checks that keep each family's fields consistent, in one validated model.
 """
 
 from __future__ import annotations
@@ -143,6 +147,30 @@ class ModelSpec(BaseModel):
         description="routed experts work in a latent of this width, projected from and back to hidden_size "
         "(Nemotron-3 Super/Ultra: fc1_latent_proj, fc2_latent_proj); 0: the experts read the hidden state",
     )
+    compress_ratios: list[Literal[0, 4, 128]] = Field(
+        default_factory=list,
+        description="DeepSeek-V4, one per layer: tokens pooled into one compressed KV entry; 0: the layer attends its "
+        "raw window only, 4: compressed sparse attention (CSA: the lightning indexer picks index_topk entries), 128: "
+        "heavily compressed attention (HCA: all entries); empty: not DeepSeek-V4's attention",
+    )
+    compress_window: int = Field(
+        default=0, ge=0, le=MAX_CONTEXT,
+        description="DeepSeek-V4: the latest tokens every layer keeps and attends uncompressed (its sliding_window)",
+    )
+    o_groups: int = Field(
+        default=0, ge=0, le=MAX_HEADS,
+        description="DeepSeek-V4's grouped output projection: groups of heads, each projected to o_lora_rank; 0: none",
+    )
+    o_lora_rank: int = Field(default=0, ge=0, le=MAX_WIDTH, description="DeepSeek-V4: each output group's width")
+    hc_mult: int = Field(
+        default=1, ge=1, le=64,
+        description="manifold-constrained hyper-connections (DeepSeek-V4's mHC): copies of the residual stream; 1: a "
+        "plain residual",
+    )
+    hc_sinkhorn_iters: int = Field(
+        default=0, ge=0, le=1000, description="Sinkhorn-Knopp iterations making each hyper-connection's mixing matrix "
+        "doubly stochastic",
+    )
     shared_expert_module: Literal["experts", "mlp"] = Field(
         default="experts",
         description="the precision module whose weight format the shared experts take: 'experts' (as the routed "
@@ -183,8 +211,17 @@ class ModelSpec(BaseModel):
         if self.kv_lora_rank:
             if not (self.qk_rope_head_dim and self.qk_nope_head_dim and self.v_head_dim):
                 raise ValueError("an MLA model (kv_lora_rank > 0) needs qk_rope_head_dim, qk_nope_head_dim and v_head_dim")
+        elif self.compress_ratios:
+            self._check_compressed_attention()
         elif self.q_lora_rank or self.qk_rope_head_dim or self.qk_nope_head_dim or self.v_head_dim:
             raise ValueError("q_lora_rank / qk_*_head_dim / v_head_dim describe MLA: give kv_lora_rank too")
+        elif self.compress_window or self.o_groups or self.o_lora_rank:
+            raise ValueError("compress_window / o_groups / o_lora_rank describe DeepSeek-V4's attention: give "
+                             "compress_ratios too")
+        if self.hc_mult > 1 and (self.parallel_attention or self.block_pattern or self.norms_per_layer != 2):
+            raise ValueError("hyper-connections (hc_mult > 1) are modelled around one attention and one MLP block per "
+                             "layer with a norm before each: no parallel_attention, block_pattern or norms_per_layer "
+                             f"{self.norms_per_layer}")
         if self.layer_types and len(self.layer_types) != self.num_layers:
             raise ValueError(f"layer_types has {len(self.layer_types)} entries for {self.num_layers} layers")
         if self.layer_types and self.sliding_window_pattern:
@@ -197,9 +234,10 @@ class ModelSpec(BaseModel):
                         self.moe_latent_size)
             if any(moe_keys):
                 raise ValueError("moe_* fields describe a mixture of experts: give moe_experts > 1")
-        if self.index_topk and not (self.kv_lora_rank and self.index_heads and self.index_head_dim):
-            raise ValueError("sparse attention (index_topk) is modelled on MLA: give kv_lora_rank, index_heads and "
-                             "index_head_dim")
+        if self.index_topk and not ((self.kv_lora_rank or self.compress_ratios) and self.index_heads
+                                    and self.index_head_dim):
+            raise ValueError("sparse attention (index_topk) is modelled on MLA or DeepSeek-V4's compressed attention: "
+                             "give kv_lora_rank or compress_ratios, and index_heads and index_head_dim")
         linear = (self.linear_key_heads, self.linear_value_heads, self.linear_key_head_dim, self.linear_value_head_dim,
                   self.linear_conv_kernel)
         if "linear" in self.layer_types and not all(linear):
@@ -221,6 +259,31 @@ class ModelSpec(BaseModel):
                 parse_precision(self.default_weights, "fp16")
             except InputError as exc:
                 raise ValueError(f"default_weights: {exc}") from None
+
+    def _check_compressed_attention(self) -> None:
+        """DeepSeek-V4's attention: one K = V head of head_dim with a rotary part, a query latent, grouped outputs."""
+        if len(self.compress_ratios) != self.num_layers:
+            raise ValueError(f"compress_ratios has {len(self.compress_ratios)} entries for {self.num_layers} layers")
+        needed = {"q_lora_rank": self.q_lora_rank, "qk_rope_head_dim": self.qk_rope_head_dim,
+                  "compress_window (a config.json's sliding_window)": self.compress_window, "o_groups": self.o_groups,
+                  "o_lora_rank": self.o_lora_rank}
+        if 4 in self.compress_ratios:
+            needed.update(index_topk=self.index_topk, index_heads=self.index_heads, index_head_dim=self.index_head_dim)
+        missing = [name for name, value in needed.items() if not value]
+        if missing:
+            raise ValueError(f"compress_ratios (DeepSeek-V4's compressed attention) needs {', '.join(missing)}")
+        if self.num_kv_heads != 1:
+            raise ValueError(f"compress_ratios: DeepSeek-V4's attention has one key-value head (got num_kv_heads "
+                             f"{self.num_kv_heads})")
+        if self.num_heads % self.o_groups:
+            raise ValueError(f"o_groups {self.o_groups} must divide num_heads {self.num_heads}")
+        if self.qk_rope_head_dim > self.head_dim:
+            raise ValueError(f"qk_rope_head_dim {self.qk_rope_head_dim} exceeds head_dim {self.head_dim}")
+        if self.index_topk and 4 not in self.compress_ratios:
+            raise ValueError("index_topk: DeepSeek-V4's indexer runs on the ratio-4 layers, and compress_ratios has none")
+        if self.sliding_window is not None or self.layer_types or self.sliding_window_pattern or self.block_pattern:
+            raise ValueError("compress_ratios: DeepSeek-V4's layers keep their own window (compress_window); no "
+                             "sliding_window, layer_types, sliding_window_pattern or block_pattern")
 
     def _check_blocks(self) -> None:
         mamba = (self.mamba_heads, self.mamba_head_dim, self.mamba_state_size, self.mamba_groups, self.mamba_conv_kernel)
@@ -305,8 +368,15 @@ class ModelSpec(BaseModel):
 
     @property
     def index_layers(self) -> int:
-        """Layers with a DSA indexer (and its key cache): every attention layer of a sparse-attention model."""
+        """Layers with a DSA indexer (and its key cache): every attention layer of a sparse-attention model; with
+        DeepSeek-V4's compressed attention, its ratio-4 (CSA) layers."""
+        if self.compress_ratios:
+            return self.compress_ratio_layers(4)
         return self.attention_layers if self.index_topk else 0
+
+    def compress_ratio_layers(self, ratio: int) -> int:
+        """DeepSeek-V4: layers whose compression ratio is ``ratio`` (0: window only)."""
+        return sum(r == ratio for r in self.compress_ratios)
 
     def layer_kind(self, index: int) -> Literal["full", "sliding", "linear"]:
         """What layer ``index`` (from 0) is: 'linear' (Gated DeltaNet), 'sliding' (a window) or 'full'."""
@@ -357,8 +427,12 @@ class ModelSpec(BaseModel):
         parts = [self.attention_kind]
         if self.is_mla:
             parts[0] = f"MLA (latent {self.kv_lora_rank} + rope {self.qk_rope_head_dim})"
-        if self.index_topk:
+        if self.compress_ratios:
+            parts[0] = self._describe_compressed_attention()
+        elif self.index_topk:
             parts.append(f"DSA top-{self.index_topk} (indexer {self.index_heads} x {self.index_head_dim})")
+        if self.hc_mult > 1:
+            parts.append(f"hyper-connections x{self.hc_mult}")
         if self.linear_layers:
             parts.append(f"Gated DeltaNet on {self.linear_layers} of {self.num_layers} layers")
         if self.block_pattern:
@@ -382,6 +456,18 @@ class ModelSpec(BaseModel):
             parts.append(f"checkpoint {self.quantization}")
         return ", ".join(parts)
 
+    def _describe_compressed_attention(self) -> str:
+        kinds = []
+        csa, hca, window = (self.compress_ratio_layers(r) for r in (4, 128, 0))
+        if csa:
+            kinds.append(f"CSA 1/4 top-{self.index_topk} (indexer {self.index_heads} x {self.index_head_dim}) on {csa}")
+        if hca:
+            kinds.append(f"HCA 1/128 on {hca}")
+        if window:
+            kinds.append(f"window only on {window}")
+        return (f"compressed MQA ({self.head_dim}-wide K = V, window {self.compress_window}; {', '.join(kinds)} of "
+                f"{self.num_layers} layers)")
+
     @property
     def attention_kind(self) -> str:
         """'MLA', 'MHA', 'MQA' or 'GQA-g'."""
@@ -402,6 +488,9 @@ def with_attention(spec: ModelSpec, variant: str | None) -> ModelSpec:
     if spec.is_mla:
         raise InputError(f"--attention: {spec.name} uses multi-head latent attention (MLA); its KV cache is a "
                          "latent, not heads, so it has no MHA/MQA/GQA variant")
+    if spec.compress_ratios:
+        raise InputError(f"--attention: {spec.name} uses DeepSeek-V4's compressed attention, whose one key-value head "
+                         "is also compressed over tokens; it has no MHA/MQA/GQA variant")
     if text == "mha":
         kv_heads = spec.num_heads
     elif text == "mqa":

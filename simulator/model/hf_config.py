@@ -1,7 +1,8 @@
 """HuggingFace ``config.json`` -> ModelSpec fields (read from a local file only; nothing is fetched).
 
 Families read: Llama (1-3.x), Mistral, Mixtral, Qwen2/2.5, Qwen2-MoE, Qwen3, Qwen3-MoE,
-DeepSeek-V2/V3 (MLA + MoE), Gemma 1-3, gpt-oss, Llama 4 (its ``text_config``), Falcon,
+DeepSeek-V2/V3 (MLA + MoE), DeepSeek-V4 (compressed attention and hyper-connections: ``compress_ratios``,
+``hc_mult``), Gemma 1-3, gpt-oss, Llama 4 (its ``text_config``), Falcon,
 OPT, GPT-2, and the model_types whose layers are one of these field for field (Kimi-K2,
 Qwen3-VL, MiMo, MiniMax-M2, Step-3.x-Flash: :data:`simulator.model.hf_families.FAMILY_OF`),
 with DSA's indexer (DeepSeek-V3.2, GLM-5: ``index_topk``) or Gated DeltaNet layers between the
@@ -9,8 +10,8 @@ attention layers (Qwen3.5, Qwen3-Next: ``linear_num_value_heads``, ``layer_types
 blocks of Mamba-2, attention, MLP or MoE (``hybrid_override_pattern`` or ``layers_block_type``).
 Each key is read the way the family's ``transformers`` modelling code reads it (cited per rule
 below). A key the loader does not understand becomes one line in ``ModelSpec.warnings`` naming
-it (shown by the report), never silence; a layout the simulator cannot cost at all (compressed or
-block-sparse attention, Kimi's delta attention, state-space layers, per-layer widths) is one-line InputError naming the
+it (shown by the report), never silence; a layout the simulator cannot cost at all (block-sparse
+attention, Kimi's delta attention, state-space layers, per-layer widths) is one-line InputError naming the
 feature and its field (:mod:`simulator.model.hf_families`). Quantisation configs are read by
 :mod:`simulator.model.hf_quantisation`.
 
@@ -24,8 +25,9 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.errors import InputError
+from simulator.model.compressed_attention_operators import COMPRESS_RATIOS
 from simulator.model.hf_families import FAMILY_OF, fields_not_understood, refusal
-from simulator.model.hf_quantisation import quantisation_fields
+from simulator.model.hf_quantisation import compressed_attention_quantisation, quantisation_fields
 
 # Families whose MLP is ungated (up, activation, down: 2 matrices); every other family is
 # gated (SwiGLU / GeGLU: gate, up, down: 3 matrices). Gemma's gelu_pytorch_tanh MLP is gated.
@@ -51,6 +53,10 @@ KNOWN_TYPES = TIED_BY_DEFAULT | UNTIED_BY_DEFAULT
 
 # Families with per-head RMSNorm on q and k (Qwen3, Gemma 3); others say so by use_qk_norm (MiniMax-M2).
 QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe", "gemma3", "gemma3_text"})
+
+# DeepSeek-V4's cache entries are costed at the run's --kv dtype; vLLM runs them in FP8 only.
+COMPRESSED_KV_WARNING = ("DeepSeek-V4's cache entries take the --kv dtype; vLLM runs them in FP8 only (fp8_ds_mla: 584 "
+                         "bytes per entry of 512), which --kv fp8 costs")
 
 # Keys that add something outside the decoder this simulator costs: warn, model the decoder.
 NOT_MODELLED_KEYS = {
@@ -194,6 +200,42 @@ def _mla_fields(config: dict[str, Any]) -> dict[str, Any]:
         "v_head_dim": config.get("v_head_dim") or nope,
         "head_dim": rope + nope,
     }
+
+
+def _compressed_attention_fields(config: dict[str, Any], layers: int, name: str) -> dict[str, Any]:
+    """DeepSeek-V4's compressed attention (``compress_ratios``), as its reference code (inference/model.py
+    ``ModelArgs``) and transformers' ``DeepseekV4Config`` read the config.
+
+    ``compress_ratios`` has one ratio per layer and then one per multi-token-prediction layer (vLLM's
+    DeepseekV4Attention: "MTP layer is not included"); the decoder's are kept. ``sliding_window`` is the raw window
+    every layer keeps beside its compressed entries; ``head_dim`` (the one K = V head), ``q_lora_rank`` and
+    ``qk_rope_head_dim`` are the attention's widths, ``o_groups`` and ``o_lora_rank`` its grouped output projection.
+    """
+    ratios = config["compress_ratios"]
+    mtp = int(config.get("num_nextn_predict_layers") or 0)
+    if not isinstance(ratios, list) or len(ratios) not in (layers, layers + mtp):
+        got = f"has {len(ratios)} entries" if isinstance(ratios, list) else f"is a {type(ratios).__name__}"
+        raise InputError(f"{name}: compress_ratios {got}; allowed: a list of one per layer ({layers}), then one per "
+                         f"multi-token-prediction layer ({mtp})")
+    odd = sorted({str(r) for r in ratios if r not in COMPRESS_RATIOS or isinstance(r, bool)})
+    if odd:
+        raise InputError(f"{name}: compress_ratios has {', '.join(odd)}; allowed: 0 (window only), 4 (compressed "
+                         "sparse attention), 128 (heavily compressed attention), the ratios DeepSeek-V4's code builds")
+    return {
+        "compress_ratios": ratios[:layers],
+        "compress_window": config.get("sliding_window") or 0,
+        "q_lora_rank": config.get("q_lora_rank") or 0,
+        "qk_rope_head_dim": config.get("qk_rope_head_dim") or 0,
+        "o_groups": config.get("o_groups") or 0,
+        "o_lora_rank": config.get("o_lora_rank") or 0,
+    }
+
+
+def _hyper_connection_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """Manifold-constrained hyper-connections (DeepSeek-V4's ``hc_mult`` residual streams, ``hc_sinkhorn_iters``)."""
+    if not config.get("hc_mult") or config["hc_mult"] == 1:
+        return {}
+    return {"hc_mult": config["hc_mult"], "hc_sinkhorn_iters": config.get("hc_sinkhorn_iters") or 0}
 
 
 def _dsa_fields(config: dict[str, Any]) -> dict[str, Any]:
@@ -415,7 +457,13 @@ def from_hf_config(raw: dict[str, Any], name: str) -> dict[str, Any]:
         # OPT's learned position table has 2 extra rows (its padding offset).
         rows = spec["max_context"]
         spec["learned_position_rows"] = rows + (2 if is_opt else 0) if isinstance(rows, int) else rows
-    spec.update(_window_fields(config, model_type, layers, warnings))
+    compressed = config.get("compress_ratios") is not None and isinstance(layers, int)
+    if compressed:
+        spec.update(_compressed_attention_fields(config, layers, name))
+        warnings.append(COMPRESSED_KV_WARNING)
+    else:
+        spec.update(_window_fields(config, model_type, layers, warnings))
+    spec.update(_hyper_connection_fields(config))
     spec.update(_moe_fields(config, model_type, layers, ffn, warnings))
     spec.update(_mla_fields(config))
     spec.update(_dsa_fields(config))
@@ -423,7 +471,9 @@ def from_hf_config(raw: dict[str, Any], name: str) -> dict[str, Any]:
     if pattern is not None:
         spec.update(_mamba_fields(config, pattern))
     _mtp_warning(config, warnings)
-    if isinstance(layers, int):
+    if compressed:
+        spec.update(compressed_attention_quantisation(config, spec, warnings))
+    elif isinstance(layers, int):
         spec.update(quantisation_fields(config, spec, warnings))
     if warnings:
         spec["warnings"] = _deduplicated(warnings)

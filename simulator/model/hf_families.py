@@ -27,17 +27,19 @@ FAMILY_OF = {
     "qwen3_next": "qwen3_moe",  # Qwen3-Next: Qwen3-MoE layers (q/k norms) with Gated DeltaNet layers between
     "qwen3_5_text": "qwen3",  # Qwen3.5 dense: Qwen3 layers (q/k norms) with Gated DeltaNet layers between
     "qwen3_5_moe_text": "qwen3_moe",  # ... and Qwen3.5-MoE
+    # DeepSeek-V4 (DeepseekV4ForCausalLM; deepseek_ref: SGLang's FP8 copies name it so): V3's untied embeddings,
+    # RMSNorm and gated MoE, with compressed attention and hyper-connections read from their own fields.
+    "deepseek_v4": "deepseek_v3",
+    "deepseek_ref": "deepseek_v3",
 }
 
 # Layouts the cost model cannot represent, by field: (field, feature). The first present refuses the file.
-# Ordered so that the most specific reason is named (DeepSeek-V4 has index_topk, which DSA models load with, but
-# its compressed attention is what is missing). Kimi Delta Attention stays refused though its state is Gated
+# Kimi Delta Attention stays refused though its state is Gated
 # DeltaNet's size: its layers are read from linear_attn_config, gate every key channel (not every head) and
 # keep q, k and v convolution windows apart, and its full-attention layers are MLA, which no hybrid here has.
 # Nemotron-H's hybrid_override_pattern / layers_block_type are read for model_type nemotron_h (Mamba-2, attention,
 # MLP and MoE blocks: simulator.model.hf_config); any other model_type with them stays refused (MAMBA2_BLOCK_TYPES).
 REFUSED_FIELDS: tuple[tuple[str, str], ...] = (
-    ("compress_ratios", "compressed sparse attention with hyper-connections (DeepSeek-V4: compress_ratios, hc_mult)"),
     ("linear_attn_config", "linear attention (Kimi Delta Attention layers)"),
     ("hybrid_override_pattern", "state-space (Mamba-2) layers"),
     ("layers_block_type", "state-space (Mamba-2) layers"),
@@ -81,6 +83,8 @@ READ = frozenset({
     "hybrid_override_pattern", "layers_block_type", "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups",
     "conv_kernel", "chunk_size", "mamba_ssm_cache_dtype", "moe_shared_expert_intermediate_size", "moe_latent_size",
     "attention_head_dim", "mlp_hidden_act",
+    # DeepSeek-V4: compressed attention, grouped output projection, hyper-connections, expert format.
+    "compress_ratios", "o_groups", "o_lora_rank", "hc_mult", "hc_sinkhorn_iters", "expert_dtype",
 })
 
 # Fields that change nothing the cost model sees: generation and training settings of PretrainedConfig,
@@ -121,6 +125,10 @@ INERT = frozenset({
     "time_step_min", "time_step_max", "time_step_floor", "time_step_limit", "time_step_rank", "use_mamba_kernels",
     "rescale_prenorm_residual", "residual_in_fp32", "mtp_hybrid_override_pattern", "mtp_layers_block_type",
     "moe_shared_expert_overlap", "mamba_hidden_act", "expand",
+    # DeepSeek-V4: the hyper-connections' epsilon, the compressed layers' rotary base, and num_hash_layers: its first
+    # layers pick experts by a table of token ids (tid2eid) instead of the top-k of the router's scores, which the
+    # router GEMM still computes for the weights (inference/model.py Gate) — the same work either way.
+    "hc_eps", "compress_rope_theta", "num_hash_layers",
 })
 
 # Fields inert only at the value given (a different value changes the layers in a way not modelled).

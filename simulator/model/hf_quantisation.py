@@ -317,3 +317,53 @@ def quantisation_fields(config: dict[str, Any], spec: dict[str, Any], warnings: 
     if shared_module != "experts":
         fields["shared_expert_module"] = shared_module
     return fields
+
+
+# DeepSeek-V4's routed-expert formats by its config's ``expert_dtype``: 'fp4' is MXFP4, values in groups of 32 with an
+# E8M0 (ue8m0) scale (DeepSeek's inference/model.py: fp4 experts with fp4_block_size 32; vLLM's DeepseekV4FP8Config
+# runs them with Mxfp4MoEMethod), 'fp8' (and no field: SGLang's FP8 copies) the checkpoint's FP8 blocks.
+_V4_EXPERT_DTYPES = {"fp4": "mxfp4", "fp8": "fp8", None: "fp8"}
+
+
+def compressed_attention_quantisation(config: dict[str, Any], spec: dict[str, Any],
+                                      warnings: list[str]) -> dict[str, Any]:
+    """A DeepSeek-V4 checkpoint's formats: FP8 in 128 x 128 blocks for every linear but the routed experts, which take
+    ``expert_dtype``, or NVFP4 where a ModelOpt config quantises them (NVIDIA's NVFP4 copies: ``quantized_layers``
+    ``layers.N.ffn.experts`` NVFP4, attention and shared experts excluded from it and left FP8).
+
+    DeepSeek-V4 names its modules ``attn``, ``ffn.experts``, ``ffn.shared_experts`` (inference/model.py), not the
+    names :func:`quantisation_fields` matches, and mixes two formats in one checkpoint, hence this reader. The
+    compressors' projections and the indexer's head weights stay bf16 in every checkpoint (costed as the router:
+    :mod:`simulator.model.compressed_attention_layers`).
+    """
+    qc = config.get("quantization_config")
+    if not isinstance(qc, dict):
+        return {}
+    if str(qc.get("quant_method", "")).lower() != "fp8":
+        return quantisation_fields(config, spec, warnings)
+    block = qc.get("weight_block_size")
+    size = int(block[0]) if isinstance(block, list) and block else 0
+    dtype = config.get("expert_dtype")
+    if dtype not in _V4_EXPERT_DTYPES:
+        warnings.append(f"expert_dtype '{dtype}' is not one DeepSeek-V4's code reads (allowed: fp4, fp8): routed "
+                        "experts taken as fp8")
+    experts = _V4_EXPERT_DTYPES.get(dtype, "fp8")
+    layers = qc.get("quantized_layers")
+    if isinstance(layers, dict) and layers:
+        algos = {str(v.get("quant_algo", "")).upper() for v in layers.values() if isinstance(v, dict)}
+        others = [key for key in layers if not str(key).endswith("ffn.experts")]
+        if others:
+            warnings.append(f"quantization_config quantized_layers names {len(others)} modules besides the routed "
+                            f"experts ('{others[0]}'); costed as the checkpoint's fp8")
+        if algos == {"NVFP4"}:
+            experts = "fp4"
+    parts = ["bf16", "attention=fp8", "mlp=fp8"]
+    if experts != "fp8":
+        parts.append(f"experts={experts}")
+    if size:
+        parts.append(f"fp8_block={size}")
+    fields: dict[str, Any] = {"default_weights": ",".join(parts),
+                              "quantization": "fp8" if experts == "fp8" else f"fp8, experts {experts}"}
+    if experts != "fp8" and spec.get("moe_shared_experts"):
+        fields["shared_expert_module"] = "mlp"  # the shared experts are FP8, like the dense linears
+    return fields

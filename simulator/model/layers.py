@@ -2,6 +2,8 @@
 
 Why this module is over 600 lines: one builder makes every kind of layer (attention, MLA with DSA's indexer,
 Gated DeltaNet, Mamba-2, MLP, MoE), and its methods share the fusion, precision and tensor-parallel rules written here once.
+DeepSeek-V4's attention and hyper-connections are built by :mod:`simulator.model.compressed_attention_layers` with
+this builder's rules.
 
 ``build_operators`` turns a ModelSpec + Precision + tensor-parallel degree into a tuple of
 operators. Each operator knows *what it does* for a :class:`~simulator.model.step.Step`
@@ -91,15 +93,11 @@ from typing import Literal
 
 from simulator.errors import InputError
 from simulator.model.architecture import ModelSpec
+from simulator.model.compressed_attention_layers import compressed_attention, hyper_connection
 from simulator.model.gpu import GPUSpec
 from simulator.model.operators import (
-    ACTIVATION_FLOPS_PER_ELEMENT,
-    ADD_FLOPS_PER_ELEMENT,
     ATTENTION_KERNELS,
     FUSIONS,
-    NORM_FLOPS_PER_ELEMENT,
-    ROTARY_FLOPS_PER_ELEMENT,
-    SOFTMAX_FLOPS_PER_SCORE,
     AllReduce,
     AllToAll,
     Attention,
@@ -127,6 +125,13 @@ from simulator.model.routing import (
 )
 from simulator.model.sparse_linear_operators import GatedDeltaNet, Indexer, state_bytes_per_element
 from simulator.model.state_space_operators import Mamba2
+from simulator.model.work import (
+    ACTIVATION_FLOPS_PER_ELEMENT,
+    ADD_FLOPS_PER_ELEMENT,
+    NORM_FLOPS_PER_ELEMENT,
+    ROTARY_FLOPS_PER_ELEMENT,
+    SOFTMAX_FLOPS_PER_SCORE,
+)
 
 
 def flash_query_tile_rows(gpu: GPUSpec, head_dim: int, activation_bytes: float) -> int:
@@ -170,12 +175,13 @@ def build_operators(
             f"(got {attention_kernel}: naive writes the score matrix to HBM, per-head decodes with a kernel of its "
             f"own); use --fusion elementwise with {attention_kernel} attention"
         )
-    if model.is_mla and attention_kernel != "flash":
+    if (model.is_mla or model.compress_ratios) and attention_kernel != "flash":
         # MLA's attention is built from its own operators (the absorbed decode over the latent), which no
         # kernel choice changes: accepting one would report a kernel the simulation never ran.
+        kind = "multi-head latent attention" if model.is_mla else "DeepSeek-V4's compressed attention"
         raise InputError(
-            f"--attention-kernel {attention_kernel}: {model.name} uses multi-head latent attention, which runs its "
-            "own kernels (decode over the shared latent, as FlashMLA); only flash applies"
+            f"--attention-kernel {attention_kernel}: {model.name} uses {kind}, which runs its own kernels (over "
+            "one shared key-value head, as FlashMLA); only flash applies"
         )
     if not (math.isfinite(routing_skew) and routing_skew >= 0.0):
         raise InputError(f"--routing-skew: must be a finite exponent >= 0 (got {routing_skew})")
@@ -342,8 +348,14 @@ class _Builder:
         # (NemotronHBlock): the mixer's norm, all-reduce and add count its mixer blocks, the FFN's its FFN blocks.
         mixers, ffns = model.mixer_layers, model.ffn_layers
         after_attention, after_mlp = self.tensor_parallel_collectives(mixers, ffns)
+        hyper = model.hc_mult > 1  # hyper-connections take the residual adds' place (compressed_attention_layers)
+        if hyper:
+            ops.append(hyper_connection(self, "hc_attn", mixers))
         ops.append(self.norm("attn_norm", count=mixers))
-        ops += self.latent_attention() if model.is_mla else self.attention()
+        if model.is_mla:
+            ops += self.latent_attention()
+        else:
+            ops += compressed_attention(self) if model.compress_ratios else self.attention()
         if model.linear_layers:
             ops += self.linear_attention()
         if model.mamba_layers:
@@ -353,8 +365,11 @@ class _Builder:
                 ops.append(after_attention)
             if model.norms_per_layer == 4:
                 ops.append(self.norm("post_attn_norm"))
-            ops.append(self.elementwise("attn_residual", 2 * H, H, ADD_FLOPS_PER_ELEMENT * H, fused_read=H, residual=True,
-                                        count=mixers))
+            if hyper:
+                ops.append(hyper_connection(self, "hc_ffn", ffns))
+            else:
+                ops.append(self.elementwise("attn_residual", 2 * H, H, ADD_FLOPS_PER_ELEMENT * H, fused_read=H,
+                                            residual=True, count=mixers))
             if model.norms_per_layer >= 2:
                 ops.append(self.norm("mlp_norm", count=ffns))
         dense_layers = model.dense_mlp_layers
@@ -374,8 +389,11 @@ class _Builder:
         else:
             if model.norms_per_layer == 4:
                 ops.append(self.norm("post_mlp_norm"))
-            ops.append(self.elementwise("mlp_residual", 2 * H, H, ADD_FLOPS_PER_ELEMENT * H, fused_read=H, residual=True,
-                                        count=ffns))
+            if hyper:
+                ops.append(hyper_connection(self, "hc_head", 1, final=True))
+            else:
+                ops.append(self.elementwise("mlp_residual", 2 * H, H, ADD_FLOPS_PER_ELEMENT * H, fused_read=H,
+                                            residual=True, count=ffns))
         ops.append(self.norm("final_norm", count=1))
         vocab_gpu = -(-model.vocab_size // tp)
         tied = model.tied_embeddings

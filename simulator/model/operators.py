@@ -8,20 +8,21 @@ are in that module's docstring.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 import numpy as np
 
+from simulator.model.compressed_attention_operators import CompressedAttention, HyperConnection, KVCompressor
 from simulator.model.routing import (
     expected_touched,
     row_tile,
     row_tiles,
 )
-from simulator.model.sparse_linear_operators import GatedDeltaNet, Indexer, topk_step
+from simulator.model.sparse_linear_operators import GatedDeltaNet, Indexer, topk_step, windowed_step
 from simulator.model.state_space_operators import Mamba2
 from simulator.model.step import Number, Step, ceil_div
-from simulator.model.work import Work
+from simulator.model.work import SOFTMAX_FLOPS_PER_SCORE, Work
 from simulator.model.work import active as _active
 from simulator.model.work import maximum as _max
 from simulator.model.work import minimum as _min
@@ -36,25 +37,6 @@ ATTENTION_KERNELS: tuple[str, ...] = ("flash", "naive", "per-head")
 
 
 FUSIONS: tuple[str, ...] = ("none", "kernels", "elementwise", "full")
-
-
-# Approximate vector FLOPs per element of the elementwise operators (they are always
-# memory-bound, so these only matter for FLOP totals): RMSNorm/LayerNorm ~4 (square,
-# sum, scale, weight), rotary 3 (two multiplies and an add), residual add 1,
-# activation 4 (SiLU/GELU: exp, add, divide, multiply), softmax 5 (max, subtract, exp, sum, divide).
-NORM_FLOPS_PER_ELEMENT = 4.0
-
-
-ROTARY_FLOPS_PER_ELEMENT = 3.0
-
-
-ADD_FLOPS_PER_ELEMENT = 1.0
-
-
-ACTIVATION_FLOPS_PER_ELEMENT = 4.0
-
-
-SOFTMAX_FLOPS_PER_SCORE = 5.0
 
 
 @dataclass(frozen=True)
@@ -300,25 +282,6 @@ class Attention:
         )
 
 
-def windowed_step(step: Step, window: int) -> Step:
-    """``step`` as a layer with a sliding window of ``window`` keys sees it.
-
-    Each query attends at most ``window`` keys, so pairs <= tokens * window; a sequence reads at most
-    ``window`` cached keys plus its new tokens, so keys <= sequences * window + prefill tokens.
-    Exact when every sequence is past (or within) the window by the same amount, as in a decode
-    batch of equal contexts; otherwise an upper bound (a step keeps only sums over its sequences,
-    and sum(min(c_i, W)) <= min(sum(c_i), n W)). The naive kernel's score block shrinks with the
-    keys (tokens x keys per sequence).
-    """
-    pairs = _min(step.attention_pairs, step.tokens * window)
-    prefill_pairs = _min(step.prefill_attention_pairs, step.prefill_tokens * window)
-    keys = _min(step.context_tokens, step.sequences * window + step.prefill_tokens)
-    per_sequence = keys / _max(step.sequences, 1.0)
-    scores = _min(step.score_elements, step.tokens * per_sequence)
-    return replace(step, attention_pairs=pairs, prefill_attention_pairs=prefill_pairs, context_tokens=keys,
-                   score_elements=scores)
-
-
 @dataclass(frozen=True)
 class LatentAttention:
     """DeepSeek's multi-head latent attention (MLA) over the latent KV cache, for the heads on one GPU.
@@ -559,5 +522,5 @@ class AllToAll:
         )
 
 
-Operator = (Gemm | ExpertGemm | Attention | LatentAttention | Indexer | GatedDeltaNet | Mamba2 | Elementwise | Embedding
-            | AllReduce | AllToAll)
+Operator = (Gemm | ExpertGemm | Attention | LatentAttention | Indexer | GatedDeltaNet | Mamba2 | CompressedAttention
+            | KVCompressor | HyperConnection | Elementwise | Embedding | AllReduce | AllToAll)

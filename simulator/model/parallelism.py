@@ -26,6 +26,11 @@ def check_tensor_parallel(model: ModelSpec, tp: int) -> None:
         raise InputError(
             f"--tp: {tp} neither divides nor is a multiple of the {g} KV heads of {model.name}"
         )
+    if model.o_groups % tp:
+        # DeepSeek-V4's grouped output projection is split by whole groups (vLLM: n_local_groups = o_groups // tp).
+        divisors = [d for d in range(1, model.o_groups + 1) if model.o_groups % d == 0]
+        raise InputError(f"--tp: {tp} does not divide the {model.o_groups} output groups (o_groups) of {model.name}; "
+                         f"allowed: {', '.join(map(str, divisors))}")
 
 
 def check_expert_parallel(model: ModelSpec, tp: int, ep: int) -> None:

@@ -2,7 +2,10 @@
 
 Split from :mod:`simulator.model.operators` (which would pass 600 lines with them); that module's
 ``Operator`` union includes these, and :class:`~simulator.model.operators.LatentAttention` uses
-:func:`topk_step` for a DSA layer. Formulas and sources are collected in docs/time-model.md
+:func:`topk_step` for a DSA layer. The step views of restricted attention live here too (a sliding window:
+:func:`windowed_step`; compressed keys: :func:`compressed_step`; selected keys: :func:`topk_step`), shared with
+:mod:`simulator.model.compressed_attention_operators` (DeepSeek-V4), whose CSA layers run this ``Indexer`` over
+compressed keys. Formulas and sources are collected in docs/time-model.md
 ("Sparse and linear attention").
 
 **DeepSeek Sparse Attention (DSA)** (DeepSeek-V3.2-Exp technical report, section 2.1; GLM-5): in each
@@ -28,7 +31,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from simulator.model.step import Number, Step
-from simulator.model.work import Work, active, minimum
+from simulator.model.work import Work, active, maximum, minimum
 
 # The index keys are FP8 (1 byte per element) with one fp32 scale (4 bytes) per block of 128 elements
 # (vLLM: DeepseekV32IndexerCache, head_dim + head_dim // quant_block_size * 4 bytes; DeepSeek's inference code
@@ -69,6 +72,40 @@ def gated_delta_state_bytes(value_heads: int, key_head_dim: int, value_head_dim:
     ``conv_kernel - 1`` inputs of the causal convolution over ``conv_channels`` channels (vLLM's
     ``gated_delta_net_state_shape``: (conv_kernel - 1, conv_dim) and (value heads, d_k, d_v))."""
     return value_heads * key_head_dim * value_head_dim * state_bytes + (conv_kernel - 1) * conv_channels * conv_bytes
+
+
+def windowed_step(step: Step, window: int) -> Step:
+    """``step`` as a layer with a sliding window of ``window`` keys sees it.
+
+    Each query attends at most ``window`` keys, so pairs <= tokens * window; a sequence reads at most
+    ``window`` cached keys plus its new tokens, so keys <= sequences * window + prefill tokens.
+    Exact when every sequence is past (or within) the window by the same amount, as in a decode
+    batch of equal contexts; otherwise an upper bound (a step keeps only sums over its sequences,
+    and sum(min(c_i, W)) <= min(sum(c_i), n W)). The naive kernel's score block shrinks with the
+    keys (tokens x keys per sequence).
+    """
+    pairs = minimum(step.attention_pairs, step.tokens * window)
+    prefill_pairs = minimum(step.prefill_attention_pairs, step.prefill_tokens * window)
+    keys = minimum(step.context_tokens, step.sequences * window + step.prefill_tokens)
+    per_sequence = keys / maximum(step.sequences, 1.0)
+    scores = minimum(step.score_elements, step.tokens * per_sequence)
+    return replace(step, attention_pairs=pairs, prefill_attention_pairs=prefill_pairs, context_tokens=keys,
+                   score_elements=scores)
+
+
+def compressed_step(step: Step, ratio: int) -> Step:
+    """``step`` as attention over compressed keys sees it: one key per ``ratio`` tokens (DeepSeek-V4's compressed
+    KV entries, :mod:`simulator.model.compressed_attention_operators`).
+
+    A query at position T (T keys dense, itself included) sees the floor(T / ratio) entries of the windows
+    that have closed (DeepSeek-V4's inference/model.py, ``get_compress_topk_idxs``: entry w is visible to query t
+    when w < (t + 1) // ratio), and a sequence of k tokens holds floor(k / ratio) entries. Taken as T / ratio and
+    k / ratio: the sums a step keeps cannot carry the floor, which is at most one entry per query and sequence
+    high. The new tokens stay queries: ``tokens``, ``prefill_tokens`` and ``sequences`` are unchanged.
+    """
+    return replace(step, attention_pairs=step.attention_pairs / ratio,
+                   prefill_attention_pairs=step.prefill_attention_pairs / ratio,
+                   context_tokens=step.context_tokens / ratio, score_elements=step.score_elements / ratio)
 
 
 def topk_step(step: Step, k: int) -> Step:
@@ -114,6 +151,10 @@ class Indexer:
     """attention data parallelism: this GPU scores 1/data_parallel of the step's sequences"""
     cache_write_kernel: bool = False
     """the new tokens' index keys go into the cache by a kernel of their own (fusion none and kernels)"""
+    compress_ratio: int = 1
+    """DeepSeek-V4's CSA: the keys scored are compressed entries, one per ``compress_ratio`` tokens
+    (:func:`compressed_step`), made and written by the layer's index-key compressor (its ``KVCompressor``), so none
+    is written here; 1: one key per token (DSA), written here"""
     kind: str = "attention"
     works_from_tokens: ClassVar[bool] = False
     """False: ``work(step)`` reads the context and the attention pairs of the step"""
@@ -127,18 +168,21 @@ class Indexer:
         return indexer_key_bytes(self.head_dim)
 
     def work(self, step: Step) -> Work:
+        compressed = self.compress_ratio > 1
+        if compressed:
+            step = compressed_step(step, self.compress_ratio)
         pairs = step.attention_pairs
         n, d = self.heads, self.head_dim
         share = 1.0 / self.data_parallel
         logits = 2.0 * pairs * INDEXER_LOGIT_BYTES
         queries = step.tokens * (n * d * INDEXER_KEY_BYTES_PER_ELEMENT + n * INDEXER_LOGIT_BYTES)  # FP8 q, fp32 weights
         launches = 2.0 * active(step.tokens)  # the scoring kernel and the top-k kernel
-        if self.cache_write_kernel:
+        if self.cache_write_kernel and not compressed:
             launches = launches + active(step.tokens)
         return Work(
             flops=2.0 * n * (d + 1) * pairs * share,
             kv_read_bytes=self.key_bytes * step.context_tokens * share,
-            kv_write_bytes=self.key_bytes * step.tokens * share,
+            kv_write_bytes=0.0 * step.tokens if compressed else self.key_bytes * step.tokens * share,
             activation_bytes=(logits + queries + step.tokens * self.topk * INDEXER_INDEX_BYTES) * share,
             launches=launches,
         )

@@ -1,4 +1,5 @@
-"""What an operator does in one step (:class:`Work`), and the scalar-or-array helpers the operators share.
+"""What an operator does in one step (:class:`Work`), the FLOPs per element of the elementwise ones, and the
+scalar-or-array helpers the operators share.
 
 Split from :mod:`simulator.model.operators` so that the operators of
 :mod:`simulator.model.sparse_linear_operators` use the same ``Work`` without a circle of imports.
@@ -11,6 +12,27 @@ from typing import NamedTuple
 import numpy as np
 
 from simulator.model.step import Number
+
+# Approximate vector FLOPs per element of the elementwise operators (they are always
+# memory-bound, so these only matter for FLOP totals): RMSNorm/LayerNorm ~4 (square,
+# sum, scale, weight), rotary 3 (two multiplies and an add), residual add 1,
+# activation 4 (SiLU/GELU: exp, add, divide, multiply), softmax 5 (max, subtract, exp, sum, divide).
+NORM_FLOPS_PER_ELEMENT = 4.0
+
+
+ROTARY_FLOPS_PER_ELEMENT = 3.0
+
+
+ADD_FLOPS_PER_ELEMENT = 1.0
+
+
+ACTIVATION_FLOPS_PER_ELEMENT = 4.0
+
+
+SOFTMAX_FLOPS_PER_SCORE = 5.0
+
+# The FLOP constants above live here, not in simulator.model.operators (which re-exports them), so that the operator
+# modules it imports (compressed_attention_operators) share them without a circle of imports.
 
 
 class Work(NamedTuple):

@@ -170,8 +170,10 @@ def deployment_from_options(options: dict[str, Any], batch: int, ctx: int, requi
         batch=batch,
         context_tokens=ctx,
         tp=options.get("tp"),
-        # An engine's default kernel is for head attention; an MLA model runs its own (layers.latent_attention).
-        attention_kernel=options.get("attention_kernel") or ("flash" if model.is_mla else engine.attention_kernel),
+        # An engine's default kernel is for head attention; an MLA model runs its own (layers.latent_attention), and
+        # so does DeepSeek-V4's compressed attention (compressed_attention_layers).
+        attention_kernel=options.get("attention_kernel")
+        or ("flash" if model.is_mla or model.compress_ratios else engine.attention_kernel),
         fusion=options.get("fusion") or engine.fusion,
         require_fit=require_fit,
         ep=options.get("ep"),
