@@ -30,17 +30,12 @@ def load(stem: str):
 
 
 # Refused: (config, the reason the one-line error must give).
-SHARED_INDEXER = r"indexers shared between layers.*field indexer_types has 'shared'"
 DSV4 = r"compressed sparse attention.*DeepSeek-V4.*field compress_ratios"
 GEMMA4 = r"Gemma 4.*field global_head_dim = 512"
 REFUSED = {
     "MiniMaxAI--MiniMax-M3": r"block-sparse attention.*field sparse_attention_config",
     "nvidia--MiniMax-M3-NVFP4": r"block-sparse attention.*field sparse_attention_config",
     "XiaomiMiMo--MiMo-V2-Flash": r"sliding-window layers with their own head counts.*field swa_num_key_value_heads = 8",
-    # GLM-5.2/5.3: three of every four layers reuse another layer's top-k (indexer_types 'shared'); not modelled.
-    "nvidia--GLM-5.2-NVFP4": SHARED_INDEXER, "nvidia--GLM-5.3-NVFP4": SHARED_INDEXER,
-    "zai-org--GLM-5.2": SHARED_INDEXER, "zai-org--GLM-5.2-FP8": SHARED_INDEXER, "zai-org--GLM-5.3": SHARED_INDEXER,
-    "zai-org--GLM-5.3-FP8": SHARED_INDEXER,
     "deepseek-ai--DeepSeek-V4-Flash": DSV4, "deepseek-ai--DeepSeek-V4-Pro": DSV4,
     "nvidia--DeepSeek-V4-Flash-NVFP4": DSV4, "nvidia--DeepSeek-V4-Pro-NVFP4": DSV4,
     "sgl-project--DeepSeek-V4-Flash-FP8": DSV4, "sgl-project--DeepSeek-V4-Pro-FP8": DSV4,
@@ -70,6 +65,10 @@ LLAMA_70B = (70.6e9, None, 0.1e9, None, "Llama-3.1-70B card: 70.6B")
 DEEPSEEK_V32 = (671e9, 37e9, 1e9, "compute", "DeepSeek-V3.2 (V3's 671B main model, 37B activated, plus the indexer; "
                 "685B with the MTP module on the Hugging Face card)")
 GLM5 = (744e9, 40e9, 1e9, "compute", "GLM-5 (Z.ai, GLM-5 release blog, February 2026): 744B total, 40B active")
+# GLM-5.2/5.3 are GLM-5's layers with the indexer kept on 21 of 78 (57 x 9.37M = 0.53B fewer weights:
+# tests/test_sparse_linear_attention.py); the Hugging Face card's 753B counts the MTP layer too.
+GLM52 = (744e9, 40e9, 1e9, "compute", "GLM-5.2 (Z.ai, 744B-A40B, as GLM-5; the zai-org/GLM-5.2 card's safetensors "
+         "count, 753B, includes the MTP layer)")
 # Qwen3.5/3.6 cards count the vision encoder too (small beside the decoder: within 2% of the totals).
 QWEN35_27B = (27e9, None, 1e9, None, "Qwen3.5-27B card: 27B")
 QWEN35_35B = (35e9, 3e9, 1e9, "with embedding", "Qwen3.5-35B-A3B card: 35B total, 3B activated")
@@ -108,6 +107,8 @@ PUBLISHED = {
     "deepseek-ai--DeepSeek-V3.2": DEEPSEEK_V32, "nvidia--DeepSeek-V3.2-NVFP4": DEEPSEEK_V32,
     "zai-org--GLM-5": GLM5, "zai-org--GLM-5-FP8": GLM5, "nvidia--GLM-5-NVFP4": GLM5, "zai-org--GLM-5.1": GLM5,
     "zai-org--GLM-5.1-FP8": GLM5, "nvidia--GLM-5.1-NVFP4": GLM5,
+    "zai-org--GLM-5.2": GLM52, "zai-org--GLM-5.2-FP8": GLM52, "nvidia--GLM-5.2-NVFP4": GLM52,
+    "zai-org--GLM-5.3": GLM52, "zai-org--GLM-5.3-FP8": GLM52, "nvidia--GLM-5.3-NVFP4": GLM52,
     "Qwen--Qwen3.5-27B": QWEN35_27B, "nvidia--Qwen3.6-27B-NVFP4": QWEN35_27B,
     "Qwen--Qwen3.5-35B-A3B": QWEN35_35B, "nvidia--Qwen3.6-35B-A3B-NVFP4": QWEN35_35B,
     "Qwen--Qwen3.5-122B-A10B": QWEN35_122B, "nvidia--Qwen3.5-122B-A10B-NVFP4": QWEN35_122B,
@@ -147,6 +148,7 @@ PUBLISHED = {
 MINIMAX_KV = 2 * 62 * 8 * 128 * 2
 DSV32_KV = (512 + 64) * 61 * 2 + 61 * (128 + 4)
 GLM5_KV = (512 + 64) * 78 * 2 + 78 * (128 + 4)
+GLM52_KV = (512 + 64) * 78 * 2 + 21 * (128 + 4)  # index keys only where a layer has its own indexer (21 of 78)
 KIMI_KV = (512 + 64) * 61 * 2
 KV_BY_HAND = {
     "MiniMaxAI--MiniMax-M2.5": MINIMAX_KV, "MiniMaxAI--MiniMax-M2.7": MINIMAX_KV,
@@ -168,6 +170,8 @@ KV_BY_HAND = {
     "deepseek-ai--DeepSeek-V3.2": DSV32_KV, "nvidia--DeepSeek-V3.2-NVFP4": DSV32_KV,
     "zai-org--GLM-5": GLM5_KV, "zai-org--GLM-5-FP8": GLM5_KV, "nvidia--GLM-5-NVFP4": GLM5_KV, "zai-org--GLM-5.1": GLM5_KV,
     "zai-org--GLM-5.1-FP8": GLM5_KV, "nvidia--GLM-5.1-NVFP4": GLM5_KV,
+    "zai-org--GLM-5.2": GLM52_KV, "zai-org--GLM-5.2-FP8": GLM52_KV, "nvidia--GLM-5.2-NVFP4": GLM52_KV,
+    "zai-org--GLM-5.3": GLM52_KV, "zai-org--GLM-5.3-FP8": GLM52_KV, "nvidia--GLM-5.3-NVFP4": GLM52_KV,
     # Qwen3.5/3.6: one layer in four is full attention (16 of 64, 10 of 40, 12 of 48, 15 of 60).
     "Qwen--Qwen3.5-27B": 2 * 16 * 4 * 256 * 2, "nvidia--Qwen3.6-27B-NVFP4": 2 * 16 * 4 * 256 * 2,
     "Qwen--Qwen3.5-35B-A3B": 2 * 10 * 2 * 256 * 2, "nvidia--Qwen3.6-35B-A3B-NVFP4": 2 * 10 * 2 * 256 * 2,

@@ -98,6 +98,10 @@ def stage_model(model: ModelSpec, pp: int) -> ModelSpec:
     if model.sliding_window is not None or model.linear_layers:
         update["layer_types"] = [model.layer_kind(i) for i in range(first, layers)]
         update["sliding_window_pattern"] = 0
+    if model.indexer_types:
+        # GLM-5.2: a stage that opens on 'shared' layers attends the top-k its predecessor's last full layer chose
+        # (sent beside the hidden state; its int32 indices are not charged to the transfer).
+        update["indexer_types"] = model.indexer_types[first:]
     if model.is_moe and not model.block_pattern:
         update["moe_first_dense_layers"] = 0
         update["moe_layer_step"] = 1

@@ -109,6 +109,12 @@ class ModelSpec(BaseModel):
     )
     index_heads: int = Field(default=0, ge=0, le=MAX_HEADS, description="DSA indexer heads n_i")
     index_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="DSA indexer head width d_i (and its key's)")
+    indexer_types: list[Literal["full", "shared"]] = Field(
+        default_factory=list,
+        description="DSA per layer (GLM-5.2's indexer_types): 'full' runs an indexer of its own (its weights, index-key "
+        "cache and scoring), 'shared' reuses the top-k of the nearest earlier 'full' layer and attends those keys; "
+        "empty: every attention layer 'full'",
+    )
     linear_key_heads: int = Field(default=0, ge=0, le=MAX_HEADS, description="Gated DeltaNet q/k heads")
     linear_value_heads: int = Field(default=0, ge=0, le=MAX_HEADS, description="Gated DeltaNet value heads")
     linear_key_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="Gated DeltaNet q/k head width d_k")
@@ -200,6 +206,10 @@ class ModelSpec(BaseModel):
         if self.index_topk and not (self.kv_lora_rank and self.index_heads and self.index_head_dim):
             raise ValueError("sparse attention (index_topk) is modelled on MLA: give kv_lora_rank, index_heads and "
                              "index_head_dim")
+        if self.indexer_types and not self.index_topk:
+            raise ValueError("indexer_types describe DSA's indexers: give index_topk too")
+        if self.indexer_types and len(self.indexer_types) != self.num_layers:
+            raise ValueError(f"indexer_types has {len(self.indexer_types)} entries for {self.num_layers} layers")
         linear = (self.linear_key_heads, self.linear_value_heads, self.linear_key_head_dim, self.linear_value_head_dim,
                   self.linear_conv_kernel)
         if "linear" in self.layer_types and not all(linear):
@@ -305,8 +315,13 @@ class ModelSpec(BaseModel):
 
     @property
     def index_layers(self) -> int:
-        """Layers with a DSA indexer (and its key cache): every attention layer of a sparse-attention model."""
-        return self.attention_layers if self.index_topk else 0
+        """Layers with a DSA indexer (and its key cache): every attention layer of a sparse-attention model, or those
+        of them that ``indexer_types`` marks 'full' (the 'shared' ones reuse an earlier layer's top-k)."""
+        if not self.index_topk:
+            return 0
+        if not self.indexer_types:
+            return self.attention_layers
+        return sum(kind == "full" and self.layer_kind(i) != "linear" for i, kind in enumerate(self.indexer_types))
 
     def layer_kind(self, index: int) -> Literal["full", "sliding", "linear"]:
         """What layer ``index`` (from 0) is: 'linear' (Gated DeltaNet), 'sliding' (a window) or 'full'."""
@@ -358,7 +373,9 @@ class ModelSpec(BaseModel):
         if self.is_mla:
             parts[0] = f"MLA (latent {self.kv_lora_rank} + rope {self.qk_rope_head_dim})"
         if self.index_topk:
-            parts.append(f"DSA top-{self.index_topk} (indexer {self.index_heads} x {self.index_head_dim})")
+            shared = "" if self.index_layers == self.attention_layers else \
+                f" on {self.index_layers} of {self.attention_layers} layers, the rest reusing their top-k"
+            parts.append(f"DSA top-{self.index_topk} (indexer {self.index_heads} x {self.index_head_dim}{shared})")
         if self.linear_layers:
             parts.append(f"Gated DeltaNet on {self.linear_layers} of {self.num_layers} layers")
         if self.block_pattern:

@@ -76,8 +76,9 @@ READ = frozenset({
     "torch_dtype", "dtype", "use_qk_norm", "qk_norm_type", "attn_type_list", "parallel_attn", "alibi",
     "num_nextn_predict_layers", "use_mtp", "num_mtp_modules", "mtp_transformer_layers", "text_config",
     "vision_config", "audio_config", "index_topk", "index_n_heads", "index_head_dim", "indexer_types",
-    "mlp_layer_types", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
-    "linear_conv_kernel_dim", "full_attention_interval", "mamba_ssm_dtype", "attn_output_gate", "mtp_num_hidden_layers",
+    "mlp_layer_types", "index_topk_freq", "index_skip_topk_offset", "index_topk_pattern", "linear_num_key_heads",
+    "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
+    "full_attention_interval", "mamba_ssm_dtype", "attn_output_gate", "mtp_num_hidden_layers",
     "hybrid_override_pattern", "layers_block_type", "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups",
     "conv_kernel", "chunk_size", "mamba_ssm_cache_dtype", "moe_shared_expert_intermediate_size", "moe_latent_size",
     "attention_head_dim", "mlp_hidden_act",
@@ -109,8 +110,9 @@ INERT = frozenset({
     "swiglu_limit", "swiglu_alpha", "final_logit_softcapping", "attn_logit_softcapping", "router_dtype",
     "num_logits_to_keep", "moe_renormalize", "use_grouped_topk", "num_expert_group", "image_token_id",
     "video_token_id", "vision_start_token_id", "vision_end_token_id",
-    # DSA: the indexer's rotary layout; GLM-5's q/k head width (= qk_nope_head_dim + qk_rope_head_dim, read there).
-    "indexer_rope_interleave", "qk_head_dim",
+    # DSA: the indexer's rotary layout; GLM-5's q/k head width (= qk_nope_head_dim + qk_rope_head_dim, read there);
+    # GLM-5.2: whether the MTP layer reuses the main model's top-k (the MTP module is not modelled either way).
+    "indexer_rope_interleave", "qk_head_dim", "index_share_for_mtp_iteration",
     # Qwen3.5: whether the MTP module has embeddings of its own (the MTP module is not modelled either way).
     "mtp_use_dedicated_embeddings",
     # Nemotron-H: the time-step initialisation and clamp (training settings; the clamp is inside the scan kernel),
@@ -151,10 +153,6 @@ def refusal(config: dict[str, Any], model_type: str) -> str | None:
             return f"{feature}: not modelled (config.json field {field} = {shown})"
     if model_type in REFUSED_TYPES:
         return f"{REFUSED_TYPES[model_type]}: not modelled (config.json field model_type = {model_type})"
-    indexers = config.get("indexer_types")
-    if isinstance(indexers, list) and any(kind != "full" for kind in indexers):
-        return ("indexers shared between layers (GLM-5.2: indexer_types 'shared' reuse another layer's top-k): not "
-                "modelled (config.json field indexer_types has 'shared'; allowed: all 'full')")
     types = config.get("attn_type_list")
     if isinstance(types, list) and any(t != 1 for t in types):
         return "linear (lightning) attention layers: not modelled (config.json field attn_type_list has 0s; " \
