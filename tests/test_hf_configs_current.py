@@ -41,7 +41,6 @@ REFUSED = {
     "sgl-project--DeepSeek-V4-Flash-FP8": DSV4, "sgl-project--DeepSeek-V4-Pro-FP8": DSV4,
     "google--gemma-4-26B-A4B": GEMMA4, "nvidia--Gemma-4-26B-A4B-NVFP4": GEMMA4, "nvidia--Gemma-4-31B-IT-NVFP4": GEMMA4,
     "moonshotai--Kimi-K3": r"linear attention \(Kimi Delta Attention layers\).*field linear_attn_config",
-    "nvidia--Llama-3_3-Nemotron-Super-49B-v1": r"per-layer block_configs.*field block_configs",
 }
 
 # Published parameter counts: (total, active, last printed digit, active convention, source).
@@ -119,6 +118,9 @@ PUBLISHED = {
     "meta-llama--Llama-4-Scout-17B-16E-Instruct": (109e9, 17e9, 1e9, "with embedding",
                                                    "Llama 4 card: Scout 109B total, 17B activated"),
     "meta-llama--Meta-Llama-3.1-405B": (405.9e9, None, 0.1e9, None, "Llama-3.1-405B card: 405B (405.9B by count)"),
+    # DeciLM's NAS-pruned Llama-3.3-70B: 49 attention layers, MLPs of six widths (tests/test_decilm_blocks.py).
+    "nvidia--Llama-3_3-Nemotron-Super-49B-v1": (49_867_145_216, None, 1, None, "Llama-3.3-Nemotron-Super-49B-v1 "
+                                                 "card: 49,867,145,216 parameters"),
     "meta-llama--Meta-Llama-3.1-70B": LLAMA_70B, "nvidia--Llama-3.1-70B-Instruct-FP8": LLAMA_70B,
     "meta-llama--Meta-Llama-3.1-8B": (8.03e9, None, 0.01e9, None, "Llama-3.1-8B card: 8.03B"),
     "mistralai--Mixtral-8x22B-v0.1": (141e9, 39e9, 1e9, "with embedding",
@@ -179,6 +181,7 @@ KV_BY_HAND = {
     "Qwen--Qwen3.5-397B-A17B": 2 * 15 * 2 * 256 * 2, "nvidia--Qwen3.5-397B-A17B-NVFP4": 2 * 15 * 2 * 256 * 2,
     "meta-llama--Llama-4-Maverick-17B-128E-Instruct": 2 * 48 * 8 * 128 * 2,
     "meta-llama--Llama-4-Scout-17B-16E-Instruct": 2 * 48 * 8 * 128 * 2,
+    "nvidia--Llama-3_3-Nemotron-Super-49B-v1": 2 * 49 * 8 * 128 * 2,  # 49 of its 80 layers have attention
     "meta-llama--Meta-Llama-3.1-405B": 2 * 126 * 8 * 128 * 2, "meta-llama--Meta-Llama-3.1-70B": 2 * 80 * 8 * 128 * 2,
     "nvidia--Llama-3.1-70B-Instruct-FP8": 2 * 80 * 8 * 128 * 2, "meta-llama--Meta-Llama-3.1-8B": 2 * 32 * 8 * 128 * 2,
     "mistralai--Mixtral-8x22B-v0.1": 2 * 56 * 8 * 128 * 2, "mistralai--Mixtral-8x7B-v0.1": 2 * 32 * 8 * 128 * 2,

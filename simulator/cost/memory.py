@@ -235,7 +235,7 @@ def tensor_parallel_candidates(model: ModelSpec, gpu: GPUSpec, ep: int = 1) -> l
     candidates = []
     tp = 1
     while tp <= gpu.max_gpus_per_node:
-        widths = [model.ffn_size] if model.dense_mlp_layers else []
+        widths = list(model.dense_mlp_widths)
         if model.is_moe:
             widths.append(model.moe_shared_experts * model.shared_expert_ffn_size)
             if ep == 1:

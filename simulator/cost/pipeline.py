@@ -95,9 +95,15 @@ def stage_model(model: ModelSpec, pp: int) -> ModelSpec:
             # The stage would hold no KV cache at all, which the paged cache's sizing cannot represent.
             raise InputError(f"--pp: {pp} stages leave the last {count} layers of {model.name} without an attention "
                              f"layer (blocks {update['block_pattern']}); use fewer stages")
-    if model.sliding_window is not None or model.linear_layers:
+    if model.sliding_window is not None or model.layer_types:
         update["layer_types"] = [model.layer_kind(i) for i in range(first, layers)]
         update["sliding_window_pattern"] = 0
+        if "full" not in update["layer_types"] and "sliding" not in update["layer_types"]:
+            raise InputError(f"--pp: {pp} stages leave the last {count} layers of {model.name} without an attention "
+                             "layer; use fewer stages")
+    if model.ffn_sizes:
+        update["ffn_sizes"] = model.ffn_sizes[first:]  # DeciLM: the stage's own MLP widths, the widest its ffn_size
+        update["ffn_size"] = max(update["ffn_sizes"]) or model.ffn_size
     if model.indexer_types:
         # GLM-5.2: a stage that opens on 'shared' layers attends the top-k its predecessor's last full layer chose
         # (sent beside the hidden state; its int32 indices are not charged to the transfer).

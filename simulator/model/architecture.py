@@ -54,6 +54,11 @@ class ModelSpec(BaseModel):
     num_kv_heads: int = Field(default=0, ge=0, le=MAX_HEADS, description="0 means = num_heads (MHA)")
     head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="0 means hidden_size // num_heads")
     ffn_size: int = Field(ge=1, le=MAX_WIDTH)
+    ffn_sizes: list[int] = Field(
+        default_factory=list,
+        description="per layer, its dense MLP's width, 0 for none (DeciLM's NAS-pruned blocks: ffn_mult, ffn no_op); "
+        "ffn_size is then the widest; empty: every dense MLP is ffn_size wide",
+    )
     gated_mlp: bool = Field(default=True, description="SwiGLU (3 matrices) vs ungated (2)")
     activation: Literal["silu", "gelu", "relu"] = "silu"
     vocab_size: int = Field(ge=1, le=MAX_VOCAB)
@@ -69,10 +74,11 @@ class ModelSpec(BaseModel):
     learned_position_rows: int = Field(default=0, ge=0, le=MAX_CONTEXT + 2, description="0 means max_context")
     parallel_attention: bool = Field(default=False, description="attention and MLP read one norm (Falcon)")
     sliding_window: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
-    layer_types: list[Literal["full", "sliding", "linear"]] = Field(
+    layer_types: list[Literal["full", "sliding", "linear", "none"]] = Field(
         default_factory=list,
         description="per layer; empty: every layer 'sliding' when sliding_window is set (Mistral v0.1), else 'full'; "
-        "'linear': a Gated DeltaNet layer (linear_* fields) instead of attention",
+        "'linear': a Gated DeltaNet layer (linear_* fields) instead of attention; 'none': no token mixer, the layer is "
+        "its MLP alone (DeciLM's attention no_op)",
     )
     sliding_window_pattern: int = Field(
         default=0, ge=0, le=MAX_LAYERS,
@@ -217,8 +223,9 @@ class ModelSpec(BaseModel):
                              "linear_value_head_dim and linear_conv_kernel")
         if any(linear) and "linear" not in self.layer_types:
             raise ValueError("linear_* fields describe Gated DeltaNet layers: mark them 'linear' in layer_types")
-        if self.linear_layers == self.num_layers:
-            raise ValueError("every layer is 'linear': a model needs at least one attention layer")
+        if not self.block_pattern and self.attention_layers == 0:
+            raise ValueError("every layer is 'linear' or 'none': a model needs at least one attention layer")
+        self._check_ffn_sizes()
         if self.linear_value_heads % max(self.linear_key_heads, 1):
             raise ValueError(f"linear_key_heads {self.linear_key_heads} must divide linear_value_heads "
                              f"{self.linear_value_heads}")
@@ -231,6 +238,19 @@ class ModelSpec(BaseModel):
                 parse_precision(self.default_weights, "fp16")
             except InputError as exc:
                 raise ValueError(f"default_weights: {exc}") from None
+
+    def _check_ffn_sizes(self) -> None:
+        if not self.ffn_sizes:
+            return
+        if len(self.ffn_sizes) != self.num_layers:
+            raise ValueError(f"ffn_sizes has {len(self.ffn_sizes)} entries for {self.num_layers} layers")
+        if any(not 0 <= width <= MAX_WIDTH for width in self.ffn_sizes):
+            raise ValueError(f"ffn_sizes: each width must be in [0, {MAX_WIDTH}] (0: no MLP in that layer)")
+        if max(self.ffn_sizes) not in (0, self.ffn_size):
+            raise ValueError(f"ffn_size {self.ffn_size} must be the widest of ffn_sizes ({max(self.ffn_sizes)})")
+        if self.is_moe or self.block_pattern or self.parallel_attention:
+            raise ValueError("ffn_sizes (per-layer MLP widths) are modelled for dense, sequential layers only: no "
+                             "moe_experts, block_pattern or parallel_attention")
 
     def _check_blocks(self) -> None:
         mamba = (self.mamba_heads, self.mamba_head_dim, self.mamba_state_size, self.mamba_groups, self.mamba_conv_kernel)
@@ -288,30 +308,44 @@ class ModelSpec(BaseModel):
 
     @property
     def attention_layers(self) -> int:
-        """Layers with (full, sliding or latent) attention and a KV cache: all but the linear ones (with a
-        block_pattern: its '*' layers)."""
+        """Layers with (full, sliding or latent) attention and a KV cache: all but the linear and mixer-less ones
+        (with a block_pattern: its '*' layers)."""
         if self.block_pattern:
             return self.block_pattern.count("*")
-        return self.num_layers - self.linear_layers
+        return self.num_layers - self.linear_layers - self.layer_types.count("none")
 
     @property
     def mixer_layers(self) -> int:
         """Layers with a token mixer (attention, linear attention or Mamba-2), each behind a norm and a residual add:
-        every layer, or with a block_pattern its '*' and 'M' blocks."""
-        return self.attention_layers + self.mamba_layers if self.block_pattern else self.num_layers
+        every layer but the 'none' ones, or with a block_pattern its '*' and 'M' blocks."""
+        if self.block_pattern:
+            return self.attention_layers + self.mamba_layers
+        return self.num_layers - self.layer_types.count("none")
 
     @property
     def ffn_layers(self) -> int:
-        """Layers with an MLP or MoE, each behind a norm and a residual add: every layer, or with a block_pattern its
-        '-' and 'E' blocks."""
+        """Layers with an MLP or MoE, each behind a norm and a residual add: every layer (with ffn_sizes, those of
+        width > 0), or with a block_pattern its '-' and 'E' blocks."""
         if self.block_pattern:
             return self.block_pattern.count("-") + self.block_pattern.count("E")
+        if self.ffn_sizes:
+            return sum(width > 0 for width in self.ffn_sizes)
         return self.num_layers
 
     @property
     def dense_mlp_layers(self) -> int:
-        """Layers with a dense MLP of ``ffn_size``."""
+        """Layers with a dense MLP (of ``ffn_size``, or of their own ``ffn_sizes`` width)."""
         return self.ffn_layers - self.moe_layers
+
+    @property
+    def dense_mlp_widths(self) -> dict[int, int]:
+        """Dense MLP width -> layers with an MLP that wide, widest first (one entry unless ffn_sizes differ)."""
+        if not self.ffn_sizes:
+            return {self.ffn_size: self.dense_mlp_layers} if self.dense_mlp_layers else {}
+        counts: dict[int, int] = {}
+        for width in sorted((w for w in self.ffn_sizes if w), reverse=True):
+            counts[width] = counts.get(width, 0) + 1
+        return counts
 
     @property
     def index_layers(self) -> int:
@@ -323,10 +357,11 @@ class ModelSpec(BaseModel):
             return self.attention_layers
         return sum(kind == "full" and self.layer_kind(i) != "linear" for i, kind in enumerate(self.indexer_types))
 
-    def layer_kind(self, index: int) -> Literal["full", "sliding", "linear"]:
-        """What layer ``index`` (from 0) is: 'linear' (Gated DeltaNet), 'sliding' (a window) or 'full'."""
-        if self.layer_types and self.layer_types[index] == "linear":
-            return "linear"
+    def layer_kind(self, index: int) -> Literal["full", "sliding", "linear", "none"]:
+        """What layer ``index`` (from 0) is: 'linear' (Gated DeltaNet), 'none' (no mixer), 'sliding' (a window) or
+        'full'."""
+        if self.layer_types and self.layer_types[index] in ("linear", "none"):
+            return self.layer_types[index]
         return "full" if self.layer_window(index) is None else "sliding"
 
     @property
@@ -378,12 +413,17 @@ class ModelSpec(BaseModel):
             parts.append(f"DSA top-{self.index_topk} (indexer {self.index_heads} x {self.index_head_dim}{shared})")
         if self.linear_layers:
             parts.append(f"Gated DeltaNet on {self.linear_layers} of {self.num_layers} layers")
-        if self.block_pattern:
+        if self.block_pattern or "none" in self.layer_types:
             parts[0] += f" on {self.attention_layers} of {self.num_layers} layers"
+        if self.block_pattern:
             parts.append(f"Mamba-2 on {self.mamba_layers} (state {self.mamba_state_size}, {self.mamba_heads} heads "
                          f"x {self.mamba_head_dim})")
             if self.dense_mlp_layers:
                 parts.append(f"MLP on {self.dense_mlp_layers}")
+        if len(self.dense_mlp_widths) > 1:
+            widths = self.dense_mlp_widths
+            parts.append(f"MLP {min(widths)} to {max(widths)} wide on {self.dense_mlp_layers} of {self.num_layers} "
+                         "layers")
         if self.sliding_window is not None and self.sliding_layers:
             share = "all layers" if self.sliding_layers == self.num_layers else \
                 f"{self.sliding_layers} of {self.num_layers} layers"
@@ -445,7 +485,9 @@ def with_full_attention(spec: ModelSpec) -> ModelSpec:
     """``spec`` attending (and caching) the whole context in every layer: as an engine that ignores its sliding window runs it."""
     if spec.sliding_window is None:
         return spec
-    return spec.model_copy(update={"sliding_window": None, "layer_types": [], "sliding_window_pattern": 0,
+    kinds = ["full" if kind == "sliding" else kind for kind in spec.layer_types]
+    return spec.model_copy(update={"sliding_window": None, "layer_types": kinds if set(kinds) - {"full"} else [],
+                                   "sliding_window_pattern": 0,
                                    "name": f"{spec.name} (full attention)"})
 
 

@@ -6,11 +6,12 @@ OPT, GPT-2, and the model_types whose layers are one of these field for field (K
 Qwen3-VL, MiMo, MiniMax-M2, Step-3.x-Flash: :data:`simulator.model.hf_families.FAMILY_OF`),
 with DSA's indexer (DeepSeek-V3.2, GLM-5: ``index_topk``; GLM-5.2's layers sharing one: ``indexer_types``) or Gated DeltaNet layers between the
 attention layers (Qwen3.5, Qwen3-Next: ``linear_num_value_heads``, ``layer_types``), and Nemotron-H's
-blocks of Mamba-2, attention, MLP or MoE (``hybrid_override_pattern`` or ``layers_block_type``).
+blocks of Mamba-2, attention, MLP or MoE (``hybrid_override_pattern`` or ``layers_block_type``), and
+DeciLM's (Llama-Nemotron's) NAS-pruned layers (``block_configs``: :mod:`simulator.model.hf_layouts`).
 Each key is read the way the family's ``transformers`` modelling code reads it (cited per rule
 below). A key the loader does not understand becomes one line in ``ModelSpec.warnings`` naming
 it (shown by the report), never silence; a layout the simulator cannot cost at all (compressed or
-block-sparse attention, Kimi's delta attention, state-space layers, per-layer widths) is one-line InputError naming the
+block-sparse attention, Kimi's delta attention, other model types' state-space layers) is one-line InputError naming the
 feature and its field (:mod:`simulator.model.hf_families`). Quantisation configs are read by
 :mod:`simulator.model.hf_quantisation`.
 
@@ -25,6 +26,7 @@ from typing import Any
 
 from simulator.errors import InputError
 from simulator.model.hf_families import FAMILY_OF, fields_not_understood, refusal
+from simulator.model.hf_layouts import decilm_blocks, indexer_types
 from simulator.model.hf_quantisation import quantisation_fields
 
 # Families whose MLP is ungated (up, activation, down: 2 matrices); every other family is
@@ -65,7 +67,7 @@ NOT_MODELLED_KEYS = {
 MAX_LAYERS = 4096
 # config.json keys that hold one entry per layer (or a layer index per entry).
 PER_LAYER_KEYS = ("layer_types", "moe_layer_freq", "mlp_layer_types", "no_rope_layers", "mlp_only_layers", "moe_layers",
-                  "layers_block_type", "hybrid_override_pattern")
+                  "layers_block_type", "hybrid_override_pattern", "indexer_types", "index_topk_pattern", "block_configs")
 
 
 def _check_layer_bounds(config: dict[str, Any], layers: Any, name: str) -> None:
@@ -204,51 +206,10 @@ def _dsa_fields(config: dict[str, Any], layers: Any) -> dict[str, Any]:
     spec = {"index_topk": config["index_topk"], "index_heads": config.get("index_n_heads") or 0,
             "index_head_dim": config.get("index_head_dim") or 0}
     if isinstance(layers, int):
-        types = _indexer_types(config, layers)
+        types = indexer_types(config, layers)
         if "shared" in types:
             spec["indexer_types"] = types
     return spec
-
-
-def _indexer_types(config: dict[str, Any], layers: int) -> list[str]:
-    """'full' or 'shared' per layer (IndexShare, arXiv:2603.12201: a 'shared' layer attends the top-k of the nearest
-    earlier 'full' layer and has no indexer of its own).
-
-    transformers' GlmMoeDsaConfig: ``indexer_types`` as given, else ``index_topk_pattern`` (F/S per layer), else
-    layer i is full when max(i - index_skip_topk_offset + 1, 0) % index_topk_freq == 0 (defaults offset 2, freq 1:
-    every layer full). vLLM builds its indexers from that last rule alone (DeepseekV2MLAAttention: skip_topk), so a
-    file whose list and rule disagree is refused rather than read one way.
-    """
-    pattern = config.get("index_topk_pattern")
-    if isinstance(pattern, str):
-        odd = sorted(set(pattern) - {"F", "S"})
-        if odd:
-            raise InputError(f"index_topk_pattern: characters {''.join(odd)} are not indexer kinds (allowed: F full, "
-                             "S shared)")
-        rule = ["full" if c == "F" else "shared" for c in pattern]
-    else:
-        freq = max(int(config.get("index_topk_freq") or 1), 1)
-        offset = int(config.get("index_skip_topk_offset", 2))
-        rule = ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(layers)]
-    given = config.get("indexer_types")
-    if given is None:
-        types = rule
-    else:
-        if not isinstance(given, list) or any(kind not in ("full", "shared") for kind in given):
-            raise InputError("indexer_types: each entry must be 'full' or 'shared'")
-        types = [str(kind) for kind in given]
-        schedule = "index_topk_pattern" if isinstance(pattern, str) else "index_topk_freq / index_skip_topk_offset"
-        stated = isinstance(pattern, str) or "index_topk_freq" in config
-        if stated and types != rule:
-            layer = next((i for i, (a, b) in enumerate(zip(types, rule)) if a != b), min(len(types), len(rule)))
-            raise InputError(f"indexer_types disagrees with {schedule} at layer {layer} (vLLM builds the indexers from "
-                             "the latter); allowed: the same schedule in both")
-    if len(types) != layers:
-        raise InputError(f"indexer_types has {len(types)} entries for {layers} layers; allowed: one per layer")
-    if types and types[0] != "full":
-        raise InputError("indexer_types: layer 0 is 'shared' but no earlier layer has an indexer to share; allowed: "
-                         "'full' first (GlmMoeDsaAttention needs a previous full layer's top-k)")
-    return types
 
 
 # Qwen3.5's mamba_ssm_dtype (the Gated DeltaNet state's dtype) as this simulator names dtypes.
@@ -463,6 +424,8 @@ def from_hf_config(raw: dict[str, Any], name: str) -> dict[str, Any]:
         rows = spec["max_context"]
         spec["learned_position_rows"] = rows + (2 if is_opt else 0) if isinstance(rows, int) else rows
     spec.update(_window_fields(config, model_type, layers, warnings))
+    if declared == "nemotron-nas" and isinstance(layers, int) and isinstance(heads, int) and isinstance(hidden, int):
+        spec.update(decilm_blocks(config, layers, heads, hidden, warnings))
     spec.update(_moe_fields(config, model_type, layers, ffn, warnings))
     spec.update(_mla_fields(config))
     spec.update(_dsa_fields(config, layers))

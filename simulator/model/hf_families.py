@@ -27,6 +27,9 @@ FAMILY_OF = {
     "qwen3_next": "qwen3_moe",  # Qwen3-Next: Qwen3-MoE layers (q/k norms) with Gated DeltaNet layers between
     "qwen3_5_text": "qwen3",  # Qwen3.5 dense: Qwen3 layers (q/k norms) with Gated DeltaNet layers between
     "qwen3_5_moe_text": "qwen3_moe",  # ... and Qwen3.5-MoE
+    # Llama-Nemotron (DeciLMForCausalLM): Llama's attention and MLP (vLLM's nemotron_nas.py: DeciLMAttention is a
+    # LlamaAttention, the MLP a LlamaMLP), per layer as block_configs says (simulator.model.hf_layouts)
+    "nemotron-nas": "llama",
 }
 
 # Layouts the cost model cannot represent, by field: (field, feature). The first present refuses the file.
@@ -35,7 +38,8 @@ FAMILY_OF = {
 # DeltaNet's size: its layers are read from linear_attn_config, gate every key channel (not every head) and
 # keep q, k and v convolution windows apart, and its full-attention layers are MLA, which no hybrid here has.
 # Nemotron-H's hybrid_override_pattern / layers_block_type are read for model_type nemotron_h (Mamba-2, attention,
-# MLP and MoE blocks: simulator.model.hf_config); any other model_type with them stays refused (MAMBA2_BLOCK_TYPES).
+# MLP and MoE blocks: simulator.model.hf_config), DeciLM's block_configs for nemotron-nas; any other model_type with
+# them stays refused (READ_BY_TYPE).
 REFUSED_FIELDS: tuple[tuple[str, str], ...] = (
     ("compress_ratios", "compressed sparse attention with hyper-connections (DeepSeek-V4: compress_ratios, hc_mult)"),
     ("linear_attn_config", "linear attention (Kimi Delta Attention layers)"),
@@ -45,15 +49,20 @@ REFUSED_FIELDS: tuple[tuple[str, str], ...] = (
     ("ssm_cfg", "state-space (Mamba) layers"),
     ("attn_layer_period", "state-space (Mamba) layers"),
     ("sparse_attention_config", "block-sparse attention with index heads (MiniMax-M3)"),
-    ("block_configs", "per-layer block_configs (NAS-pruned layers of differing widths)"),
+    ("block_configs", "per-layer block_configs (NAS-pruned layers of differing widths) outside model_type "
+                      "nemotron-nas"),
     ("swa_num_key_value_heads", "sliding-window layers with their own head counts"),
     ("global_head_dim", "global layers with their own head_dim and shared K = V (Gemma 4)"),
     ("cross_attention_layers", "cross-attention (vision) layers"),
 )
 
-# model_types whose block-pattern fields are read, not refused: their blocks are transformers' NemotronHBlock.
-MAMBA2_BLOCK_TYPES = frozenset({"nemotron_h"})
-MAMBA2_BLOCK_FIELDS = frozenset({"hybrid_override_pattern", "layers_block_type"})
+# Fields of REFUSED_FIELDS read, not refused, for these model_types: the blocks of transformers' NemotronHBlock, and
+# the NAS-pruned layers of DeciLM (vLLM's DeciLMDecoderLayer).
+READ_BY_TYPE = {
+    "hybrid_override_pattern": frozenset({"nemotron_h"}),
+    "layers_block_type": frozenset({"nemotron_h"}),
+    "block_configs": frozenset({"nemotron-nas"}),
+}
 
 # Layouts refused by model_type where the config.json omits the field that shows them.
 REFUSED_TYPES = {
@@ -81,7 +90,7 @@ READ = frozenset({
     "full_attention_interval", "mamba_ssm_dtype", "attn_output_gate", "mtp_num_hidden_layers",
     "hybrid_override_pattern", "layers_block_type", "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups",
     "conv_kernel", "chunk_size", "mamba_ssm_cache_dtype", "moe_shared_expert_intermediate_size", "moe_latent_size",
-    "attention_head_dim", "mlp_hidden_act",
+    "attention_head_dim", "mlp_hidden_act", "block_configs",
 })
 
 # Fields that change nothing the cost model sees: generation and training settings of PretrainedConfig,
@@ -145,7 +154,7 @@ INERT_AT = {
 def refusal(config: dict[str, Any], model_type: str) -> str | None:
     """The feature this config uses that cannot be costed, naming its field and value (None: none)."""
     for field, feature in REFUSED_FIELDS:
-        if field in MAMBA2_BLOCK_FIELDS and model_type in MAMBA2_BLOCK_TYPES:
+        if model_type in READ_BY_TYPE.get(field, ()):
             continue
         if config.get(field) not in (None, [], {}):
             value = config[field]

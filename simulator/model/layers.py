@@ -339,12 +339,12 @@ class _Builder:
                                         count=mixers))
             if model.norms_per_layer >= 2:
                 ops.append(self.norm("mlp_norm", count=ffns))
-        dense_layers = model.dense_mlp_layers
-        if dense_layers:
-            F = model.ffn_size
+        widths = model.dense_mlp_widths
+        for F, layers in widths.items():
             if F % tp:
                 raise InputError(f"--tp: {tp} does not divide the FFN size {F} of {model.name}")
-            ops += self.mlp("", F, F // tp, dense_layers, "mlp")
+            # DeciLM's NAS-pruned layers: one MLP per width, named by it (ModelSpec.ffn_sizes).
+            ops += self.mlp(f"mlp{F}_" if len(widths) > 1 else "", F, F // tp, layers, "mlp")
         if model.moe_layers:
             ops += self.moe()
         if tp > 1:
