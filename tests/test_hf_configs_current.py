@@ -40,7 +40,6 @@ REFUSED = {
     "nvidia--DeepSeek-V4-Flash-NVFP4": DSV4, "nvidia--DeepSeek-V4-Pro-NVFP4": DSV4,
     "sgl-project--DeepSeek-V4-Flash-FP8": DSV4, "sgl-project--DeepSeek-V4-Pro-FP8": DSV4,
     "google--gemma-4-26B-A4B": GEMMA4, "nvidia--Gemma-4-26B-A4B-NVFP4": GEMMA4, "nvidia--Gemma-4-31B-IT-NVFP4": GEMMA4,
-    "moonshotai--Kimi-K3": r"linear attention \(Kimi Delta Attention layers\).*field linear_attn_config",
 }
 
 # Published parameter counts: (total, active, last printed digit, active convention, source).
@@ -59,6 +58,10 @@ QWEN3_4B = (4.0e9, 3.6e9, 0.1e9, "layers", "Qwen3-4B card: 4.0B, 3.6B non-embedd
 DEEPSEEK_V3 = (671e9, 37e9, 1e9, "compute", "DeepSeek-V3 README: 671B total (685B with the MTP module), 37B activated")
 KIMI_K2 = (1.04e12, 32e9, 1e9, "compute", "Kimi K2 technical report (arXiv:2507.20534): 1.04T total, 32B activated; "
            "README: 1T / 32B")
+# Kimi-K3: 69 Kimi Delta Attention and 24 MLA layers, 896 experts in a 3,584 latent (tests/test_kimi_delta_attention.py
+# counts it by hand).
+KIMI_K3 = (2.78e12, 104.2e9, 0.1e9, "compute", "Kimi K3 technical report's architecture table: 2.78T total, 104.2B "
+           "activated (the moonshotai/Kimi-K3 card: 2.8T, 104B)")
 LLAMA_70B = (70.6e9, None, 0.1e9, None, "Llama-3.1-70B card: 70.6B")
 # DSA adds an indexer of 0.85B (DeepSeek-V3.2) to V3's layers; the V3.2 card's 685B counts the MTP module too (as V3's).
 DEEPSEEK_V32 = (671e9, 37e9, 1e9, "compute", "DeepSeek-V3.2 (V3's 671B main model, 37B activated, plus the indexer; "
@@ -127,7 +130,7 @@ PUBLISHED = {
                                       "Mistral, 'Cheaper, Better, Faster, Stronger' (2024): 39B active of 141B"),
     "mistralai--Mixtral-8x7B-v0.1": (46.7e9, 12.9e9, 0.1e9, "with embedding", "Mixtral of experts: 46.7B / 12.9B"),
     "moonshotai--Kimi-K2-Instruct": KIMI_K2, "moonshotai--Kimi-K2.5": KIMI_K2, "nvidia--Kimi-K2.5-NVFP4": KIMI_K2,
-    "nvidia--Kimi-K2.6-NVFP4": KIMI_K2, "nvidia--Kimi-K2.7-Code-NVFP4": KIMI_K2,
+    "nvidia--Kimi-K2.6-NVFP4": KIMI_K2, "nvidia--Kimi-K2.7-Code-NVFP4": KIMI_K2, "moonshotai--Kimi-K3": KIMI_K3,
     "openai--gpt-oss-120b": (116.83e9, 5.13e9, 0.01e9, "compute", "gpt-oss model card: 116.83B total, 5.13B active"),
     "openai--gpt-oss-20b": (20.91e9, 3.61e9, 0.01e9, "compute", "gpt-oss model card: 20.91B total, 3.61B active"),
     "stepfun-ai--Step-3.7-Flash": STEP, "stepfun-ai--Step-3.7-Flash-FP8": STEP,
@@ -187,6 +190,7 @@ KV_BY_HAND = {
     "mistralai--Mixtral-8x22B-v0.1": 2 * 56 * 8 * 128 * 2, "mistralai--Mixtral-8x7B-v0.1": 2 * 32 * 8 * 128 * 2,
     "moonshotai--Kimi-K2-Instruct": KIMI_KV, "moonshotai--Kimi-K2.5": KIMI_KV, "nvidia--Kimi-K2.5-NVFP4": KIMI_KV,
     "nvidia--Kimi-K2.6-NVFP4": KIMI_KV, "nvidia--Kimi-K2.7-Code-NVFP4": KIMI_KV,
+    "moonshotai--Kimi-K3": (512 + 64) * 24 * 2,  # its 24 MLA layers; the 69 KDA layers keep a state instead
     "openai--gpt-oss-120b": 2 * 36 * 8 * 64 * 2, "openai--gpt-oss-20b": 2 * 24 * 8 * 64 * 2,
     "stepfun-ai--Step-3.7-Flash": 2 * 45 * 8 * 128 * 2, "stepfun-ai--Step-3.7-Flash-FP8": 2 * 45 * 8 * 128 * 2,
     # Nemotron-H: only the '*' blocks cache keys and values (10 of 118; Nano 6 of 52, Super 8 of 88, Ultra 12 of 108).

@@ -237,11 +237,6 @@ def test_linear_layers_need_their_widths_and_an_indivisible_tp_is_refused():
                         tp=32)
 
 
-def test_kimi_delta_attention_stays_refused():
-    with pytest.raises(InputError, match="Kimi Delta Attention"):
-        load("moonshotai--Kimi-K3")
-
-
 GLM52 = config("zai-org--GLM-5.2")
 
 

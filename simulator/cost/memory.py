@@ -148,7 +148,11 @@ def workspace_bytes_per_gpu(model: ModelSpec, precision: Precision, tp: int, ste
         # Routed rows: k per token, split over the GPUs (by expert under EP, by columns without); plus shared experts.
         routed = model.moe_top_k * model.expert_ffn_size + model.moe_shared_experts * model.shared_expert_ffn_size
         mlp = max(mlp if model.dense_mlp_layers else 0, matrices * routed // tp)
-    activations = tokens * (4 * model.hidden_size + mlp) * precision.activation_bytes_per_element
+    # Attention Residuals (Kimi-K3) keep every block snapshot of every token in flight, whole on each GPU (vLLM's
+    # Kimi-K3 model: a block_residual buffer of ceil(L / B) x hidden per token).
+    snapshots = -(-(model.attention_residual_offset + model.num_layers) // model.attention_residual_block) \
+        if model.attention_residual_block else 0
+    activations = tokens * ((4 + snapshots) * model.hidden_size + mlp) * precision.activation_bytes_per_element
     logits = min(sequences, tokens) * (model.vocab_size / tp) * 4.0
     return activations + logits
 

@@ -101,6 +101,9 @@ def stage_model(model: ModelSpec, pp: int) -> ModelSpec:
         if "full" not in update["layer_types"] and "sliding" not in update["layer_types"]:
             raise InputError(f"--pp: {pp} stages leave the last {count} layers of {model.name} without an attention "
                              "layer; use fewer stages")
+    if model.attention_residual_block:
+        # Kimi-K3: the stage's block boundaries count from the whole model's layer 0.
+        update["attention_residual_offset"] = model.attention_residual_offset + first
     if model.ffn_sizes:
         update["ffn_sizes"] = model.ffn_sizes[first:]  # DeciLM: the stage's own MLP widths, the widest its ffn_size
         update["ffn_size"] = max(update["ffn_sizes"]) or model.ffn_size
@@ -169,10 +172,18 @@ class PipelineSystem:
         """min(pp, sequences), at least 1."""
         return np.minimum(self.pp, np.maximum(step.sequences, 1.0))
 
+    def message_bytes(self, part: Step) -> Number:
+        """One hop's message per GPU: a micro-batch's hidden states (tokens x hidden x activation bytes), and under
+        Attention Residuals the block snapshots taken before the stage (vLLM's Kimi-K3 sends its block_residual
+        beside the hidden states), counted at the last hop's number for every hop (an upper bound)."""
+        stage, block = self.stage.model, self.model.attention_residual_block
+        snapshots = -(-stage.attention_residual_offset // block) if block else 0
+        return part.tokens * self.model.hidden_size * (1 + snapshots) * self.stage.precision.activation_bytes_per_element
+
     def p2p_seconds(self, part: Step) -> Number:
-        """One hop of a micro-batch's hidden states (tokens x hidden x activation bytes, per GPU)."""
-        message = part.tokens * self.model.hidden_size * self.stage.precision.activation_bytes_per_element
-        return point_to_point_seconds(message, self.link.bytes_per_second, self.link.base_seconds, self.link.hop_seconds)
+        """One hop of a micro-batch's message (:meth:`message_bytes`)."""
+        return point_to_point_seconds(self.message_bytes(part), self.link.bytes_per_second, self.link.base_seconds,
+                                      self.link.hop_seconds)
 
     def step_totals(self, step: Step) -> StepTotals:
         """Totals of one iteration on one GPU of a stage (see the module docstring)."""
@@ -207,7 +218,7 @@ class PipelineSystem:
                 "host_seconds")
         operators = [op._replace(**{name: getattr(op, name) * parts for name in work},
                                  **{name: getattr(op, name) * slots for name in time}) for op in part.operators]
-        message = part_step.tokens * self.model.hidden_size * self.stage.precision.activation_bytes_per_element
+        message = self.message_bytes(part_step)
         hops = (self.pp - 1) * self.p2p_seconds(part_step)
         zero = 0.0 * hops
         operators.append(OperatorCost(

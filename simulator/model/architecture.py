@@ -1,5 +1,9 @@
 """Model architecture specs: our YAML files and HuggingFace ``config.json`` files.
 
+Why this module is over 600 lines: ModelSpec is one pydantic model whose fields describe every layout modelled
+(attention kinds, windows, MLA and DSA, Gated DeltaNet and KDA layers, Mamba-2 blocks, per-layer MLP widths, MoE,
+attention residuals), and the validators and per-layer properties that read those fields belong beside them.
+
 A ``config.json`` is read from a local path only; nothing is ever fetched from a hub.
 """
 
@@ -60,7 +64,10 @@ class ModelSpec(BaseModel):
         "ffn_size is then the widest; empty: every dense MLP is ffn_size wide",
     )
     gated_mlp: bool = Field(default=True, description="SwiGLU (3 matrices) vs ungated (2)")
-    activation: Literal["silu", "gelu", "relu"] = "silu"
+    activation: Literal["silu", "gelu", "relu", "situ"] = Field(
+        default="silu", description="'situ': Kimi-K3's SiTU, beta tanh(g / beta) sigmoid(g) x up (an elementwise op "
+        "like SiLU's; its MLP is gated)",
+    )
     vocab_size: int = Field(ge=1, le=MAX_VOCAB)
     max_context: int = Field(ge=1, le=MAX_CONTEXT)
     tied_embeddings: bool = False
@@ -129,8 +136,31 @@ class ModelSpec(BaseModel):
     linear_state_dtype: Literal["fp32", "bf16", "fp16"] | None = Field(
         default=None, description="dtype of the Gated DeltaNet state (Qwen3.5's mamba_ssm_dtype); None: the model's"
     )
+    linear_kind: Literal["gated_deltanet", "kda"] = Field(
+        default="gated_deltanet",
+        description="the 'linear' layers' recurrence: 'gated_deltanet' (one decay per value head; Qwen3.5) or 'kda' "
+        "(Kimi Delta Attention: one decay per key channel through a rank-d_k projection, q/k/v each convolved; "
+        "Kimi Linear, Kimi-K3)",
+    )
+    linear_gate_rank: int = Field(
+        default=0, ge=0, le=MAX_WIDTH,
+        description="KDA's output gate through a rank-r bottleneck (Kimi Linear: g_a_proj, g_b_proj with r = head "
+        "dim); 0: one full-rank projection (Kimi-K3: use_full_rank_gate)",
+    )
     attention_output_gate: bool = Field(
-        default=False, description="q_proj also yields a sigmoid gate of the attention output (Qwen3-Next, Qwen3.5)"
+        default=False, description="a sigmoid gate of the attention output: q_proj yields it (Qwen3-Next, Qwen3.5) or, "
+        "with MLA, a g_proj of its own (Kimi-K3: mla_use_output_gate)"
+    )
+    attention_residual_block: int = Field(
+        default=0, ge=0, le=MAX_LAYERS,
+        description="Attention Residuals (Kimi-K3's attn_res_block_size): before each mixer, each FFN and the final "
+        "norm a softmax over the block snapshots taken every this many layers and the running sum replaces the plain "
+        "residual input; 0: none",
+    )
+    attention_residual_offset: int = Field(
+        default=0, ge=0, le=MAX_LAYERS,
+        description="layers of the whole model before this one's first (a pipeline stage of an Attention Residuals "
+        "model: its block boundaries count from the whole model's layer 0)",
     )
     block_pattern: str = Field(
         default="", pattern=r"^[M*\-E]*$",
@@ -154,6 +184,10 @@ class ModelSpec(BaseModel):
         default=0, ge=0, le=MAX_WIDTH,
         description="routed experts work in a latent of this width, projected from and back to hidden_size "
         "(Nemotron-3 Super/Ultra: fc1_latent_proj, fc2_latent_proj); 0: the experts read the hidden state",
+    )
+    moe_latent_norm: bool = Field(
+        default=False, description="an RMSNorm on the experts' combined latent before it is projected back "
+        "(Kimi-K3: latent_moe_use_norm, routed_expert_norm)",
     )
     shared_expert_module: Literal["experts", "mlp"] = Field(
         default="experts",
@@ -206,7 +240,7 @@ class ModelSpec(BaseModel):
         if self.moe_experts == 1:
             moe_keys = (self.moe_ffn_size, self.moe_shared_experts, self.moe_first_dense_layers,
                         self.moe_dense_layer_indices, self.moe_layer_step != 1, self.moe_top_k != 1,
-                        self.moe_latent_size)
+                        self.moe_latent_size, self.moe_latent_norm)
             if any(moe_keys):
                 raise ValueError("moe_* fields describe a mixture of experts: give moe_experts > 1")
         if self.index_topk and not (self.kv_lora_rank and self.index_heads and self.index_head_dim):
@@ -223,6 +257,16 @@ class ModelSpec(BaseModel):
                              "linear_value_head_dim and linear_conv_kernel")
         if any(linear) and "linear" not in self.layer_types:
             raise ValueError("linear_* fields describe Gated DeltaNet layers: mark them 'linear' in layer_types")
+        if self.linear_kind == "kda" and self.linear_key_heads != self.linear_value_heads:
+            raise ValueError("KDA layers have one q/k head per value head: linear_key_heads must equal "
+                             "linear_value_heads")
+        if self.linear_gate_rank and self.linear_kind != "kda":
+            raise ValueError("linear_gate_rank is KDA's low-rank output gate: give linear_kind 'kda'")
+        if self.moe_latent_norm and not self.moe_latent_size:
+            raise ValueError("moe_latent_norm normalises the experts' latent: give moe_latent_size")
+        if self.attention_residual_offset and not self.attention_residual_block:
+            raise ValueError("attention_residual_offset places a stage among Attention Residuals blocks: give "
+                             "attention_residual_block")
         if not self.block_pattern and self.attention_layers == 0:
             raise ValueError("every layer is 'linear' or 'none': a model needs at least one attention layer")
         self._check_ffn_sizes()
@@ -412,7 +456,8 @@ class ModelSpec(BaseModel):
                 f" on {self.index_layers} of {self.attention_layers} layers, the rest reusing their top-k"
             parts.append(f"DSA top-{self.index_topk} (indexer {self.index_heads} x {self.index_head_dim}{shared})")
         if self.linear_layers:
-            parts.append(f"Gated DeltaNet on {self.linear_layers} of {self.num_layers} layers")
+            kind = "Kimi Delta Attention" if self.linear_kind == "kda" else "Gated DeltaNet"
+            parts.append(f"{kind} on {self.linear_layers} of {self.num_layers} layers")
         if self.block_pattern or "none" in self.layer_types:
             parts[0] += f" on {self.attention_layers} of {self.num_layers} layers"
         if self.block_pattern:
@@ -430,6 +475,8 @@ class ModelSpec(BaseModel):
             parts.append(f"sliding window {self.sliding_window} on {share}")
         if self.attention_sinks:
             parts.append("attention sinks")
+        if self.attention_residual_block:
+            parts.append(f"attention residuals over blocks of {self.attention_residual_block} layers")
         if self.is_moe:
             shared = f" + {self.moe_shared_experts} shared" if self.moe_shared_experts else ""
             layers = "" if self.moe_layers == self.num_layers else f" on {self.moe_layers} of {self.num_layers} layers"

@@ -30,19 +30,20 @@ FAMILY_OF = {
     # Llama-Nemotron (DeciLMForCausalLM): Llama's attention and MLP (vLLM's nemotron_nas.py: DeciLMAttention is a
     # LlamaAttention, the MLP a LlamaMLP), per layer as block_configs says (simulator.model.hf_layouts)
     "nemotron-nas": "llama",
+    # Kimi Linear / Kimi-K3's text model (KimiLinearForCausalLM): DeepSeek-V3's MLA and MoE ("adapted from
+    # deepseek-v3", modeling_kimi_linear.py) with Kimi Delta Attention layers between (linear_attn_config)
+    "kimi_linear": "deepseek_v3",
 }
 
 # Layouts the cost model cannot represent, by field: (field, feature). The first present refuses the file.
 # Ordered so that the most specific reason is named (DeepSeek-V4 has index_topk, which DSA models load with, but
-# its compressed attention is what is missing). Kimi Delta Attention stays refused though its state is Gated
-# DeltaNet's size: its layers are read from linear_attn_config, gate every key channel (not every head) and
-# keep q, k and v convolution windows apart, and its full-attention layers are MLA, which no hybrid here has.
+# its compressed attention is what is missing).
 # Nemotron-H's hybrid_override_pattern / layers_block_type are read for model_type nemotron_h (Mamba-2, attention,
-# MLP and MoE blocks: simulator.model.hf_config), DeciLM's block_configs for nemotron-nas; any other model_type with
-# them stays refused (READ_BY_TYPE).
+# MLP and MoE blocks: simulator.model.hf_config), DeciLM's block_configs for nemotron-nas, Kimi's linear_attn_config
+# for kimi_linear; any other model_type with them stays refused (READ_BY_TYPE).
 REFUSED_FIELDS: tuple[tuple[str, str], ...] = (
     ("compress_ratios", "compressed sparse attention with hyper-connections (DeepSeek-V4: compress_ratios, hc_mult)"),
-    ("linear_attn_config", "linear attention (Kimi Delta Attention layers)"),
+    ("linear_attn_config", "linear attention (Kimi Delta Attention layers) outside model_type kimi_linear"),
     ("hybrid_override_pattern", "state-space (Mamba-2) layers"),
     ("layers_block_type", "state-space (Mamba-2) layers"),
     ("mamba_d_state", "state-space (Mamba) layers"),
@@ -56,12 +57,13 @@ REFUSED_FIELDS: tuple[tuple[str, str], ...] = (
     ("cross_attention_layers", "cross-attention (vision) layers"),
 )
 
-# Fields of REFUSED_FIELDS read, not refused, for these model_types: the blocks of transformers' NemotronHBlock, and
-# the NAS-pruned layers of DeciLM (vLLM's DeciLMDecoderLayer).
+# Fields of REFUSED_FIELDS read, not refused, for these model_types: the blocks of transformers' NemotronHBlock, the
+# NAS-pruned layers of DeciLM (vLLM's DeciLMDecoderLayer) and Kimi's KDA layers (KimiLinearConfig).
 READ_BY_TYPE = {
     "hybrid_override_pattern": frozenset({"nemotron_h"}),
     "layers_block_type": frozenset({"nemotron_h"}),
     "block_configs": frozenset({"nemotron-nas"}),
+    "linear_attn_config": frozenset({"kimi_linear"}),
 }
 
 # Layouts refused by model_type where the config.json omits the field that shows them.
@@ -90,7 +92,9 @@ READ = frozenset({
     "full_attention_interval", "mamba_ssm_dtype", "attn_output_gate", "mtp_num_hidden_layers",
     "hybrid_override_pattern", "layers_block_type", "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups",
     "conv_kernel", "chunk_size", "mamba_ssm_cache_dtype", "moe_shared_expert_intermediate_size", "moe_latent_size",
-    "attention_head_dim", "mlp_hidden_act", "block_configs",
+    "attention_head_dim", "mlp_hidden_act", "block_configs", "linear_attn_config", "num_experts_per_token",
+    "num_shared_experts", "routed_expert_hidden_size", "latent_moe_use_norm", "mla_use_output_gate", "mla_use_nope",
+    "attn_res_block_size",
 })
 
 # Fields that change nothing the cost model sees: generation and training settings of PretrainedConfig,
@@ -132,6 +136,8 @@ INERT = frozenset({
     "time_step_min", "time_step_max", "time_step_floor", "time_step_limit", "time_step_rank", "use_mamba_kernels",
     "rescale_prenorm_residual", "residual_in_fp32", "mtp_hybrid_override_pattern", "mtp_layers_block_type",
     "moe_shared_expert_overlap", "mamba_hidden_act", "expand",
+    # Kimi-K3: SiTU's two scales (the activation is one elementwise op whatever they are) and the router's scoring.
+    "activation_situ_beta", "activation_situ_linear_beta", "moe_router_activation_func",
 })
 
 # Fields inert only at the value given (a different value changes the layers in a way not modelled).

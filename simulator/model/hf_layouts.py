@@ -1,5 +1,6 @@
-"""Per-layer layouts of a ``config.json``: which layers keep a DSA indexer (GLM-5.2's ``indexer_types``) and what
-each NAS-pruned block holds (DeciLM's ``block_configs``).
+"""Per-layer layouts of a ``config.json``: which layers keep a DSA indexer (GLM-5.2's ``indexer_types``), what
+each NAS-pruned block holds (DeciLM's ``block_configs``) and which layers are Kimi Delta Attention (Kimi-K3's
+``linear_attn_config``).
 
 Split from :mod:`simulator.model.hf_config` (the mapping of fields onto ModelSpec), which would pass 600 lines with
 these readers. Each reads a per-layer list the way the family's reference code does (cited per function) and
@@ -137,3 +138,51 @@ def decilm_blocks(config: dict[str, Any], layers: int, heads: int, hidden: int,
     if kv_heads:
         spec["num_kv_heads"] = kv_heads.pop()
     return spec
+
+
+# linear_attn_config keys read; gate_lower_bound bounds KDA's decay (a sigmoid of it in place of softplus: the same
+# elementwise work per decay value, which the operator leaves out either way).
+KDA_READ = {"kda_layers", "full_attn_layers", "num_heads", "head_dim", "short_conv_kernel_size", "use_full_rank_gate"}
+KDA_INERT = {"gate_lower_bound"}
+
+
+def kimi_delta_layers(config: dict[str, Any], layers: int, warnings: list[str]) -> dict[str, Any]:
+    """Kimi Linear's and Kimi-K3's ``linear_attn_config`` as ModelSpec fields: which layers are Kimi Delta Attention
+    (the rest MLA), its heads, head width, short convolution and output gate.
+
+    Layer numbers in ``kda_layers`` and ``full_attn_layers`` count from 1 (KimiLinearConfig.is_kda_layer: layer_idx + 1
+    in kda_layers). q, k and v have ``num_heads`` heads of ``head_dim`` each (vLLM's KimiDeltaAttention); the output
+    gate is full rank where ``use_full_rank_gate``, else through g_a_proj of ``head_dim``. The recurrent state is fp32
+    whatever the model's dtype (vLLM's MambaStateDtypeCalculator.kda_state_dtype: the convolution windows at the cache
+    dtype, the state float32).
+    """
+    attn = config.get("linear_attn_config")
+    if not isinstance(attn, dict):
+        raise InputError("linear_attn_config: allowed: a mapping (kda_layers, full_attn_layers, num_heads, head_dim, "
+                         "short_conv_kernel_size)")
+    kda, full = attn.get("kda_layers"), attn.get("full_attn_layers") or []
+    numbers = [n for n in (kda or []) + list(full) if isinstance(n, int) and not isinstance(n, bool)]
+    if not isinstance(kda, list) or len(numbers) != len(kda) + len(full) or sorted(numbers) != list(range(1, layers + 1)):
+        raise InputError(f"linear_attn_config: kda_layers and full_attn_layers must number the {layers} layers 1 to "
+                         f"{layers}, each once")
+    sizes = {key: attn.get(key) for key in ("num_heads", "head_dim", "short_conv_kernel_size")}
+    bad = [key for key, value in sizes.items() if not isinstance(value, int) or value < 1]
+    if bad:
+        raise InputError(f"linear_attn_config: {', '.join(bad)} must be whole numbers >= 1")
+    odd = sorted(set(attn) - KDA_READ - KDA_INERT)
+    if odd:
+        warnings.append(f"linear_attn_config fields not understood, taken to change nothing the cost model sees: "
+                        f"{', '.join(odd)}")
+    chosen = set(kda)
+    heads, width = sizes["num_heads"], sizes["head_dim"]
+    return {
+        "layer_types": ["linear" if i + 1 in chosen else "full" for i in range(layers)],
+        "linear_kind": "kda",
+        "linear_key_heads": heads,
+        "linear_value_heads": heads,
+        "linear_key_head_dim": width,
+        "linear_value_head_dim": width,
+        "linear_conv_kernel": sizes["short_conv_kernel_size"],
+        "linear_state_dtype": "fp32",
+        "linear_gate_rank": 0 if attn.get("use_full_rank_gate") else width,
+    }
