@@ -228,6 +228,15 @@ def test_pipeline_stage_keeps_the_linear_layers():
     assert stage.num_layers == 16 and stage.linear_layers == 12 and stage.attention_layers == 4
 
 
+def test_a_stage_without_linear_layers_keeps_none_of_their_widths():
+    from simulator.cost.speculation import head_model
+
+    # The one-layer draft head of Qwen3.5-27B is its last layer, full attention: no Gated DeltaNet left to size.
+    head = head_model(load("Qwen--Qwen3.5-27B"))
+    assert head.num_layers == 1 and head.linear_layers == 0 and head.linear_value_heads == 0
+    assert linear_state_bytes_per_sequence(head, Precision()) == 0.0
+
+
 def test_linear_layers_need_their_widths_and_an_indivisible_tp_is_refused():
     m = load("Qwen--Qwen3.5-27B")
     with pytest.raises(ValueError, match="'linear' layers need"):

@@ -101,6 +101,11 @@ def stage_model(model: ModelSpec, pp: int) -> ModelSpec:
         if "full" not in update["layer_types"] and "sliding" not in update["layer_types"]:
             raise InputError(f"--pp: {pp} stages leave the last {count} layers of {model.name} without an attention "
                              "layer; use fewer stages")
+        if model.linear_layers and "linear" not in update["layer_types"]:
+            # No linear layer in the stage (a one-layer draft head of Qwen3.5 or Kimi-K3): none of their widths.
+            update.update({"linear_key_heads": 0, "linear_value_heads": 0, "linear_key_head_dim": 0,
+                           "linear_value_head_dim": 0, "linear_conv_kernel": 0, "linear_state_dtype": None,
+                           "linear_kind": "gated_deltanet", "linear_gate_rank": 0})
     if model.attention_residual_block:
         # Kimi-K3: the stage's block boundaries count from the whole model's layer 0.
         update["attention_residual_offset"] = model.attention_residual_offset + first

@@ -30,6 +30,9 @@ def indexer_types(config: dict[str, Any], layers: int) -> list[str]:
         if odd:
             raise InputError(f"index_topk_pattern: characters {''.join(odd)} are not indexer kinds (allowed: F full, "
                              "S shared)")
+        if len(pattern) != layers:
+            raise InputError(f"index_topk_pattern has {len(pattern)} characters for {layers} layers; allowed: one per "
+                             "layer")
         rule = ["full" if c == "F" else "shared" for c in pattern]
     else:
         freq = max(int(config.get("index_topk_freq") or 1), 1)
@@ -121,7 +124,8 @@ def decilm_blocks(config: dict[str, Any], layers: int, heads: int, hidden: int,
             kv_heads.add(heads // group)
         if ffn.get("no_op"):
             widths.append(0)
-        elif isinstance(ffn.get("ffn_mult"), (int, float)) and ffn["ffn_mult"] > 0:
+        elif isinstance(ffn.get("ffn_mult"), (int, float)) and not isinstance(ffn["ffn_mult"], bool) \
+                and ffn["ffn_mult"] > 0:
             widths.append(decilm_ffn_width(ffn["ffn_mult"], hidden))
         elif isinstance(ffn.get("intermediate_size"), int) and ffn["intermediate_size"] > 0:
             widths.append(ffn["intermediate_size"])
