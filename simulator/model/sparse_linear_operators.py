@@ -169,11 +169,12 @@ class GatedDeltaNet:
 
     **Kimi Delta Attention** (Kimi Linear, arXiv:2510.26692; Kimi-K3) is this recurrence with the decay a
     diagonal of d_k channels per head, S <- (I - b k k^T) Diag(a) S + b k v^T (fla's ``chunk_kda`` /
-    ``fused_recurrent_kda``): scaling S by Diag(a) costs what scaling it by a scalar does (d_k d_v per head),
-    and the chunked kernel applies the cumulative channel decays to q and k before the same K K^T, Q K^T and
-    WY products, so the FLOPs above hold; the decay is e = d_k values per head instead of 1. q and k have one
-    head per value head (n_k = n_v). The gate math itself (softplus or sigmoid and exp, per decay element) is left
-    out, as the triangular solve is.
+    ``fused_recurrent_kda``): scaling S by Diag(a) costs what scaling it by a scalar does (d_k d_v per head), so
+    the decode FLOPs above hold. The chunked kernel folds the cumulative channel decays into q and k before the same
+    K K^T, Q K^T and WY products, and those counts are taken for it too; the extra work its sub-chunks spend on the
+    per-channel decays' numerical range (Kimi Linear, section 3) is left out, as is the gate math itself (softplus or
+    sigmoid and exp per decay value) and the triangular solve. The decay is e = d_k values per head instead of 1,
+    and q and k have one head per value head (n_k = n_v).
     """
 
     name: str
