@@ -30,19 +30,12 @@ def load(stem: str):
 
 
 # Refused: (config, the reason the one-line error must give).
-SHARED_INDEXER = r"indexers shared between layers.*field indexer_types has 'shared'"
 GEMMA4 = r"Gemma 4.*field global_head_dim = 512"
 REFUSED = {
     "MiniMaxAI--MiniMax-M3": r"block-sparse attention.*field sparse_attention_config",
     "nvidia--MiniMax-M3-NVFP4": r"block-sparse attention.*field sparse_attention_config",
     "XiaomiMiMo--MiMo-V2-Flash": r"sliding-window layers with their own head counts.*field swa_num_key_value_heads = 8",
-    # GLM-5.2/5.3: three of every four layers reuse another layer's top-k (indexer_types 'shared'); not modelled.
-    "nvidia--GLM-5.2-NVFP4": SHARED_INDEXER, "nvidia--GLM-5.3-NVFP4": SHARED_INDEXER,
-    "zai-org--GLM-5.2": SHARED_INDEXER, "zai-org--GLM-5.2-FP8": SHARED_INDEXER, "zai-org--GLM-5.3": SHARED_INDEXER,
-    "zai-org--GLM-5.3-FP8": SHARED_INDEXER,
     "google--gemma-4-26B-A4B": GEMMA4, "nvidia--Gemma-4-26B-A4B-NVFP4": GEMMA4, "nvidia--Gemma-4-31B-IT-NVFP4": GEMMA4,
-    "moonshotai--Kimi-K3": r"linear attention \(Kimi Delta Attention layers\).*field linear_attn_config",
-    "nvidia--Llama-3_3-Nemotron-Super-49B-v1": r"per-layer block_configs.*field block_configs",
 }
 
 # Published parameter counts: (total, active, last printed digit, active convention, source).
@@ -61,11 +54,19 @@ QWEN3_4B = (4.0e9, 3.6e9, 0.1e9, "layers", "Qwen3-4B card: 4.0B, 3.6B non-embedd
 DEEPSEEK_V3 = (671e9, 37e9, 1e9, "compute", "DeepSeek-V3 README: 671B total (685B with the MTP module), 37B activated")
 KIMI_K2 = (1.04e12, 32e9, 1e9, "compute", "Kimi K2 technical report (arXiv:2507.20534): 1.04T total, 32B activated; "
            "README: 1T / 32B")
+# Kimi-K3: 69 Kimi Delta Attention and 24 MLA layers, 896 experts in a 3,584 latent (tests/test_kimi_delta_attention.py
+# counts it by hand).
+KIMI_K3 = (2.78e12, 104.2e9, 0.1e9, "compute", "Kimi K3 technical report's architecture table: 2.78T total, 104.2B "
+           "activated (the moonshotai/Kimi-K3 card: 2.8T, 104B)")
 LLAMA_70B = (70.6e9, None, 0.1e9, None, "Llama-3.1-70B card: 70.6B")
 # DSA adds an indexer of 0.85B (DeepSeek-V3.2) to V3's layers; the V3.2 card's 685B counts the MTP module too (as V3's).
 DEEPSEEK_V32 = (671e9, 37e9, 1e9, "compute", "DeepSeek-V3.2 (V3's 671B main model, 37B activated, plus the indexer; "
                 "685B with the MTP module on the Hugging Face card)")
 GLM5 = (744e9, 40e9, 1e9, "compute", "GLM-5 (Z.ai, GLM-5 release blog, February 2026): 744B total, 40B active")
+# GLM-5.2/5.3 are GLM-5's layers with the indexer kept on 21 of 78 (57 x 9.37M = 0.53B fewer weights:
+# tests/test_sparse_linear_attention.py); the Hugging Face card's 753B counts the MTP layer too.
+GLM52 = (744e9, 40e9, 1e9, "compute", "GLM-5.2 (Z.ai, 744B-A40B, as GLM-5; the zai-org/GLM-5.2 card's safetensors "
+         "count, 753B, includes the MTP layer)")
 # Qwen3.5/3.6 cards count the vision encoder too (small beside the decoder: within 2% of the totals).
 QWEN35_27B = (27e9, None, 1e9, None, "Qwen3.5-27B card: 27B")
 QWEN35_35B = (35e9, 3e9, 1e9, "with embedding", "Qwen3.5-35B-A3B card: 35B total, 3B activated")
@@ -114,6 +115,8 @@ PUBLISHED = {
     "sgl-project--DeepSeek-V4-Pro-FP8": DEEPSEEK_V4_PRO,
     "zai-org--GLM-5": GLM5, "zai-org--GLM-5-FP8": GLM5, "nvidia--GLM-5-NVFP4": GLM5, "zai-org--GLM-5.1": GLM5,
     "zai-org--GLM-5.1-FP8": GLM5, "nvidia--GLM-5.1-NVFP4": GLM5,
+    "zai-org--GLM-5.2": GLM52, "zai-org--GLM-5.2-FP8": GLM52, "nvidia--GLM-5.2-NVFP4": GLM52,
+    "zai-org--GLM-5.3": GLM52, "zai-org--GLM-5.3-FP8": GLM52, "nvidia--GLM-5.3-NVFP4": GLM52,
     "Qwen--Qwen3.5-27B": QWEN35_27B, "nvidia--Qwen3.6-27B-NVFP4": QWEN35_27B,
     "Qwen--Qwen3.5-35B-A3B": QWEN35_35B, "nvidia--Qwen3.6-35B-A3B-NVFP4": QWEN35_35B,
     "Qwen--Qwen3.5-122B-A10B": QWEN35_122B, "nvidia--Qwen3.5-122B-A10B-NVFP4": QWEN35_122B,
@@ -124,13 +127,16 @@ PUBLISHED = {
     "meta-llama--Llama-4-Scout-17B-16E-Instruct": (109e9, 17e9, 1e9, "with embedding",
                                                    "Llama 4 card: Scout 109B total, 17B activated"),
     "meta-llama--Meta-Llama-3.1-405B": (405.9e9, None, 0.1e9, None, "Llama-3.1-405B card: 405B (405.9B by count)"),
+    # DeciLM's NAS-pruned Llama-3.3-70B: 49 attention layers, MLPs of six widths (tests/test_decilm_blocks.py).
+    "nvidia--Llama-3_3-Nemotron-Super-49B-v1": (49_867_145_216, None, 1, None, "Llama-3.3-Nemotron-Super-49B-v1 "
+                                                 "card: 49,867,145,216 parameters"),
     "meta-llama--Meta-Llama-3.1-70B": LLAMA_70B, "nvidia--Llama-3.1-70B-Instruct-FP8": LLAMA_70B,
     "meta-llama--Meta-Llama-3.1-8B": (8.03e9, None, 0.01e9, None, "Llama-3.1-8B card: 8.03B"),
     "mistralai--Mixtral-8x22B-v0.1": (141e9, 39e9, 1e9, "with embedding",
                                       "Mistral, 'Cheaper, Better, Faster, Stronger' (2024): 39B active of 141B"),
     "mistralai--Mixtral-8x7B-v0.1": (46.7e9, 12.9e9, 0.1e9, "with embedding", "Mixtral of experts: 46.7B / 12.9B"),
     "moonshotai--Kimi-K2-Instruct": KIMI_K2, "moonshotai--Kimi-K2.5": KIMI_K2, "nvidia--Kimi-K2.5-NVFP4": KIMI_K2,
-    "nvidia--Kimi-K2.6-NVFP4": KIMI_K2, "nvidia--Kimi-K2.7-Code-NVFP4": KIMI_K2,
+    "nvidia--Kimi-K2.6-NVFP4": KIMI_K2, "nvidia--Kimi-K2.7-Code-NVFP4": KIMI_K2, "moonshotai--Kimi-K3": KIMI_K3,
     "openai--gpt-oss-120b": (116.83e9, 5.13e9, 0.01e9, "compute", "gpt-oss model card: 116.83B total, 5.13B active"),
     "openai--gpt-oss-20b": (20.91e9, 3.61e9, 0.01e9, "compute", "gpt-oss model card: 20.91B total, 3.61B active"),
     "stepfun-ai--Step-3.7-Flash": STEP, "stepfun-ai--Step-3.7-Flash-FP8": STEP,
@@ -153,6 +159,7 @@ PUBLISHED = {
 MINIMAX_KV = 2 * 62 * 8 * 128 * 2
 DSV32_KV = (512 + 64) * 61 * 2 + 61 * (128 + 4)
 GLM5_KV = (512 + 64) * 78 * 2 + 78 * (128 + 4)
+GLM52_KV = (512 + 64) * 78 * 2 + 21 * (128 + 4)  # index keys only where a layer has its own indexer (21 of 78)
 KIMI_KV = (512 + 64) * 61 * 2
 # DeepSeek-V4 per token, long-context rate: a 512-wide entry (bf16: 1,024 bytes) per 4 tokens on the CSA layers and per
 # 128 on the HCA layers, and an index key (128 FP8 + a 4-byte scale) per 4 tokens on the CSA layers; the raw windows
@@ -183,6 +190,8 @@ KV_BY_HAND = {
     "sgl-project--DeepSeek-V4-Pro-FP8": DSV4_PRO_KV,
     "zai-org--GLM-5": GLM5_KV, "zai-org--GLM-5-FP8": GLM5_KV, "nvidia--GLM-5-NVFP4": GLM5_KV, "zai-org--GLM-5.1": GLM5_KV,
     "zai-org--GLM-5.1-FP8": GLM5_KV, "nvidia--GLM-5.1-NVFP4": GLM5_KV,
+    "zai-org--GLM-5.2": GLM52_KV, "zai-org--GLM-5.2-FP8": GLM52_KV, "nvidia--GLM-5.2-NVFP4": GLM52_KV,
+    "zai-org--GLM-5.3": GLM52_KV, "zai-org--GLM-5.3-FP8": GLM52_KV, "nvidia--GLM-5.3-NVFP4": GLM52_KV,
     # Qwen3.5/3.6: one layer in four is full attention (16 of 64, 10 of 40, 12 of 48, 15 of 60).
     "Qwen--Qwen3.5-27B": 2 * 16 * 4 * 256 * 2, "nvidia--Qwen3.6-27B-NVFP4": 2 * 16 * 4 * 256 * 2,
     "Qwen--Qwen3.5-35B-A3B": 2 * 10 * 2 * 256 * 2, "nvidia--Qwen3.6-35B-A3B-NVFP4": 2 * 10 * 2 * 256 * 2,
@@ -190,11 +199,13 @@ KV_BY_HAND = {
     "Qwen--Qwen3.5-397B-A17B": 2 * 15 * 2 * 256 * 2, "nvidia--Qwen3.5-397B-A17B-NVFP4": 2 * 15 * 2 * 256 * 2,
     "meta-llama--Llama-4-Maverick-17B-128E-Instruct": 2 * 48 * 8 * 128 * 2,
     "meta-llama--Llama-4-Scout-17B-16E-Instruct": 2 * 48 * 8 * 128 * 2,
+    "nvidia--Llama-3_3-Nemotron-Super-49B-v1": 2 * 49 * 8 * 128 * 2,  # 49 of its 80 layers have attention
     "meta-llama--Meta-Llama-3.1-405B": 2 * 126 * 8 * 128 * 2, "meta-llama--Meta-Llama-3.1-70B": 2 * 80 * 8 * 128 * 2,
     "nvidia--Llama-3.1-70B-Instruct-FP8": 2 * 80 * 8 * 128 * 2, "meta-llama--Meta-Llama-3.1-8B": 2 * 32 * 8 * 128 * 2,
     "mistralai--Mixtral-8x22B-v0.1": 2 * 56 * 8 * 128 * 2, "mistralai--Mixtral-8x7B-v0.1": 2 * 32 * 8 * 128 * 2,
     "moonshotai--Kimi-K2-Instruct": KIMI_KV, "moonshotai--Kimi-K2.5": KIMI_KV, "nvidia--Kimi-K2.5-NVFP4": KIMI_KV,
     "nvidia--Kimi-K2.6-NVFP4": KIMI_KV, "nvidia--Kimi-K2.7-Code-NVFP4": KIMI_KV,
+    "moonshotai--Kimi-K3": (512 + 64) * 24 * 2,  # its 24 MLA layers; the 69 KDA layers keep a state instead
     "openai--gpt-oss-120b": 2 * 36 * 8 * 64 * 2, "openai--gpt-oss-20b": 2 * 24 * 8 * 64 * 2,
     "stepfun-ai--Step-3.7-Flash": 2 * 45 * 8 * 128 * 2, "stepfun-ai--Step-3.7-Flash-FP8": 2 * 45 * 8 * 128 * 2,
     # Nemotron-H: only the '*' blocks cache keys and values (10 of 118; Nano 6 of 52, Super 8 of 88, Ultra 12 of 108).

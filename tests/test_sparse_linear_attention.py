@@ -1,4 +1,4 @@
-"""Sparse attention (DSA: DeepSeek-V3.2, GLM-5) and linear attention (Gated DeltaNet: Qwen3.5), counted by hand
+"""Sparse attention (DSA: DeepSeek-V3.2, GLM-5; GLM-5.2's shared indexers) and linear attention (Gated DeltaNet: Qwen3.5), counted by hand
 from the real config.json files in tests/data/hf_configs."""
 
 import pytest
@@ -16,6 +16,7 @@ from simulator.cost.system import System
 from simulator.errors import InputError
 from simulator.model.architecture import ModelSpec
 from simulator.model.gpu import load_gpu
+from simulator.model.hf_config import from_hf_config
 from simulator.model.layers import build_operators
 from simulator.model.operators import LatentAttention
 from simulator.model.parameters import model_parameters
@@ -211,6 +212,15 @@ def test_pipeline_stage_keeps_the_linear_layers():
     assert stage.num_layers == 16 and stage.linear_layers == 12 and stage.attention_layers == 4
 
 
+def test_a_stage_without_linear_layers_keeps_none_of_their_widths():
+    from simulator.cost.speculation import head_model
+
+    # The one-layer draft head of Qwen3.5-27B is its last layer, full attention: no Gated DeltaNet left to size.
+    head = head_model(load("Qwen--Qwen3.5-27B"))
+    assert head.num_layers == 1 and head.linear_layers == 0 and head.linear_value_heads == 0
+    assert linear_state_bytes_per_sequence(head, Precision()) == 0.0
+
+
 def test_linear_layers_need_their_widths_and_an_indivisible_tp_is_refused():
     m = load("Qwen--Qwen3.5-27B")
     with pytest.raises(ValueError, match="'linear' layers need"):
@@ -220,11 +230,65 @@ def test_linear_layers_need_their_widths_and_an_indivisible_tp_is_refused():
                         tp=32)
 
 
-def test_glm52_shared_indexers_and_kimi_delta_attention_stay_refused():
-    with pytest.raises(InputError, match="indexers shared between layers"):
-        load("zai-org--GLM-5.2")
-    with pytest.raises(InputError, match="Kimi Delta Attention"):
-        load("moonshotai--Kimi-K3")
+GLM52 = config("zai-org--GLM-5.2")
+
+
+def test_glm52_indexers_follow_the_configs_schedule():
+    m = load("zai-org--GLM-5.2")
+    # index_topk_freq 4, index_skip_topk_offset 3: layer i has its own indexer when max(i - 3 + 1, 0) % 4 == 0,
+    # i.e. layers 0, 1, 2 and 6, 10, ..., 74: 3 + (74 - 6) / 4 + 1 = 21 of 78; indexer_types says the same.
+    full = [0, 1, 2, *range(6, 78, 4)]
+    assert len(full) == 3 + (74 - 6) // 4 + 1 == 21
+    assert [i for i, kind in enumerate(GLM52["indexer_types"]) if kind == "full"] == full
+    assert m.indexer_types == GLM52["indexer_types"] and m.index_layers == 21 and m.attention_layers == 78
+    assert "on 21 of 78 layers" in m.describe_architecture()
+    # Without the list, the schedule alone gives it (transformers' GlmMoeDsaConfig, vLLM's skip_topk).
+    derived = from_hf_config({k: v for k, v in GLM52.items() if k != "indexer_types"}, "glm-5.2")
+    assert derived["indexer_types"] == GLM52["indexer_types"]
+    # GLM-5 states neither: every layer full, no list.
+    assert "indexer_types" not in from_hf_config(config("zai-org--GLM-5"), "glm-5")
+
+
+def test_glm52_shared_layers_charge_no_indexer_but_attend_only_topk():
+    glm52, glm5 = load("zai-org--GLM-5.2"), load("zai-org--GLM-5")
+    precision, gpu = Precision(weights="bf16", kv="bf16"), load_gpu("h100")
+    ops, ops5 = build_operators(glm52, precision, gpu), build_operators(glm5, precision, gpu)
+    for name in ("indexer", "indexer_q_proj", "indexer_k_proj", "indexer_k_norm", "indexer_weights_proj"):
+        assert named(ops, name).count == 21 and named(ops5, name).count == 78
+    # Every layer, shared or not, attends the 2,048 selected latents.
+    attention = named(ops, "attention")
+    assert isinstance(attention, LatentAttention) and attention.count == 78 and attention.topk == 2048
+    # A decode token at 128k: each full layer scores every key, 2 n_i (d_i + 1) T = 2 x 32 x 129 x 131,072
+    # = 1,082,130,432 FLOPs; 21 layers do so, not 78.
+    per_layer = 2 * 32 * 129 * CONTEXT
+    assert per_layer == 1_082_130_432
+    indexer = named(ops, "indexer")
+    assert indexer.count * indexer.work(Step.decode(1, CONTEXT)).flops == 21 * per_layer == 22_724_739_072
+    # The 57 shared layers hold no index keys: (512 + 64) x 78 x 2 latent bytes + 21 x (128 + 4) index-key bytes.
+    assert kv_bytes_per_token(glm52, Precision(kv="bf16")) == 89_856 + 2_772 == 92_628
+    # ... nor indexer weights: wq_b 2048 x 32 x 128, wk 6144 x 128, its LayerNorm 2 x 128, weights_proj 6144 x 32.
+    indexer_weights = 2048 * 32 * 128 + 6144 * 128 + 2 * 128 + 6144 * 32
+    assert indexer_weights == 9_371_904
+    assert model_parameters(glm5).total - model_parameters(glm52).total == 57 * indexer_weights == 534_198_528
+
+
+def test_glm52_schedules_that_disagree_or_open_on_a_shared_layer_are_refused():
+    shifted = {**GLM52, "index_skip_topk_offset": 2}  # the rule would make layers 0, 1, 5, 9, ... full
+    with pytest.raises(InputError, match="indexer_types disagrees with index_topk_freq / index_skip_topk_offset at "
+                                         "layer 2"):
+        from_hf_config(shifted, "glm")
+    opening = {k: v for k, v in GLM52.items() if k not in ("index_topk_freq", "index_skip_topk_offset")}
+    opening["indexer_types"] = ["shared", *GLM52["indexer_types"][1:]]
+    with pytest.raises(InputError, match="layer 0 is 'shared'"):
+        from_hf_config(opening, "glm")
+    with pytest.raises(InputError, match="index_topk_pattern: characters X"):
+        from_hf_config({**GLM52, "index_topk_pattern": "FX" * 39}, "glm")
+
+
+def test_pipeline_stage_keeps_its_layers_indexers():
+    stage = stage_model(load("zai-org--GLM-5.2"), 2)
+    # The last 39 layers, 39..77: full ones at 42, 46, ..., 74 = 9.
+    assert stage.num_layers == 39 and stage.index_layers == len(range(42, 78, 4)) == 9
 
 
 def test_engine_runs_no_more_sequences_than_the_state_pool_holds():

@@ -185,7 +185,11 @@ def workspace_bytes_per_gpu(model: ModelSpec, precision: Precision, tp: int, ste
         mlp = max(mlp if model.dense_mlp_layers else 0, matrices * routed // tp)
     # Hyper-connections keep hc_mult copies of the residual stream (one without them).
     streams = (model.hc_mult - 1) * model.hidden_size
-    activations = tokens * (4 * model.hidden_size + streams + mlp) * precision.activation_bytes_per_element
+    # Attention Residuals (Kimi-K3) keep every block snapshot of every token in flight, whole on each GPU (vLLM's
+    # Kimi-K3 model: a block_residual buffer of ceil(L / B) x hidden per token).
+    snapshots = -(-(model.attention_residual_offset + model.num_layers) // model.attention_residual_block) \
+        if model.attention_residual_block else 0
+    activations = tokens * ((4 + snapshots) * model.hidden_size + streams + mlp) * precision.activation_bytes_per_element
     logits = min(sequences, tokens) * (model.vocab_size / tp) * 4.0
     return activations + logits
 
@@ -272,7 +276,7 @@ def tensor_parallel_candidates(model: ModelSpec, gpu: GPUSpec, ep: int = 1) -> l
     candidates = []
     tp = 1
     while tp <= gpu.max_gpus_per_node:
-        widths = [model.ffn_size] if model.dense_mlp_layers else []
+        widths = list(model.dense_mlp_widths)
         if model.is_moe:
             widths.append(model.moe_shared_experts * model.shared_expert_ffn_size)
             if ep == 1:

@@ -97,9 +97,27 @@ def stage_model(model: ModelSpec, pp: int) -> ModelSpec:
                              f"layer (blocks {update['block_pattern']}); use fewer stages")
     if model.compress_ratios:
         update["compress_ratios"] = model.compress_ratios[first:]  # DeepSeek-V4: the stage's own ratios
-    if model.sliding_window is not None or model.linear_layers:
+    if model.sliding_window is not None or model.layer_types:
         update["layer_types"] = [model.layer_kind(i) for i in range(first, layers)]
         update["sliding_window_pattern"] = 0
+        if "full" not in update["layer_types"] and "sliding" not in update["layer_types"]:
+            raise InputError(f"--pp: {pp} stages leave the last {count} layers of {model.name} without an attention "
+                             "layer; use fewer stages")
+        if model.linear_layers and "linear" not in update["layer_types"]:
+            # No linear layer in the stage (a one-layer draft head of Qwen3.5 or Kimi-K3): none of their widths.
+            update.update({"linear_key_heads": 0, "linear_value_heads": 0, "linear_key_head_dim": 0,
+                           "linear_value_head_dim": 0, "linear_conv_kernel": 0, "linear_state_dtype": None,
+                           "linear_kind": "gated_deltanet", "linear_gate_rank": 0})
+    if model.attention_residual_block:
+        # Kimi-K3: the stage's block boundaries count from the whole model's layer 0.
+        update["attention_residual_offset"] = model.attention_residual_offset + first
+    if model.ffn_sizes:
+        update["ffn_sizes"] = model.ffn_sizes[first:]  # DeciLM: the stage's own MLP widths, the widest its ffn_size
+        update["ffn_size"] = max(update["ffn_sizes"]) or model.ffn_size
+    if model.indexer_types:
+        # GLM-5.2: a stage that opens on 'shared' layers attends the top-k its predecessor's last full layer chose
+        # (sent beside the hidden state; its int32 indices are not charged to the transfer).
+        update["indexer_types"] = model.indexer_types[first:]
     if model.is_moe and not model.block_pattern:
         update["moe_first_dense_layers"] = 0
         update["moe_layer_step"] = 1
@@ -161,10 +179,18 @@ class PipelineSystem:
         """min(pp, sequences), at least 1."""
         return np.minimum(self.pp, np.maximum(step.sequences, 1.0))
 
+    def message_bytes(self, part: Step) -> Number:
+        """One hop's message per GPU: a micro-batch's hidden states (tokens x hidden x activation bytes), and under
+        Attention Residuals the block snapshots taken before the stage (vLLM's Kimi-K3 sends its block_residual
+        beside the hidden states), counted at the last hop's number for every hop (an upper bound)."""
+        stage, block = self.stage.model, self.model.attention_residual_block
+        snapshots = -(-stage.attention_residual_offset // block) if block else 0
+        return part.tokens * self.model.hidden_size * (1 + snapshots) * self.stage.precision.activation_bytes_per_element
+
     def p2p_seconds(self, part: Step) -> Number:
-        """One hop of a micro-batch's hidden states (tokens x hidden x activation bytes, per GPU)."""
-        message = part.tokens * self.model.hidden_size * self.stage.precision.activation_bytes_per_element
-        return point_to_point_seconds(message, self.link.bytes_per_second, self.link.base_seconds, self.link.hop_seconds)
+        """One hop of a micro-batch's message (:meth:`message_bytes`)."""
+        return point_to_point_seconds(self.message_bytes(part), self.link.bytes_per_second, self.link.base_seconds,
+                                      self.link.hop_seconds)
 
     def step_totals(self, step: Step) -> StepTotals:
         """Totals of one iteration on one GPU of a stage (see the module docstring)."""
@@ -199,7 +225,7 @@ class PipelineSystem:
                 "host_seconds")
         operators = [op._replace(**{name: getattr(op, name) * parts for name in work},
                                  **{name: getattr(op, name) * slots for name in time}) for op in part.operators]
-        message = part_step.tokens * self.model.hidden_size * self.stage.precision.activation_bytes_per_element
+        message = self.message_bytes(part_step)
         hops = (self.pp - 1) * self.p2p_seconds(part_step)
         zero = 0.0 * hops
         operators.append(OperatorCost(

@@ -1,5 +1,9 @@
 """Model architecture specs: our YAML files and HuggingFace ``config.json`` files.
 
+Why this module is over 600 lines: ModelSpec is one pydantic model whose fields describe every layout modelled
+(attention kinds, windows, MLA and DSA, Gated DeltaNet and KDA layers, Mamba-2 blocks, per-layer MLP widths, MoE,
+attention residuals), and the validators and per-layer properties that read those fields belong beside them.
+
 A ``config.json`` is read from a local path only; nothing is ever fetched from a hub.
 
 Why this module is over 600 lines: ``ModelSpec`` holds the fields of every architecture family the cost model
@@ -58,8 +62,16 @@ class ModelSpec(BaseModel):
     num_kv_heads: int = Field(default=0, ge=0, le=MAX_HEADS, description="0 means = num_heads (MHA)")
     head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="0 means hidden_size // num_heads")
     ffn_size: int = Field(ge=1, le=MAX_WIDTH)
+    ffn_sizes: list[int] = Field(
+        default_factory=list,
+        description="per layer, its dense MLP's width, 0 for none (DeciLM's NAS-pruned blocks: ffn_mult, ffn no_op); "
+        "ffn_size is then the widest; empty: every dense MLP is ffn_size wide",
+    )
     gated_mlp: bool = Field(default=True, description="SwiGLU (3 matrices) vs ungated (2)")
-    activation: Literal["silu", "gelu", "relu"] = "silu"
+    activation: Literal["silu", "gelu", "relu", "situ"] = Field(
+        default="silu", description="'situ': Kimi-K3's SiTU, beta tanh(g / beta) sigmoid(g) x up (an elementwise op "
+        "like SiLU's; its MLP is gated)",
+    )
     vocab_size: int = Field(ge=1, le=MAX_VOCAB)
     max_context: int = Field(ge=1, le=MAX_CONTEXT)
     tied_embeddings: bool = False
@@ -73,10 +85,11 @@ class ModelSpec(BaseModel):
     learned_position_rows: int = Field(default=0, ge=0, le=MAX_CONTEXT + 2, description="0 means max_context")
     parallel_attention: bool = Field(default=False, description="attention and MLP read one norm (Falcon)")
     sliding_window: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
-    layer_types: list[Literal["full", "sliding", "linear"]] = Field(
+    layer_types: list[Literal["full", "sliding", "linear", "none"]] = Field(
         default_factory=list,
         description="per layer; empty: every layer 'sliding' when sliding_window is set (Mistral v0.1), else 'full'; "
-        "'linear': a Gated DeltaNet layer (linear_* fields) instead of attention",
+        "'linear': a Gated DeltaNet layer (linear_* fields) instead of attention; 'none': no token mixer, the layer is "
+        "its MLP alone (DeciLM's attention no_op)",
     )
     sliding_window_pattern: int = Field(
         default=0, ge=0, le=MAX_LAYERS,
@@ -113,6 +126,12 @@ class ModelSpec(BaseModel):
     )
     index_heads: int = Field(default=0, ge=0, le=MAX_HEADS, description="DSA indexer heads n_i")
     index_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="DSA indexer head width d_i (and its key's)")
+    indexer_types: list[Literal["full", "shared"]] = Field(
+        default_factory=list,
+        description="DSA per layer (GLM-5.2's indexer_types): 'full' runs an indexer of its own (its weights, index-key "
+        "cache and scoring), 'shared' reuses the top-k of the nearest earlier 'full' layer and attends those keys; "
+        "empty: every attention layer 'full'",
+    )
     linear_key_heads: int = Field(default=0, ge=0, le=MAX_HEADS, description="Gated DeltaNet q/k heads")
     linear_value_heads: int = Field(default=0, ge=0, le=MAX_HEADS, description="Gated DeltaNet value heads")
     linear_key_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="Gated DeltaNet q/k head width d_k")
@@ -121,8 +140,31 @@ class ModelSpec(BaseModel):
     linear_state_dtype: Literal["fp32", "bf16", "fp16"] | None = Field(
         default=None, description="dtype of the Gated DeltaNet state (Qwen3.5's mamba_ssm_dtype); None: the model's"
     )
+    linear_kind: Literal["gated_deltanet", "kda"] = Field(
+        default="gated_deltanet",
+        description="the 'linear' layers' recurrence: 'gated_deltanet' (one decay per value head; Qwen3.5) or 'kda' "
+        "(Kimi Delta Attention: one decay per key channel through a rank-d_k projection, q/k/v each convolved; "
+        "Kimi Linear, Kimi-K3)",
+    )
+    linear_gate_rank: int = Field(
+        default=0, ge=0, le=MAX_WIDTH,
+        description="KDA's output gate through a rank-r bottleneck (Kimi Linear: g_a_proj, g_b_proj with r = head "
+        "dim); 0: one full-rank projection (Kimi-K3: use_full_rank_gate)",
+    )
     attention_output_gate: bool = Field(
-        default=False, description="q_proj also yields a sigmoid gate of the attention output (Qwen3-Next, Qwen3.5)"
+        default=False, description="a sigmoid gate of the attention output: q_proj yields it (Qwen3-Next, Qwen3.5) or, "
+        "with MLA, a g_proj of its own (Kimi-K3: mla_use_output_gate)"
+    )
+    attention_residual_block: int = Field(
+        default=0, ge=0, le=MAX_LAYERS,
+        description="Attention Residuals (Kimi-K3's attn_res_block_size): before each mixer, each FFN and the final "
+        "norm a softmax over the block snapshots taken every this many layers and the running sum replaces the plain "
+        "residual input; 0: none",
+    )
+    attention_residual_offset: int = Field(
+        default=0, ge=0, le=MAX_LAYERS,
+        description="layers of the whole model before this one's first (a pipeline stage of an Attention Residuals "
+        "model: its block boundaries count from the whole model's layer 0)",
     )
     block_pattern: str = Field(
         default="", pattern=r"^[M*\-E]*$",
@@ -170,6 +212,10 @@ class ModelSpec(BaseModel):
     hc_sinkhorn_iters: int = Field(
         default=0, ge=0, le=1000, description="Sinkhorn-Knopp iterations making each hyper-connection's mixing matrix "
         "doubly stochastic",
+    )
+    moe_latent_norm: bool = Field(
+        default=False, description="an RMSNorm on the experts' combined latent before it is projected back "
+        "(Kimi-K3: latent_moe_use_norm, routed_expert_norm)",
     )
     shared_expert_module: Literal["experts", "mlp"] = Field(
         default="experts",
@@ -231,13 +277,17 @@ class ModelSpec(BaseModel):
         if self.moe_experts == 1:
             moe_keys = (self.moe_ffn_size, self.moe_shared_experts, self.moe_first_dense_layers,
                         self.moe_dense_layer_indices, self.moe_layer_step != 1, self.moe_top_k != 1,
-                        self.moe_latent_size)
+                        self.moe_latent_size, self.moe_latent_norm)
             if any(moe_keys):
                 raise ValueError("moe_* fields describe a mixture of experts: give moe_experts > 1")
         if self.index_topk and not ((self.kv_lora_rank or self.compress_ratios) and self.index_heads
                                     and self.index_head_dim):
             raise ValueError("sparse attention (index_topk) is modelled on MLA or DeepSeek-V4's compressed attention: "
                              "give kv_lora_rank or compress_ratios, and index_heads and index_head_dim")
+        if self.indexer_types and not self.index_topk:
+            raise ValueError("indexer_types describe DSA's indexers: give index_topk too")
+        if self.indexer_types and len(self.indexer_types) != self.num_layers:
+            raise ValueError(f"indexer_types has {len(self.indexer_types)} entries for {self.num_layers} layers")
         linear = (self.linear_key_heads, self.linear_value_heads, self.linear_key_head_dim, self.linear_value_head_dim,
                   self.linear_conv_kernel)
         if "linear" in self.layer_types and not all(linear):
@@ -245,8 +295,19 @@ class ModelSpec(BaseModel):
                              "linear_value_head_dim and linear_conv_kernel")
         if any(linear) and "linear" not in self.layer_types:
             raise ValueError("linear_* fields describe Gated DeltaNet layers: mark them 'linear' in layer_types")
-        if self.linear_layers == self.num_layers:
-            raise ValueError("every layer is 'linear': a model needs at least one attention layer")
+        if self.linear_kind == "kda" and self.linear_key_heads != self.linear_value_heads:
+            raise ValueError("KDA layers have one q/k head per value head: linear_key_heads must equal "
+                             "linear_value_heads")
+        if self.linear_gate_rank and self.linear_kind != "kda":
+            raise ValueError("linear_gate_rank is KDA's low-rank output gate: give linear_kind 'kda'")
+        if self.moe_latent_norm and not self.moe_latent_size:
+            raise ValueError("moe_latent_norm normalises the experts' latent: give moe_latent_size")
+        if self.attention_residual_offset and not self.attention_residual_block:
+            raise ValueError("attention_residual_offset places a stage among Attention Residuals blocks: give "
+                             "attention_residual_block")
+        if not self.block_pattern and self.attention_layers == 0:
+            raise ValueError("every layer is 'linear' or 'none': a model needs at least one attention layer")
+        self._check_ffn_sizes()
         if self.linear_value_heads % max(self.linear_key_heads, 1):
             raise ValueError(f"linear_key_heads {self.linear_key_heads} must divide linear_value_heads "
                              f"{self.linear_value_heads}")
@@ -284,6 +345,19 @@ class ModelSpec(BaseModel):
         if self.sliding_window is not None or self.layer_types or self.sliding_window_pattern or self.block_pattern:
             raise ValueError("compress_ratios: DeepSeek-V4's layers keep their own window (compress_window); no "
                              "sliding_window, layer_types, sliding_window_pattern or block_pattern")
+
+    def _check_ffn_sizes(self) -> None:
+        if not self.ffn_sizes:
+            return
+        if len(self.ffn_sizes) != self.num_layers:
+            raise ValueError(f"ffn_sizes has {len(self.ffn_sizes)} entries for {self.num_layers} layers")
+        if any(not 0 <= width <= MAX_WIDTH for width in self.ffn_sizes):
+            raise ValueError(f"ffn_sizes: each width must be in [0, {MAX_WIDTH}] (0: no MLP in that layer)")
+        if max(self.ffn_sizes) not in (0, self.ffn_size):
+            raise ValueError(f"ffn_size {self.ffn_size} must be the widest of ffn_sizes ({max(self.ffn_sizes)})")
+        if self.is_moe or self.block_pattern or self.parallel_attention:
+            raise ValueError("ffn_sizes (per-layer MLP widths) are modelled for dense, sequential layers only: no "
+                             "moe_experts, block_pattern or parallel_attention")
 
     def _check_blocks(self) -> None:
         mamba = (self.mamba_heads, self.mamba_head_dim, self.mamba_state_size, self.mamba_groups, self.mamba_conv_kernel)
@@ -341,47 +415,67 @@ class ModelSpec(BaseModel):
 
     @property
     def attention_layers(self) -> int:
-        """Layers with (full, sliding or latent) attention and a KV cache: all but the linear ones (with a
-        block_pattern: its '*' layers)."""
+        """Layers with (full, sliding or latent) attention and a KV cache: all but the linear and mixer-less ones
+        (with a block_pattern: its '*' layers)."""
         if self.block_pattern:
             return self.block_pattern.count("*")
-        return self.num_layers - self.linear_layers
+        return self.num_layers - self.linear_layers - self.layer_types.count("none")
 
     @property
     def mixer_layers(self) -> int:
         """Layers with a token mixer (attention, linear attention or Mamba-2), each behind a norm and a residual add:
-        every layer, or with a block_pattern its '*' and 'M' blocks."""
-        return self.attention_layers + self.mamba_layers if self.block_pattern else self.num_layers
+        every layer but the 'none' ones, or with a block_pattern its '*' and 'M' blocks."""
+        if self.block_pattern:
+            return self.attention_layers + self.mamba_layers
+        return self.num_layers - self.layer_types.count("none")
 
     @property
     def ffn_layers(self) -> int:
-        """Layers with an MLP or MoE, each behind a norm and a residual add: every layer, or with a block_pattern its
-        '-' and 'E' blocks."""
+        """Layers with an MLP or MoE, each behind a norm and a residual add: every layer (with ffn_sizes, those of
+        width > 0), or with a block_pattern its '-' and 'E' blocks."""
         if self.block_pattern:
             return self.block_pattern.count("-") + self.block_pattern.count("E")
+        if self.ffn_sizes:
+            return sum(width > 0 for width in self.ffn_sizes)
         return self.num_layers
 
     @property
     def dense_mlp_layers(self) -> int:
-        """Layers with a dense MLP of ``ffn_size``."""
+        """Layers with a dense MLP (of ``ffn_size``, or of their own ``ffn_sizes`` width)."""
         return self.ffn_layers - self.moe_layers
 
     @property
+    def dense_mlp_widths(self) -> dict[int, int]:
+        """Dense MLP width -> layers with an MLP that wide, widest first (one entry unless ffn_sizes differ)."""
+        if not self.ffn_sizes:
+            return {self.ffn_size: self.dense_mlp_layers} if self.dense_mlp_layers else {}
+        counts: dict[int, int] = {}
+        for width in sorted((w for w in self.ffn_sizes if w), reverse=True):
+            counts[width] = counts.get(width, 0) + 1
+        return counts
+
+    @property
     def index_layers(self) -> int:
-        """Layers with a DSA indexer (and its key cache): every attention layer of a sparse-attention model; with
+        """Layers with a DSA indexer (and its key cache): every attention layer of a sparse-attention model, or those
+        of them that ``indexer_types`` marks 'full' (the 'shared' ones reuse an earlier layer's top-k); with
         DeepSeek-V4's compressed attention, its ratio-4 (CSA) layers."""
         if self.compress_ratios:
             return self.compress_ratio_layers(4)
-        return self.attention_layers if self.index_topk else 0
+        if not self.index_topk:
+            return 0
+        if not self.indexer_types:
+            return self.attention_layers
+        return sum(kind == "full" and self.layer_kind(i) != "linear" for i, kind in enumerate(self.indexer_types))
 
     def compress_ratio_layers(self, ratio: int) -> int:
         """DeepSeek-V4: layers whose compression ratio is ``ratio`` (0: window only)."""
         return sum(r == ratio for r in self.compress_ratios)
 
-    def layer_kind(self, index: int) -> Literal["full", "sliding", "linear"]:
-        """What layer ``index`` (from 0) is: 'linear' (Gated DeltaNet), 'sliding' (a window) or 'full'."""
-        if self.layer_types and self.layer_types[index] == "linear":
-            return "linear"
+    def layer_kind(self, index: int) -> Literal["full", "sliding", "linear", "none"]:
+        """What layer ``index`` (from 0) is: 'linear' (Gated DeltaNet), 'none' (no mixer), 'sliding' (a window) or
+        'full'."""
+        if self.layer_types and self.layer_types[index] in ("linear", "none"):
+            return self.layer_types[index]
         return "full" if self.layer_window(index) is None else "sliding"
 
     @property
@@ -430,23 +524,33 @@ class ModelSpec(BaseModel):
         if self.compress_ratios:
             parts[0] = self._describe_compressed_attention()
         elif self.index_topk:
-            parts.append(f"DSA top-{self.index_topk} (indexer {self.index_heads} x {self.index_head_dim})")
+            shared = "" if self.index_layers == self.attention_layers else \
+                f" on {self.index_layers} of {self.attention_layers} layers, the rest reusing their top-k"
+            parts.append(f"DSA top-{self.index_topk} (indexer {self.index_heads} x {self.index_head_dim}{shared})")
         if self.hc_mult > 1:
             parts.append(f"hyper-connections x{self.hc_mult}")
         if self.linear_layers:
-            parts.append(f"Gated DeltaNet on {self.linear_layers} of {self.num_layers} layers")
-        if self.block_pattern:
+            kind = "Kimi Delta Attention" if self.linear_kind == "kda" else "Gated DeltaNet"
+            parts.append(f"{kind} on {self.linear_layers} of {self.num_layers} layers")
+        if self.block_pattern or "none" in self.layer_types:
             parts[0] += f" on {self.attention_layers} of {self.num_layers} layers"
+        if self.block_pattern:
             parts.append(f"Mamba-2 on {self.mamba_layers} (state {self.mamba_state_size}, {self.mamba_heads} heads "
                          f"x {self.mamba_head_dim})")
             if self.dense_mlp_layers:
                 parts.append(f"MLP on {self.dense_mlp_layers}")
+        if len(self.dense_mlp_widths) > 1:
+            widths = self.dense_mlp_widths
+            parts.append(f"MLP {min(widths)} to {max(widths)} wide on {self.dense_mlp_layers} of {self.num_layers} "
+                         "layers")
         if self.sliding_window is not None and self.sliding_layers:
             share = "all layers" if self.sliding_layers == self.num_layers else \
                 f"{self.sliding_layers} of {self.num_layers} layers"
             parts.append(f"sliding window {self.sliding_window} on {share}")
         if self.attention_sinks:
             parts.append("attention sinks")
+        if self.attention_residual_block:
+            parts.append(f"attention residuals over blocks of {self.attention_residual_block} layers")
         if self.is_moe:
             shared = f" + {self.moe_shared_experts} shared" if self.moe_shared_experts else ""
             layers = "" if self.moe_layers == self.num_layers else f" on {self.moe_layers} of {self.num_layers} layers"
@@ -517,7 +621,9 @@ def with_full_attention(spec: ModelSpec) -> ModelSpec:
     """``spec`` attending (and caching) the whole context in every layer: as an engine that ignores its sliding window runs it."""
     if spec.sliding_window is None:
         return spec
-    return spec.model_copy(update={"sliding_window": None, "layer_types": [], "sliding_window_pattern": 0,
+    kinds = ["full" if kind == "sliding" else kind for kind in spec.layer_types]
+    return spec.model_copy(update={"sliding_window": None, "layer_types": kinds if set(kinds) - {"full"} else [],
+                                   "sliding_window_pattern": 0,
                                    "name": f"{spec.name} (full attention)"})
 
 

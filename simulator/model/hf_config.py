@@ -5,13 +5,15 @@ DeepSeek-V2/V3 (MLA + MoE), DeepSeek-V4 (compressed attention and hyper-connecti
 ``hc_mult``), Gemma 1-3, gpt-oss, Llama 4 (its ``text_config``), Falcon,
 OPT, GPT-2, and the model_types whose layers are one of these field for field (Kimi-K2,
 Qwen3-VL, MiMo, MiniMax-M2, Step-3.x-Flash: :data:`simulator.model.hf_families.FAMILY_OF`),
-with DSA's indexer (DeepSeek-V3.2, GLM-5: ``index_topk``) or Gated DeltaNet layers between the
+with DSA's indexer (DeepSeek-V3.2, GLM-5: ``index_topk``; GLM-5.2's layers sharing one: ``indexer_types``) or Gated DeltaNet layers between the
 attention layers (Qwen3.5, Qwen3-Next: ``linear_num_value_heads``, ``layer_types``), and Nemotron-H's
-blocks of Mamba-2, attention, MLP or MoE (``hybrid_override_pattern`` or ``layers_block_type``).
+blocks of Mamba-2, attention, MLP or MoE (``hybrid_override_pattern`` or ``layers_block_type``), and
+DeciLM's (Llama-Nemotron's) NAS-pruned layers (``block_configs``), and Kimi-K3's Kimi Delta Attention layers beside
+MLA ones (``linear_attn_config``: both in :mod:`simulator.model.hf_layouts`) with its Attention Residuals.
 Each key is read the way the family's ``transformers`` modelling code reads it (cited per rule
 below). A key the loader does not understand becomes one line in ``ModelSpec.warnings`` naming
 it (shown by the report), never silence; a layout the simulator cannot cost at all (block-sparse
-attention, Kimi's delta attention, state-space layers, per-layer widths) is one-line InputError naming the
+attention, other model types' state-space layers) is one-line InputError naming the
 feature and its field (:mod:`simulator.model.hf_families`). Quantisation configs are read by
 :mod:`simulator.model.hf_quantisation`.
 
@@ -27,6 +29,7 @@ from typing import Any
 from simulator.errors import InputError
 from simulator.model.compressed_attention_operators import COMPRESS_RATIOS
 from simulator.model.hf_families import FAMILY_OF, fields_not_understood, refusal
+from simulator.model.hf_layouts import decilm_blocks, indexer_types, kimi_delta_layers
 from simulator.model.hf_quantisation import compressed_attention_quantisation, quantisation_fields
 
 # Families whose MLP is ungated (up, activation, down: 2 matrices); every other family is
@@ -71,7 +74,7 @@ NOT_MODELLED_KEYS = {
 MAX_LAYERS = 4096
 # config.json keys that hold one entry per layer (or a layer index per entry).
 PER_LAYER_KEYS = ("layer_types", "moe_layer_freq", "mlp_layer_types", "no_rope_layers", "mlp_only_layers", "moe_layers",
-                  "layers_block_type", "hybrid_override_pattern")
+                  "layers_block_type", "hybrid_override_pattern", "indexer_types", "index_topk_pattern", "block_configs")
 
 
 def _check_layer_bounds(config: dict[str, Any], layers: Any, name: str) -> None:
@@ -111,6 +114,8 @@ def _text_config(config: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
 def _activation(config: dict[str, Any]) -> str:
     act = str(_first(config, "hidden_activation", "hidden_act", "activation_function", "activation", "mlp_hidden_act",
                      default="silu")).lower()
+    if act == "situ":
+        return "situ"  # Kimi-K3's SituAndMul (modeling_kimi_linear.py)
     return "silu" if "silu" in act or "swish" in act else "relu" if "relu" in act else "gelu"
 
 
@@ -121,7 +126,8 @@ def _moe_fields(config: dict[str, Any], model_type: str, layers: Any, ffn: Any, 
         return {}
     spec: dict[str, Any] = {
         "moe_experts": experts,
-        "moe_top_k": _first(config, "num_experts_per_tok", "experts_per_token", "moe_topk", default=2),
+        "moe_top_k": _first(config, "num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_topk",
+                            default=2),
     }
     if config.get("moe_intermediate_size"):
         # Qwen-MoE / DeepSeek: intermediate_size is the dense layers' MLP, moe_intermediate_size one expert's.
@@ -130,17 +136,23 @@ def _moe_fields(config: dict[str, Any], model_type: str, layers: Any, ffn: Any, 
         # Llama 4: intermediate_size is one expert's (and the shared expert's); intermediate_size_mlp the dense MLP.
         spec["moe_ffn_size"] = ffn
         spec["ffn_size"] = config["intermediate_size_mlp"]
-    shared = config.get("n_shared_experts")
+    # DeepSeek: n_shared_experts, each of moe_intermediate_size; Kimi Linear/K3 (num_shared_experts): one MLP of
+    # moe_intermediate_size x num_shared_experts (vLLM's KimiMoE), the same weights.
+    shared = _first(config, "n_shared_experts", "num_shared_experts")
     if shared:
-        spec["moe_shared_experts"] = shared  # DeepSeek: each of moe_intermediate_size
+        spec["moe_shared_experts"] = shared
         if config.get("share_expert_dim"):
             spec["moe_shared_ffn_size"] = config["share_expert_dim"]  # Step-3.x: the shared expert's own width
         elif config.get("moe_shared_expert_intermediate_size"):
             # Nemotron-H (NemotronHMoE.shared_experts): one MLP of moe_shared_expert_intermediate_size; vLLM sizes it
             # moe_shared_expert_intermediate_size x n_shared_experts, so each shared expert is that wide.
             spec["moe_shared_ffn_size"] = config["moe_shared_expert_intermediate_size"]
-    if config.get("moe_latent_size"):
-        spec["moe_latent_size"] = config["moe_latent_size"]  # Nemotron-3 Super/Ultra: experts in a latent
+    if _first(config, "moe_latent_size", "routed_expert_hidden_size"):
+        # Nemotron-3 Super/Ultra (moe_latent_size), Kimi-K3 (routed_expert_hidden_size): experts in a latent; K3 norms
+        # the experts' combined latent (latent_moe_use_norm: KimiSparseMoeBlock.routed_expert_norm).
+        spec["moe_latent_size"] = _first(config, "moe_latent_size", "routed_expert_hidden_size")
+        if config.get("latent_moe_use_norm"):
+            spec["moe_latent_norm"] = True
     elif config.get("shared_intermediate_size"):
         spec["moe_shared_experts"] = 1  # MiniMax: one shared expert of shared_intermediate_size (0: none)
         spec["moe_shared_ffn_size"] = config["shared_intermediate_size"]
@@ -238,12 +250,18 @@ def _hyper_connection_fields(config: dict[str, Any]) -> dict[str, Any]:
     return {"hc_mult": config["hc_mult"], "hc_sinkhorn_iters": config.get("hc_sinkhorn_iters") or 0}
 
 
-def _dsa_fields(config: dict[str, Any]) -> dict[str, Any]:
-    """DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): the indexer's heads and the keys it selects per query."""
+def _dsa_fields(config: dict[str, Any], layers: Any) -> dict[str, Any]:
+    """DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): the indexer's heads and the keys it selects per query, and
+    (GLM-5.2) which layers run an indexer of their own."""
     if not config.get("index_topk"):
         return {}
-    return {"index_topk": config["index_topk"], "index_heads": config.get("index_n_heads") or 0,
+    spec = {"index_topk": config["index_topk"], "index_heads": config.get("index_n_heads") or 0,
             "index_head_dim": config.get("index_head_dim") or 0}
+    if isinstance(layers, int):
+        types = indexer_types(config, layers)
+        if "shared" in types:
+            spec["indexer_types"] = types
+    return spec
 
 
 # Qwen3.5's mamba_ssm_dtype (the Gated DeltaNet state's dtype) as this simulator names dtypes.
@@ -442,8 +460,13 @@ def from_hf_config(raw: dict[str, Any], name: str) -> dict[str, Any]:
         spec["norms_per_layer"] = 4  # pre- and post-norms around attention and MLP
     if model_type in QK_NORM_TYPES or config.get("use_qk_norm"):
         spec["qk_norm"] = True
-    if config.get("attn_output_gate"):
-        spec["attention_output_gate"] = True  # Qwen3-Next/3.5: q_proj yields the gate beside the queries
+    if config.get("attn_output_gate") or config.get("mla_use_output_gate"):
+        # Qwen3-Next/3.5: q_proj yields the gate beside the queries; Kimi-K3's MLA: a g_proj of its own
+        spec["attention_output_gate"] = True
+    if config.get("mla_use_nope"):
+        spec["position_embedding"] = "none"  # Kimi Linear/K3's MLA rotates nothing (KimiMLAAttention: rotary_emb None)
+    if config.get("attn_res_block_size"):
+        spec["attention_residual_block"] = config["attn_res_block_size"]  # Kimi-K3's Attention Residuals
     if model_type == "gpt_oss":
         spec["attention_sinks"] = True  # GptOssAttention.sinks: one learned logit per head
     if config.get("query_pre_attn_scalar"):
@@ -464,10 +487,14 @@ def from_hf_config(raw: dict[str, Any], name: str) -> dict[str, Any]:
     else:
         spec.update(_window_fields(config, model_type, layers, warnings))
     spec.update(_hyper_connection_fields(config))
+    if declared == "nemotron-nas" and isinstance(layers, int) and isinstance(heads, int) and isinstance(hidden, int):
+        spec.update(decilm_blocks(config, layers, heads, hidden, warnings))
     spec.update(_moe_fields(config, model_type, layers, ffn, warnings))
     spec.update(_mla_fields(config))
-    spec.update(_dsa_fields(config))
+    spec.update(_dsa_fields(config, layers))
     spec.update(_linear_fields(config, layers, "layer_types" in spec))
+    if declared == "kimi_linear" and isinstance(layers, int):
+        spec.update(kimi_delta_layers(config, layers, warnings))
     if pattern is not None:
         spec.update(_mamba_fields(config, pattern))
     _mtp_warning(config, warnings)

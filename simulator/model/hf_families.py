@@ -31,31 +31,41 @@ FAMILY_OF = {
     # RMSNorm and gated MoE, with compressed attention and hyper-connections read from their own fields.
     "deepseek_v4": "deepseek_v3",
     "deepseek_ref": "deepseek_v3",
+    # Llama-Nemotron (DeciLMForCausalLM): Llama's attention and MLP (vLLM's nemotron_nas.py: DeciLMAttention is a
+    # LlamaAttention, the MLP a LlamaMLP), per layer as block_configs says (simulator.model.hf_layouts)
+    "nemotron-nas": "llama",
+    # Kimi Linear / Kimi-K3's text model (KimiLinearForCausalLM): DeepSeek-V3's MLA and MoE ("adapted from
+    # deepseek-v3", modeling_kimi_linear.py) with Kimi Delta Attention layers between (linear_attn_config)
+    "kimi_linear": "deepseek_v3",
 }
 
 # Layouts the cost model cannot represent, by field: (field, feature). The first present refuses the file.
-# Kimi Delta Attention stays refused though its state is Gated
-# DeltaNet's size: its layers are read from linear_attn_config, gate every key channel (not every head) and
-# keep q, k and v convolution windows apart, and its full-attention layers are MLA, which no hybrid here has.
 # Nemotron-H's hybrid_override_pattern / layers_block_type are read for model_type nemotron_h (Mamba-2, attention,
-# MLP and MoE blocks: simulator.model.hf_config); any other model_type with them stays refused (MAMBA2_BLOCK_TYPES).
+# MLP and MoE blocks: simulator.model.hf_config), DeciLM's block_configs for nemotron-nas, Kimi's linear_attn_config
+# for kimi_linear; any other model_type with them stays refused (READ_BY_TYPE).
 REFUSED_FIELDS: tuple[tuple[str, str], ...] = (
-    ("linear_attn_config", "linear attention (Kimi Delta Attention layers)"),
+    ("linear_attn_config", "linear attention (Kimi Delta Attention layers) outside model_type kimi_linear"),
     ("hybrid_override_pattern", "state-space (Mamba-2) layers"),
     ("layers_block_type", "state-space (Mamba-2) layers"),
     ("mamba_d_state", "state-space (Mamba) layers"),
     ("ssm_cfg", "state-space (Mamba) layers"),
     ("attn_layer_period", "state-space (Mamba) layers"),
     ("sparse_attention_config", "block-sparse attention with index heads (MiniMax-M3)"),
-    ("block_configs", "per-layer block_configs (NAS-pruned layers of differing widths)"),
+    ("block_configs", "per-layer block_configs (NAS-pruned layers of differing widths) outside model_type "
+                      "nemotron-nas"),
     ("swa_num_key_value_heads", "sliding-window layers with their own head counts"),
     ("global_head_dim", "global layers with their own head_dim and shared K = V (Gemma 4)"),
     ("cross_attention_layers", "cross-attention (vision) layers"),
 )
 
-# model_types whose block-pattern fields are read, not refused: their blocks are transformers' NemotronHBlock.
-MAMBA2_BLOCK_TYPES = frozenset({"nemotron_h"})
-MAMBA2_BLOCK_FIELDS = frozenset({"hybrid_override_pattern", "layers_block_type"})
+# Fields of REFUSED_FIELDS read, not refused, for these model_types: the blocks of transformers' NemotronHBlock, the
+# NAS-pruned layers of DeciLM (vLLM's DeciLMDecoderLayer) and Kimi's KDA layers (KimiLinearConfig).
+READ_BY_TYPE = {
+    "hybrid_override_pattern": frozenset({"nemotron_h"}),
+    "layers_block_type": frozenset({"nemotron_h"}),
+    "block_configs": frozenset({"nemotron-nas"}),
+    "linear_attn_config": frozenset({"kimi_linear"}),
+}
 
 # Layouts refused by model_type where the config.json omits the field that shows them.
 REFUSED_TYPES = {
@@ -78,13 +88,17 @@ READ = frozenset({
     "torch_dtype", "dtype", "use_qk_norm", "qk_norm_type", "attn_type_list", "parallel_attn", "alibi",
     "num_nextn_predict_layers", "use_mtp", "num_mtp_modules", "mtp_transformer_layers", "text_config",
     "vision_config", "audio_config", "index_topk", "index_n_heads", "index_head_dim", "indexer_types",
-    "mlp_layer_types", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
-    "linear_conv_kernel_dim", "full_attention_interval", "mamba_ssm_dtype", "attn_output_gate", "mtp_num_hidden_layers",
+    "mlp_layer_types", "index_topk_freq", "index_skip_topk_offset", "index_topk_pattern", "linear_num_key_heads",
+    "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
+    "full_attention_interval", "mamba_ssm_dtype", "attn_output_gate", "mtp_num_hidden_layers",
     "hybrid_override_pattern", "layers_block_type", "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups",
     "conv_kernel", "chunk_size", "mamba_ssm_cache_dtype", "moe_shared_expert_intermediate_size", "moe_latent_size",
     "attention_head_dim", "mlp_hidden_act",
     # DeepSeek-V4: compressed attention, grouped output projection, hyper-connections, expert format.
     "compress_ratios", "o_groups", "o_lora_rank", "hc_mult", "hc_sinkhorn_iters", "expert_dtype",
+    # DeciLM's per-layer blocks; Kimi-K3: its delta attention layers, latent MoE and Attention Residuals.
+    "block_configs", "linear_attn_config", "num_experts_per_token", "num_shared_experts", "routed_expert_hidden_size", "latent_moe_use_norm", "mla_use_output_gate", "mla_use_nope",
+    "attn_res_block_size",
 })
 
 # Fields that change nothing the cost model sees: generation and training settings of PretrainedConfig,
@@ -113,8 +127,9 @@ INERT = frozenset({
     "swiglu_limit", "swiglu_alpha", "final_logit_softcapping", "attn_logit_softcapping", "router_dtype",
     "num_logits_to_keep", "moe_renormalize", "use_grouped_topk", "num_expert_group", "image_token_id",
     "video_token_id", "vision_start_token_id", "vision_end_token_id",
-    # DSA: the indexer's rotary layout; GLM-5's q/k head width (= qk_nope_head_dim + qk_rope_head_dim, read there).
-    "indexer_rope_interleave", "qk_head_dim",
+    # DSA: the indexer's rotary layout; GLM-5's q/k head width (= qk_nope_head_dim + qk_rope_head_dim, read there);
+    # GLM-5.2: whether the MTP layer reuses the main model's top-k (the MTP module is not modelled either way).
+    "indexer_rope_interleave", "qk_head_dim", "index_share_for_mtp_iteration",
     # Qwen3.5: whether the MTP module has embeddings of its own (the MTP module is not modelled either way).
     "mtp_use_dedicated_embeddings",
     # Nemotron-H: the time-step initialisation and clamp (training settings; the clamp is inside the scan kernel),
@@ -129,6 +144,8 @@ INERT = frozenset({
     # layers pick experts by a table of token ids (tid2eid) instead of the top-k of the router's scores, which the
     # router GEMM still computes for the weights (inference/model.py Gate) — the same work either way.
     "hc_eps", "compress_rope_theta", "num_hash_layers",
+    # Kimi-K3: SiTU's two scales (the activation is one elementwise op whatever they are) and the router's scoring.
+    "activation_situ_beta", "activation_situ_linear_beta", "moe_router_activation_func",
 })
 
 # Fields inert only at the value given (a different value changes the layers in a way not modelled).
@@ -151,7 +168,7 @@ INERT_AT = {
 def refusal(config: dict[str, Any], model_type: str) -> str | None:
     """The feature this config uses that cannot be costed, naming its field and value (None: none)."""
     for field, feature in REFUSED_FIELDS:
-        if field in MAMBA2_BLOCK_FIELDS and model_type in MAMBA2_BLOCK_TYPES:
+        if model_type in READ_BY_TYPE.get(field, ()):
             continue
         if config.get(field) not in (None, [], {}):
             value = config[field]
@@ -159,10 +176,6 @@ def refusal(config: dict[str, Any], model_type: str) -> str | None:
             return f"{feature}: not modelled (config.json field {field} = {shown})"
     if model_type in REFUSED_TYPES:
         return f"{REFUSED_TYPES[model_type]}: not modelled (config.json field model_type = {model_type})"
-    indexers = config.get("indexer_types")
-    if isinstance(indexers, list) and any(kind != "full" for kind in indexers):
-        return ("indexers shared between layers (GLM-5.2: indexer_types 'shared' reuse another layer's top-k): not "
-                "modelled (config.json field indexer_types has 'shared'; allowed: all 'full')")
     types = config.get("attn_type_list")
     if isinstance(types, list) and any(t != 1 for t in types):
         return "linear (lightning) attention layers: not modelled (config.json field attn_type_list has 0s; " \

@@ -1,9 +1,9 @@
 """Layer specs: the operators of one forward pass, with weight shapes per GPU.
 
 Why this module is over 600 lines: one builder makes every kind of layer (attention, MLA with DSA's indexer,
-Gated DeltaNet, Mamba-2, MLP, MoE), and its methods share the fusion, precision and tensor-parallel rules written here once.
-DeepSeek-V4's attention and hyper-connections are built by :mod:`simulator.model.compressed_attention_layers` with
-this builder's rules.
+Gated DeltaNet and Kimi Delta Attention, Mamba-2, MLP, MoE, attention residuals), and its methods share the fusion,
+precision and tensor-parallel rules written here once. DeepSeek-V4's attention and hyper-connections are built by
+:mod:`simulator.model.compressed_attention_layers` with this builder's rules.
 
 ``build_operators`` turns a ModelSpec + Precision + tensor-parallel degree into a tuple of
 operators. Each operator knows *what it does* for a :class:`~simulator.model.step.Step`
@@ -132,6 +132,27 @@ from simulator.model.work import (
     ROTARY_FLOPS_PER_ELEMENT,
     SOFTMAX_FLOPS_PER_SCORE,
 )
+
+
+def attention_residual_candidates(first: int, layers: int, block: int) -> tuple[int, int, int]:
+    """Attention Residuals' mixtures over layers ``first`` .. ``first + layers - 1`` of a model whose last layer is
+    the last of them (a pipeline's last stage, or the whole model), blocks of ``block`` layers: (calls, candidates
+    summed over the calls, snapshots written).
+
+    vLLM's Kimi-K3 decoder layer: layer i's mixer mixes prev_valid_blocks = ceil(i / B) snapshots and the running
+    sum (no call where that is 0), layer i writes a snapshot where i % B == 0 and its FFN then mixes one more, and
+    the final norm mixes all ceil(end / B) snapshots and the sum.
+    """
+    calls = candidates = snapshots = 0
+    for i in range(first, first + layers):
+        before = -(-i // block)
+        if before:
+            calls, candidates = calls + 1, candidates + before + 1
+        written = int(i % block == 0)
+        snapshots += written
+        calls, candidates = calls + 1, candidates + before + written + 1
+    calls, candidates = calls + 1, candidates + -(-(first + layers) // block) + 1
+    return calls, candidates, snapshots
 
 
 def flash_query_tile_rows(gpu: GPUSpec, head_dim: int, activation_bytes: float) -> int:
@@ -372,12 +393,12 @@ class _Builder:
                                             residual=True, count=mixers))
             if model.norms_per_layer >= 2:
                 ops.append(self.norm("mlp_norm", count=ffns))
-        dense_layers = model.dense_mlp_layers
-        if dense_layers:
-            F = model.ffn_size
+        widths = model.dense_mlp_widths
+        for F, layers in widths.items():
             if F % tp:
                 raise InputError(f"--tp: {tp} does not divide the FFN size {F} of {model.name}")
-            ops += self.mlp("", F, F // tp, dense_layers, "mlp")
+            # DeciLM's NAS-pruned layers: one MLP per width, named by it (ModelSpec.ffn_sizes).
+            ops += self.mlp(f"mlp{F}_" if len(widths) > 1 else "", F, F // tp, layers, "mlp")
         if model.moe_layers:
             ops += self.moe()
         if tp > 1:
@@ -394,6 +415,8 @@ class _Builder:
             else:
                 ops.append(self.elementwise("mlp_residual", 2 * H, H, ADD_FLOPS_PER_ELEMENT * H, fused_read=H,
                                             residual=True, count=ffns))
+        if model.attention_residual_block:
+            ops.append(self.attention_residuals())
         ops.append(self.norm("final_norm", count=1))
         vocab_gpu = -(-model.vocab_size // tp)
         tied = model.tied_embeddings
@@ -433,13 +456,15 @@ class _Builder:
             ops.append(self.attention_op("attention", L - sliding, None))
             ops.append(self.attention_op("attention_local", sliding, model.sliding_window))
         if gate:
-            out = gate_gpu // dp  # reads the gate and the output, writes the gated output: a sigmoid and a multiply
-            ops.append(self.elementwise("attn_output_gate", 2 * out, out,
-                                        (ACTIVATION_FLOPS_PER_ELEMENT + 1) * out, count=L))
+            ops.append(self.output_gate(gate_gpu // dp, L))
         # Row-parallel projections: every GPU holds the whole bias, added after the all-reduce.
         ops.append(self.gemm("o_proj", n_gpu * d, H, n * d * H, H, H, read=0 if self.fused_block else None,
                              launches=0.0 if self.fused_block else 1.0, data_parallel=dp, count=L))
         return ops
+
+    def output_gate(self, out: int, count: int) -> Elementwise:
+        """sigmoid(gate) x the attention output, ``out`` elements per token: reads both, writes the gated output."""
+        return self.elementwise("attn_output_gate", 2 * out, out, (ACTIVATION_FLOPS_PER_ELEMENT + 1) * out, count=count)
 
     def attention_op(self, name: str, count: int, window: int | None) -> Attention:
         model, d, tp = self.model, self.model.head_dim, self.attention_tp
@@ -469,24 +494,33 @@ class _Builder:
 
         q_a_proj and kv_a_proj (down-projections to the query and KV latents) are replicated on every
         GPU (vLLM's ReplicatedLinear); q_b_proj (or q_proj) and kv_b_proj are split by heads, o_proj by rows.
+        A hybrid's linear layers have none of this (Kimi-K3: MLA on its full-attention layers only), and a model
+        without rotary embedding skips the rotation (Kimi-K3's NoPE MLA: KimiMLAAttention.rotary_emb is None). Kimi-K3's
+        output gate is a g_proj of its own, column-parallel, whose sigmoid scales the heads' outputs before o_proj.
         """
         model, tp, dp = self.model, self.attention_tp, self.attention_dp
-        H, L, n = model.hidden_size, model.num_layers, model.num_heads
+        H, L, n = model.hidden_size, model.attention_layers, model.num_heads
         n_gpu = n // tp
         r, r_q = model.kv_lora_rank, model.q_lora_rank
         d_r, d_n, d_v = model.qk_rope_head_dim, model.qk_nope_head_dim, model.v_head_dim
         qk = d_n + d_r
         ops: list[Operator] = []
         if r_q:
-            ops.append(self.gemm("q_a_proj", H, r_q, H * r_q, r_q, r_q, data_parallel=dp))
-            ops.append(self.norm("q_a_norm", width=r_q))
-            ops.append(self.gemm("q_b_proj", r_q, n_gpu * qk, r_q * n * qk, n * qk, n_gpu * qk, data_parallel=dp))
+            ops.append(self.gemm("q_a_proj", H, r_q, H * r_q, r_q, r_q, count=L, data_parallel=dp))
+            ops.append(self.norm("q_a_norm", count=L, width=r_q))
+            ops.append(self.gemm("q_b_proj", r_q, n_gpu * qk, r_q * n * qk, n * qk, n_gpu * qk, count=L,
+                                 data_parallel=dp))
         else:
-            ops.append(self.gemm("q_proj", H, n_gpu * qk, H * n * qk, n * qk, n_gpu * qk, data_parallel=dp))
-        ops.append(self.gemm("kv_a_proj", H, r + d_r, H * (r + d_r), r + d_r, r + d_r, data_parallel=dp))
-        ops.append(self.norm("kv_a_norm", width=r))
-        rotary_width = (n_gpu + 1) * d_r // dp
-        ops.append(self.elementwise("rotary", rotary_width, rotary_width, ROTARY_FLOPS_PER_ELEMENT * rotary_width))
+            ops.append(self.gemm("q_proj", H, n_gpu * qk, H * n * qk, n * qk, n_gpu * qk, count=L, data_parallel=dp))
+        ops.append(self.gemm("kv_a_proj", H, r + d_r, H * (r + d_r), r + d_r, r + d_r, count=L, data_parallel=dp))
+        ops.append(self.norm("kv_a_norm", count=L, width=r))
+        if model.position_embedding == "rotary":
+            rotary_width = (n_gpu + 1) * d_r // dp
+            ops.append(self.elementwise("rotary", rotary_width, rotary_width, ROTARY_FLOPS_PER_ELEMENT * rotary_width,
+                                        count=L))
+        if model.attention_output_gate:
+            ops.append(self.gemm("attn_gate_proj", H, n_gpu * d_v, H * n * d_v, n * d_v, n_gpu * d_v, count=L,
+                                 data_parallel=dp))
         if model.index_topk:
             ops += self.indexer()
         p = self.precision.for_module("attention")
@@ -513,8 +547,10 @@ class _Builder:
                 topk=model.index_topk,
             )
         )
+        if model.attention_output_gate:
+            ops.append(self.output_gate(n_gpu * d_v // dp, L))
         ops.append(self.gemm("o_proj", n_gpu * d_v, H, n * d_v * H, H, H, read=0 if self.fused_block else None,
-                             launches=0.0 if self.fused_block else 1.0, data_parallel=dp))
+                             launches=0.0 if self.fused_block else 1.0, count=L, data_parallel=dp))
         return ops
 
     def indexer(self) -> list[Operator]:
@@ -556,17 +592,51 @@ class _Builder:
             raise InputError(f"--tp: {tp} does not divide the {n_k} linear-attention key heads of {model.name}")
         key, value = n_k * d_k, n_v * d_v
         conv = 2 * key + value
-        params = conv * K + 2 * n_v + d_v
+        kda = model.linear_kind == "kda"
+        # Per head: A_log, and dt_bias per value head (Gated DeltaNet) or per key channel of it (KDA's dt_bias is
+        # n_v d_k wide: vLLM's KimiDeltaAttention); the convolution filters; the gated norm's weight (d_v).
+        decay = n_v * d_k if kda else n_v
+        params = conv * K + n_v + decay + d_v
         b_state = state_bytes_per_element(model.linear_state_dtype, self.b_a)
-        return [
+        projections = self.kda_projections() if kda else [
             self.gemm("linear_in_proj_qkvz", H, (conv + value) // tp, H * (conv + value), 0, 0, count=count,
                       data_parallel=dp),
             self.gemm("linear_in_proj_ba", H, 2 * n_v // tp, H * 2 * n_v, 0, 0, count=count, data_parallel=dp),
+        ]
+        return [
+            *projections,
             GatedDeltaNet(name="linear_attention", count=count, key_heads=n_k // tp, value_heads=n_v // tp,
                           key_head_dim=d_k, value_head_dim=d_v, conv_kernel=K, state_bytes_per_element=b_state,
                           activation_bytes_per_element=self.b_a, compute_dtype=self.precision.activation_dtype, params=params,
-                          resident_bytes=((conv * K + 2 * n_v) // tp + d_v) * self.b_a, data_parallel=dp),
+                          resident_bytes=((conv * K + n_v + decay) // tp + d_v) * self.b_a, data_parallel=dp,
+                          decay_channels=d_k if kda else 1),
             self.gemm("linear_out_proj", value // tp, H, value * H, 0, 0, count=count, data_parallel=dp),
+        ]
+
+    def kda_projections(self) -> list[Operator]:
+        """Kimi Delta Attention's input projections (vLLM's KimiDeltaAttention; Kimi-K3's modeling_kimi_linear.py).
+
+        q, k and v (n heads x d each) and the output gate g are column-parallel, the gate full rank (Kimi-K3's
+        use_full_rank_gate: g_proj) or through a rank-r bottleneck (Kimi Linear: g_a_proj replicated, g_b_proj
+        column-parallel); the per-channel decay comes through f_a_proj (hidden -> d_k, replicated) and f_b_proj
+        (d_k -> n d_k, column-parallel), the write strength beta from b_proj (one per head).
+        """
+        model, tp, dp = self.model, self.attention_tp, self.attention_dp
+        H, count, r = model.hidden_size, model.linear_layers, model.linear_gate_rank
+        n, d_k, d_v = model.linear_value_heads, model.linear_key_head_dim, model.linear_value_head_dim
+        conv, value = 2 * n * d_k + n * d_v, n * d_v
+        ops: list[Operator] = [
+            self.gemm("linear_in_proj_qkv", H, conv // tp, H * conv, 0, 0, count=count, data_parallel=dp),
+        ]
+        if r:
+            ops += [self.gemm("linear_gate_a_proj", H, r, H * r, 0, 0, count=count, data_parallel=dp),
+                    self.gemm("linear_gate_b_proj", r, value // tp, r * value, 0, 0, count=count, data_parallel=dp)]
+        else:
+            ops.append(self.gemm("linear_gate_proj", H, value // tp, H * value, 0, 0, count=count, data_parallel=dp))
+        return ops + [
+            self.gemm("linear_decay_a_proj", H, d_k, H * d_k, 0, 0, count=count, data_parallel=dp),
+            self.gemm("linear_decay_b_proj", d_k, n * d_k // tp, d_k * n * d_k, 0, 0, count=count, data_parallel=dp),
+            self.gemm("linear_beta_proj", H, n // tp, H * n, 0, 0, count=count, data_parallel=dp),
         ]
 
     def mamba(self) -> list[Operator]:
@@ -595,6 +665,30 @@ class _Builder:
                    data_parallel=dp),
             self.gemm("mamba_out_proj", inner // tp, H, inner * H, 0, 0, count=count, data_parallel=dp),
         ]
+
+    def attention_residuals(self) -> Elementwise:
+        """Attention Residuals (Kimi-K3; Moonshot's modeling_kimi_linear.py ``_apply_attn_res``, vLLM's Kimi-K3
+        decoder layer): every B = ``attention_residual_block`` layers the running sum of the layers' outputs is kept
+        as a block snapshot, and the input of each mixer, each FFN and the final norm is a softmax mixture of the
+        snapshots so far and the running sum, scored by a learned vector against each candidate's RMS-normed self.
+
+        Per call over m candidates of H: the squares' mean (2 H), the normalised score (3 H: scale, multiply by the
+        vector, sum), m softmax terms and the weighted sum (2 H): 7 H + 5 FLOPs per candidate, m H elements read
+        (the snapshots are in HBM; fp32 math in the reference), H written; each snapshot is written once
+        (vLLM copies it into a preallocated buffer). One kernel per call, not fused into a neighbour (vLLM's
+        ``apply_attn_res``). Layer i's mixer sees ceil(i / B) snapshots (none at layer 0, where vLLM skips the call)
+        and the running sum, its FFN one more where i % B == 0, the final norm ceil(L / B) and the sum
+        (:func:`attention_residual_candidates`). Weights: a norm and a score vector of H per call; layer 0's unused
+        mixer-side pair (2 H) is left out.
+        """
+        model = self.model
+        H, B = model.hidden_size, model.attention_residual_block
+        calls, candidates, snapshots = attention_residual_candidates(
+            model.attention_residual_offset, model.num_layers, B)
+        per_call = candidates / calls
+        flops = (7.0 * H + SOFTMAX_FLOPS_PER_SCORE) * per_call
+        return replace(self.unfused("attention_residuals", per_call * H, H + snapshots * H / calls, flops, calls),
+                       weight_elements=2 * H, params=2 * H, resident_bytes=2 * H * self.b_a)
 
     def mlp(self, prefix: str, F: int, F_gpu: int, count: int, module: str) -> list[Operator]:
         """A dense MLP (or the shared experts, ``prefix`` 'shared_') of width F, F_gpu per GPU, on ``count`` layers."""
@@ -697,6 +791,9 @@ class _Builder:
         ops.append(self.unfused("experts_combine", rows * D, D, 2.0 * rows * D, count))
         if all_to_all:
             ops.append(replace(dispatch, name="moe_combine"))  # the same bytes back to the tokens' GPUs
+        if model.moe_latent_norm:
+            # Kimi-K3's routed_expert_norm: an RMSNorm of the combined latent before it goes back to the hidden width.
+            ops.append(self.norm("moe_latent_norm", count=count, width=D))
         if model.moe_latent_size:
             ops.append(self.gemm("moe_latent_out_proj", D, H, D * H, H, H, count=count, module="mlp"))
         if model.moe_shared_experts:

@@ -1,4 +1,5 @@
-"""Operators of sparse attention (DSA's indexer) and linear attention (Gated DeltaNet), and the work each does.
+"""Operators of sparse attention (DSA's indexer) and linear attention (Gated DeltaNet, Kimi Delta Attention), and the
+work each does.
 
 Split from :mod:`simulator.model.operators` (which would pass 600 lines with them); that module's
 ``Operator`` union includes these, and :class:`~simulator.model.operators.LatentAttention` uses
@@ -206,8 +207,18 @@ class GatedDeltaNet:
     Plus the depthwise causal convolution, 2 K FLOPs per q/k/v channel. Every sequence in the step reads its
     state (and convolution window) once and writes it once, whatever its token count (``state_bytes``, counted
     as KV-cache traffic). Activation traffic per token: the convolution reads and writes the q, k, v channels,
-    the recurrence reads them with the two gates and writes the output, the gated RMSNorm reads the output and
-    its gate z and writes the result: 3 c + 2 n_v + 4 n_v d_v elements (c the convolution channels).
+    the recurrence reads them with the decay and the write strength b and writes the output, the gated RMSNorm
+    reads the output and its gate z and writes the result: 3 c + n_v (1 + e) + 4 n_v d_v elements (c the
+    convolution channels, e = ``decay_channels``).
+
+    **Kimi Delta Attention** (Kimi Linear, arXiv:2510.26692; Kimi-K3) is this recurrence with the decay a
+    diagonal of d_k channels per head, S <- (I - b k k^T) Diag(a) S + b k v^T (fla's ``chunk_kda`` /
+    ``fused_recurrent_kda``): scaling S by Diag(a) costs what scaling it by a scalar does (d_k d_v per head), so
+    the decode FLOPs above hold. The chunked kernel folds the cumulative channel decays into q and k before the same
+    K K^T, Q K^T and WY products, and those counts are taken for it too; the extra work its sub-chunks spend on the
+    per-channel decays' numerical range (Kimi Linear, section 3) is left out, as is the gate math itself (softplus or
+    sigmoid and exp per decay value) and the triangular solve. The decay is e = d_k values per head instead of 1,
+    and q and k have one head per value head (n_k = n_v).
     """
 
     name: str
@@ -225,6 +236,8 @@ class GatedDeltaNet:
     chunk_tokens: int = DELTA_CHUNK_TOKENS
     data_parallel: int = 1
     """attention data parallelism: this GPU holds and runs 1/data_parallel of the step's sequences"""
+    decay_channels: int = 1
+    """decay values per value head and token: 1 (Gated DeltaNet's scalar) or d_k (KDA's per key channel)"""
     kind: str = "attention"
     works_from_tokens: ClassVar[bool] = False
     """False: ``work(step)`` reads the step's sequences and prefill tokens"""
@@ -254,7 +267,7 @@ class GatedDeltaNet:
                  + prefill * n_v * (6.0 * matrix + 2.0 * C * (3 * d_k + 2 * d_v))
                  + step.tokens * 2.0 * self.conv_kernel * self.conv_channels)
         chunk_states = 2.0 * prefill / C * n_v * matrix * b_a
-        per_token = 3 * self.conv_channels + 2 * n_v + 4 * n_v * d_v
+        per_token = 3 * self.conv_channels + n_v * (1 + self.decay_channels) + 4 * n_v * d_v
         sequences = step.sequences * active(step.tokens)
         share = 1.0 / self.data_parallel
         return Work(
