@@ -95,7 +95,7 @@ def stage_model(model: ModelSpec, pp: int) -> ModelSpec:
             # The stage would hold no KV cache at all, which the paged cache's sizing cannot represent.
             raise InputError(f"--pp: {pp} stages leave the last {count} layers of {model.name} without an attention "
                              f"layer (blocks {update['block_pattern']}); use fewer stages")
-    if model.sliding_window is not None or model.linear_layers:
+    if model.sliding_window is not None or model.layer_types:
         update["layer_types"] = [model.layer_kind(i) for i in range(first, layers)]
         update["sliding_window_pattern"] = 0
     if model.is_moe and not model.block_pattern:
