@@ -32,11 +32,7 @@ def load(stem: str):
 # Refused: (config, the reason the one-line error must give).
 SHARED_INDEXER = r"indexers shared between layers.*field indexer_types has 'shared'"
 DSV4 = r"compressed sparse attention.*DeepSeek-V4.*field compress_ratios"
-GEMMA4 = r"Gemma 4.*field global_head_dim = 512"
 REFUSED = {
-    "MiniMaxAI--MiniMax-M3": r"block-sparse attention.*field sparse_attention_config",
-    "nvidia--MiniMax-M3-NVFP4": r"block-sparse attention.*field sparse_attention_config",
-    "XiaomiMiMo--MiMo-V2-Flash": r"sliding-window layers with their own head counts.*field swa_num_key_value_heads = 8",
     # GLM-5.2/5.3: three of every four layers reuse another layer's top-k (indexer_types 'shared'); not modelled.
     "nvidia--GLM-5.2-NVFP4": SHARED_INDEXER, "nvidia--GLM-5.3-NVFP4": SHARED_INDEXER,
     "zai-org--GLM-5.2": SHARED_INDEXER, "zai-org--GLM-5.2-FP8": SHARED_INDEXER, "zai-org--GLM-5.3": SHARED_INDEXER,
@@ -44,7 +40,6 @@ REFUSED = {
     "deepseek-ai--DeepSeek-V4-Flash": DSV4, "deepseek-ai--DeepSeek-V4-Pro": DSV4,
     "nvidia--DeepSeek-V4-Flash-NVFP4": DSV4, "nvidia--DeepSeek-V4-Pro-NVFP4": DSV4,
     "sgl-project--DeepSeek-V4-Flash-FP8": DSV4, "sgl-project--DeepSeek-V4-Pro-FP8": DSV4,
-    "google--gemma-4-26B-A4B": GEMMA4, "nvidia--Gemma-4-26B-A4B-NVFP4": GEMMA4, "nvidia--Gemma-4-31B-IT-NVFP4": GEMMA4,
     "moonshotai--Kimi-K3": r"linear attention \(Kimi Delta Attention layers\).*field linear_attn_config",
     "nvidia--Llama-3_3-Nemotron-Super-49B-v1": r"per-layer block_configs.*field block_configs",
 }
@@ -84,6 +79,13 @@ NEMOTRON_3_NANO = (31.6e9, 3.2e9, 0.1e9, "compute", "Nemotron 3 Nano card: 31.6B
 # hand counts of tests/test_mamba2.py match within 1%.
 NEMOTRON_3_SUPER = (120e9, 12e9, 1e9, "compute", "NVIDIA-Nemotron-3-Super-120B-A12B: 120B total, 12B active (name)")
 NEMOTRON_3_ULTRA = (550e9, 55e9, 1e9, "compute", "NVIDIA-Nemotron-3-Ultra-550B-A55B: 550B total, 55B active (name)")
+# Gemma 4: the model card's figures count the vision encoder (~0.55B) too, within 2% of the decoder's.
+GEMMA4_26B = (25.2e9, 3.8e9, 0.1e9, "compute", "Gemma 4 model card (Model details): 26B A4B 25.2B total, 3.8B active")
+GEMMA4_31B = (30.7e9, None, 0.1e9, None, "Gemma 4 model card: 31B 30.7B (NVIDIA's Gemma 4 31B IT card: Total "
+              "Parameters 30.7B)")
+# MiniMax-M3: 428B total, 23B activated (MiniMax's release on Hugging Face, June 2026); MiniMax counts activated
+# parameters over the decoder layers (as for M2.5), and the total with its vision encoder and MTP modules.
+MINIMAX_M3 = (428e9, 23e9, 1e9, "layers", "MiniMax-M3 release (Hugging Face, June 2026): 428B total, 23B activated")
 # The VL models' cards count their vision encoder too; only the decoder is modelled, and it has the layer shapes
 # of the Qwen3 text model named (asserted in test_qwen3_vl_decoders_are_the_qwen3_text_models).
 PUBLISHED = {
@@ -140,6 +142,10 @@ PUBLISHED = {
     "nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16": NEMOTRON_3_ULTRA,
     "nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-FP8": NEMOTRON_3_ULTRA,
     "nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4": NEMOTRON_3_ULTRA,
+    "google--gemma-4-26B-A4B": GEMMA4_26B, "nvidia--Gemma-4-26B-A4B-NVFP4": GEMMA4_26B,
+    "nvidia--Gemma-4-31B-IT-NVFP4": GEMMA4_31B,
+    "XiaomiMiMo--MiMo-V2-Flash": (309e9, 15e9, 1e9, "compute", "MiMo-V2-Flash card (Xiaomi): 309B total, 15B active"),
+    "MiniMaxAI--MiniMax-M3": MINIMAX_M3, "nvidia--MiniMax-M3-NVFP4": MINIMAX_M3,
 }
 
 # KV bytes per token at a 2-byte KV dtype, by hand: 2 L g d 2 (DESIGN.md), or (kv_lora_rank + rope) L 2 for MLA.
@@ -148,6 +154,14 @@ MINIMAX_KV = 2 * 62 * 8 * 128 * 2
 DSV32_KV = (512 + 64) * 61 * 2 + 61 * (128 + 4)
 GLM5_KV = (512 + 64) * 78 * 2 + 78 * (128 + 4)
 KIMI_KV = (512 + 64) * 61 * 2
+# Gemma 4: the sliding layers' 2 g d (256 wide), the global layers' with their own KV heads and 512-wide heads, keys and
+# values cached apart though the global layers compute their values from their keys (25 + 5 of 30; 50 + 10 of 60).
+GEMMA4_26B_KV = 25 * 2 * 8 * 256 * 2 + 5 * 2 * 2 * 512 * 2
+GEMMA4_31B_KV = 50 * 2 * 16 * 256 * 2 + 10 * 2 * 4 * 512 * 2
+# MiMo-V2-Flash: keys 192 wide, values 128; 9 full layers of 4 KV heads, 39 sliding of 8.
+MIMO_V2_KV = 9 * 4 * (192 + 128) * 2 + 39 * 8 * (192 + 128) * 2
+# MiniMax-M3: 60 layers of 4 KV heads, and a 128-wide bf16 index key in each of its 57 block-sparse layers.
+MINIMAX_M3_KV = 2 * 60 * 4 * 128 * 2 + 57 * 128 * 2
 KV_BY_HAND = {
     "MiniMaxAI--MiniMax-M2.5": MINIMAX_KV, "MiniMaxAI--MiniMax-M2.7": MINIMAX_KV,
     "nvidia--MiniMax-M2.5-NVFP4": MINIMAX_KV, "nvidia--MiniMax-M2.7-NVFP4": MINIMAX_KV,
@@ -192,6 +206,10 @@ KV_BY_HAND = {
     "nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16": 2 * 12 * 2 * 128 * 2,
     "nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-FP8": 2 * 12 * 2 * 128 * 2,
     "nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4": 2 * 12 * 2 * 128 * 2,
+    "google--gemma-4-26B-A4B": GEMMA4_26B_KV, "nvidia--Gemma-4-26B-A4B-NVFP4": GEMMA4_26B_KV,
+    "nvidia--Gemma-4-31B-IT-NVFP4": GEMMA4_31B_KV,
+    "XiaomiMiMo--MiMo-V2-Flash": MIMO_V2_KV,
+    "MiniMaxAI--MiniMax-M3": MINIMAX_M3_KV, "nvidia--MiniMax-M3-NVFP4": MINIMAX_M3_KV,
 }
 
 

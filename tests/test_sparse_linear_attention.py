@@ -1,10 +1,8 @@
 """Sparse attention (DSA: DeepSeek-V3.2, GLM-5) and linear attention (Gated DeltaNet: Qwen3.5), counted by hand
 from the real config.json files in tests/data/hf_configs."""
 
-import json
-from pathlib import Path
-
 import pytest
+from hf_fixtures import DATA, config, load, named
 
 from simulator.cost.memory import (
     kv_bytes_per_sequence,
@@ -16,7 +14,7 @@ from simulator.cost.memory import (
 from simulator.cost.pipeline import stage_model
 from simulator.cost.system import System
 from simulator.errors import InputError
-from simulator.model.architecture import ModelSpec, load_model_file
+from simulator.model.architecture import ModelSpec
 from simulator.model.gpu import load_gpu
 from simulator.model.layers import build_operators
 from simulator.model.operators import LatentAttention
@@ -25,20 +23,7 @@ from simulator.model.precision import Precision
 from simulator.model.sparse_linear_operators import GatedDeltaNet, Indexer, topk_step
 from simulator.model.step import Step
 
-DATA = Path(__file__).parent / "data" / "hf_configs"
 CONTEXT = 128 * 1024  # 131,072 tokens
-
-
-def config(stem: str) -> dict:
-    return json.loads((DATA / f"{stem}_config.json").read_text())
-
-
-def load(stem: str) -> ModelSpec:
-    return load_model_file(DATA / f"{stem}_config.json")
-
-
-def named(ops, name):
-    return next(op for op in ops if op.name == name)
 
 
 V32 = config("deepseek-ai--DeepSeek-V3.2")

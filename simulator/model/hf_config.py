@@ -5,13 +5,15 @@ DeepSeek-V2/V3 (MLA + MoE), Gemma 1-3, gpt-oss, Llama 4 (its ``text_config``), F
 OPT, GPT-2, and the model_types whose layers are one of these field for field (Kimi-K2,
 Qwen3-VL, MiMo, MiniMax-M2, Step-3.x-Flash: :data:`simulator.model.hf_families.FAMILY_OF`),
 with DSA's indexer (DeepSeek-V3.2, GLM-5: ``index_topk``) or Gated DeltaNet layers between the
-attention layers (Qwen3.5, Qwen3-Next: ``linear_num_value_heads``, ``layer_types``), and Nemotron-H's
-blocks of Mamba-2, attention, MLP or MoE (``hybrid_override_pattern`` or ``layers_block_type``).
+attention layers (Qwen3.5, Qwen3-Next: ``linear_num_value_heads``, ``layer_types``), Nemotron-H's
+blocks of Mamba-2, attention, MLP or MoE (``hybrid_override_pattern`` or ``layers_block_type``),
+sliding and full layers of different widths (Gemma 4: ``global_head_dim``; MiMo-V2-Flash: ``swa_*``)
+and MiniMax-M3's block-sparse layers (``sparse_attention_config``).
 Each key is read the way the family's ``transformers`` modelling code reads it (cited per rule
 below). A key the loader does not understand becomes one line in ``ModelSpec.warnings`` naming
-it (shown by the report), never silence; a layout the simulator cannot cost at all (compressed or
-block-sparse attention, Kimi's delta attention, state-space layers, per-layer widths) is one-line InputError naming the
-feature and its field (:mod:`simulator.model.hf_families`). Quantisation configs are read by
+it (shown by the report), never silence; a layout the simulator cannot cost at all (compressed
+attention, Kimi's delta attention, state-space layers of other families, NAS-pruned per-layer widths) is one-line
+InputError naming the feature and its field (:mod:`simulator.model.hf_families`). Quantisation configs are read by
 :mod:`simulator.model.hf_quantisation`.
 
 Keys that change nothing the cost model sees (``rope_theta``/``rope_scaling``, dropout,
@@ -109,21 +111,29 @@ def _activation(config: dict[str, Any]) -> str:
 
 
 def _moe_fields(config: dict[str, Any], model_type: str, layers: Any, ffn: Any, warnings: list[str]) -> dict[str, Any]:
-    """Mixture-of-experts keys of Mixtral, Qwen-MoE, DeepSeek, gpt-oss and Llama 4."""
+    """Mixture-of-experts keys of Mixtral, Qwen-MoE, DeepSeek, gpt-oss, Llama 4, Gemma 4 and MiniMax-M3."""
     experts = _first(config, "num_local_experts", "n_routed_experts", "num_experts")
     if not experts or experts <= 1:
         return {}
     spec: dict[str, Any] = {
         "moe_experts": experts,
-        "moe_top_k": _first(config, "num_experts_per_tok", "experts_per_token", "moe_topk", default=2),
+        "moe_top_k": _first(config, "num_experts_per_tok", "experts_per_token", "moe_topk", "top_k_experts", default=2),
     }
-    if config.get("moe_intermediate_size"):
-        # Qwen-MoE / DeepSeek: intermediate_size is the dense layers' MLP, moe_intermediate_size one expert's.
-        spec["moe_ffn_size"] = config["moe_intermediate_size"]
+    if config.get("moe_intermediate_size") or config.get("expert_intermediate_size"):
+        # Qwen-MoE / DeepSeek: intermediate_size is the dense layers' MLP, moe_intermediate_size one expert's (Gemma 4:
+        # or expert_intermediate_size, vLLM's Gemma4MoE reads either).
+        spec["moe_ffn_size"] = _first(config, "moe_intermediate_size", "expert_intermediate_size")
     elif config.get("intermediate_size_mlp"):
         # Llama 4: intermediate_size is one expert's (and the shared expert's); intermediate_size_mlp the dense MLP.
         spec["moe_ffn_size"] = ffn
         spec["ffn_size"] = config["intermediate_size_mlp"]
+    if config.get("dense_intermediate_size"):
+        # MiniMax-M3: intermediate_size is one expert's (TensorRT-LLM's MiniMaxM3MoE), dense_intermediate_size the
+        # leading dense layers' MLP.
+        spec["moe_ffn_size"] = spec.get("moe_ffn_size") or ffn
+        spec["ffn_size"] = config["dense_intermediate_size"]
+    if config.get("enable_moe_block"):
+        spec["moe_parallel_mlp"] = True  # Gemma 4: the dense MLP of intermediate_size runs beside the experts
     shared = config.get("n_shared_experts")
     if shared:
         spec["moe_shared_experts"] = shared  # DeepSeek: each of moe_intermediate_size
@@ -289,6 +299,91 @@ def _mamba_fields(config: dict[str, Any], pattern: str) -> dict[str, Any]:
     return spec
 
 
+def _gemma4_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """Gemma 4's global (full-attention) layers, shaped apart from its sliding ones (transformers'
+    Gemma4TextAttention): head width ``global_head_dim``; with ``attention_k_eq_v`` no v_proj (the values are k_proj's
+    output) and ``num_global_key_value_heads`` KV heads, else ``num_key_value_heads``. Every layer norms its value
+    heads without a weight (v_norm)."""
+    full_dim = config.get("global_head_dim")
+    if not full_dim:
+        return {}
+    head_dim, kv_heads = config.get("head_dim"), config.get("num_key_value_heads")
+    k_eq_v = bool(config.get("attention_k_eq_v"))
+    full_kv = config.get("num_global_key_value_heads") if k_eq_v else kv_heads
+    spec: dict[str, Any] = {"head_dim": full_dim, "num_kv_heads": full_kv or kv_heads, "full_layers_k_eq_v": k_eq_v,
+                            "v_norm": True}
+    if head_dim and head_dim != full_dim:
+        spec["sliding_head_dim"] = head_dim
+    if kv_heads and kv_heads != spec["num_kv_heads"]:
+        spec["sliding_kv_heads"] = kv_heads
+    return spec
+
+
+def _swa_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """MiMo-V2-Flash's sliding-window layers (vLLM's MiMoV2FlashDecoderLayer: ``hybrid_layer_pattern`` 1) with KV
+    heads of their own (``swa_num_key_value_heads``) and a sink logit per head (``add_swa_attention_sink_bias``)."""
+    pattern = config.get("hybrid_layer_pattern")
+    if not isinstance(pattern, list):
+        return {}
+    # Widths the sliding layers may only share with the full ones (no ModelSpec field holds them apart).
+    for own, shared in (("swa_num_attention_heads", "num_attention_heads"), ("swa_head_dim", "head_dim"),
+                        ("swa_v_head_dim", "v_head_dim")):
+        if config.get(own) is not None and config[own] != config.get(shared):
+            raise InputError(f"sliding-window layers with their own {shared}: not modelled (config.json field {own} = "
+                             f"{config[own]}, {shared} = {config.get(shared)}; allowed: equal)")
+    spec: dict[str, Any] = {"sliding_window": _first(config, "sliding_window_size", "sliding_window"),
+                            "layer_types": ["sliding" if flag else "full" for flag in pattern]}
+    swa_kv = config.get("swa_num_key_value_heads")
+    if swa_kv and swa_kv != config.get("num_key_value_heads"):
+        spec["sliding_kv_heads"] = swa_kv
+    if config.get("add_swa_attention_sink_bias"):
+        spec["sliding_attention_sinks"] = True
+    return spec
+
+
+# MiniMax-M3's sparse_attention_config keys (TensorRT-LLM's MiniMaxM3Params mirrors them).
+BLOCK_SPARSE_KEYS = frozenset({"use_sparse_attention", "sparse_index_dim", "sparse_num_index_heads",
+                               "sparse_topk_blocks", "sparse_block_size", "sparse_disable_index_value",
+                               "sparse_score_type", "sparse_init_block", "sparse_local_block", "sparse_attention_freq"})
+
+
+def _block_sparse_fields(config: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
+    """MiniMax-M3's block-sparse layers (``sparse_attention_config``; TensorRT-LLM's modeling_minimaxm3 and
+    minimax_m3_kernels): the layers ``sparse_attention_freq`` marks, the index heads and the blocks they select.
+
+    Modelled as the released checkpoint has them: blocks scored by their best key (``sparse_score_type`` 'max'), a
+    K-only index branch (``sparse_disable_index_value`` set in every sparse layer), and the always-kept leading and
+    trailing blocks counted inside ``sparse_topk_blocks`` (their scores are forced to the top of the same top-k).
+    """
+    sac = config.get("sparse_attention_config")
+    if not isinstance(sac, dict) or not sac.get("use_sparse_attention"):
+        return {}
+    odd = sorted(set(sac) - BLOCK_SPARSE_KEYS)
+    if odd:
+        warnings.append(f"sparse_attention_config fields not understood, taken to change nothing the cost model "
+                        f"sees: {', '.join(odd)}")
+    freq = sac.get("sparse_attention_freq")
+    if not isinstance(freq, list):
+        raise InputError("sparse_attention_config.sparse_attention_freq: needs one 0/1 per layer (which layers are "
+                         f"sparse); got {type(freq).__name__}")
+    score = sac.get("sparse_score_type", "max")
+    if score != "max":
+        raise InputError(f"block-sparse attention scored by '{score}': not modelled (config.json field "
+                         "sparse_attention_config.sparse_score_type; allowed: max)")
+    if list(sac.get("sparse_disable_index_value") or []) != list(freq):
+        raise InputError("block-sparse layers with an index value branch: not modelled (config.json field "
+                         "sparse_attention_config.sparse_disable_index_value must equal sparse_attention_freq)")
+    topk = sac.get("sparse_topk_blocks") or 0
+    kept = (sac.get("sparse_init_block") or 0) + (sac.get("sparse_local_block") or 0)
+    if kept > topk:
+        raise InputError(f"block-sparse attention keeping {kept} leading and trailing blocks beside the top "
+                         f"{topk}: not modelled (config.json fields sparse_attention_config.sparse_init_block, "
+                         "sparse_local_block; allowed: at most sparse_topk_blocks together)")
+    return {"layer_types": ["sparse" if flag else "full" for flag in freq], "block_sparse_topk_blocks": topk,
+            "block_sparse_block_size": sac.get("sparse_block_size") or 0,
+            "index_heads": sac.get("sparse_num_index_heads") or 0, "index_head_dim": sac.get("sparse_index_dim") or 0}
+
+
 def _layer_kind(text: str) -> str:
     """A config.json layer type as ModelSpec.layer_types names it; InputError for one not modelled."""
     kinds = {"sliding_attention": "sliding", "chunked_attention": "sliding", "full_attention": "full",
@@ -416,6 +511,15 @@ def from_hf_config(raw: dict[str, Any], name: str) -> dict[str, Any]:
         rows = spec["max_context"]
         spec["learned_position_rows"] = rows + (2 if is_opt else 0) if isinstance(rows, int) else rows
     spec.update(_window_fields(config, model_type, layers, warnings))
+    spec.update(_gemma4_fields(config))
+    spec.update(_swa_fields(config))
+    sparse = _block_sparse_fields(config, warnings)
+    if sparse and "layer_types" in spec:
+        raise InputError("block-sparse layers (sparse_attention_config) beside sliding-window ones: not modelled")
+    spec.update(sparse)
+    if config.get("v_head_dim") and not config.get("kv_lora_rank") and config["v_head_dim"] != spec.get("head_dim"):
+        # Values narrower than keys outside MLA (MiMo-V2-Flash: vLLM's MiMoV2Attention v_head_dim).
+        spec["v_head_dim"] = config["v_head_dim"]
     spec.update(_moe_fields(config, model_type, layers, ffn, warnings))
     spec.update(_mla_fields(config))
     spec.update(_dsa_fields(config))

@@ -27,6 +27,17 @@ FAMILY_OF = {
     "qwen3_next": "qwen3_moe",  # Qwen3-Next: Qwen3-MoE layers (q/k norms) with Gated DeltaNet layers between
     "qwen3_5_text": "qwen3",  # Qwen3.5 dense: Qwen3 layers (q/k norms) with Gated DeltaNet layers between
     "qwen3_5_moe_text": "qwen3_moe",  # ... and Qwen3.5-MoE
+    # Gemma 4 (Gemma4TextDecoderLayer): Gemma 3's four norms per layer, q/k norms, GeGLU and tied embeddings; its
+    # global layers' own widths (global_head_dim), K = V, v_norm and the MoE beside the MLP are read by their fields.
+    "gemma4_text": "gemma3_text",
+    "gemma4": "gemma3_text",
+    # MiMo-V2-Flash (vLLM's MiMoV2FlashForCausalLM): Llama's attention (no q/k norms) and gated MLP, DeepSeek-style
+    # MoE layers (moe_layer_freq), untied; its sliding layers are read from hybrid_layer_pattern and swa_* fields.
+    "mimo_v2_flash": "llama",
+    # MiniMax-M3 (TensorRT-LLM's MiniMaxM3DecoderLayer): MiniMax-M2's per-head q/k norms and experts with a shared
+    # expert and leading dense layers; its block-sparse layers are read from sparse_attention_config.
+    "minimax_m3": "mixtral",
+    "minimax_m3_vl": "mixtral",  # ... its multimodal checkpoint's text_config (vision encoder warned of, not costed)
 }
 
 # Layouts the cost model cannot represent, by field: (field, feature). The first present refuses the file.
@@ -44,21 +55,13 @@ REFUSED_FIELDS: tuple[tuple[str, str], ...] = (
     ("mamba_d_state", "state-space (Mamba) layers"),
     ("ssm_cfg", "state-space (Mamba) layers"),
     ("attn_layer_period", "state-space (Mamba) layers"),
-    ("sparse_attention_config", "block-sparse attention with index heads (MiniMax-M3)"),
     ("block_configs", "per-layer block_configs (NAS-pruned layers of differing widths)"),
-    ("swa_num_key_value_heads", "sliding-window layers with their own head counts"),
-    ("global_head_dim", "global layers with their own head_dim and shared K = V (Gemma 4)"),
     ("cross_attention_layers", "cross-attention (vision) layers"),
 )
 
 # model_types whose block-pattern fields are read, not refused: their blocks are transformers' NemotronHBlock.
 MAMBA2_BLOCK_TYPES = frozenset({"nemotron_h"})
 MAMBA2_BLOCK_FIELDS = frozenset({"hybrid_override_pattern", "layers_block_type"})
-
-# Layouts refused by model_type where the config.json omits the field that shows them.
-REFUSED_TYPES = {
-    "minimax_m3_vl": "block-sparse attention with index heads (MiniMax-M3: architectures MiniMaxM3SparseForCausalLM)",
-}
 
 # Fields read by the mapping (simulator.model.hf_config and hf_quantisation).
 READ = frozenset({
@@ -81,6 +84,12 @@ READ = frozenset({
     "hybrid_override_pattern", "layers_block_type", "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups",
     "conv_kernel", "chunk_size", "mamba_ssm_cache_dtype", "moe_shared_expert_intermediate_size", "moe_latent_size",
     "attention_head_dim", "mlp_hidden_act",
+    # Gemma 4: the global layers' widths, K = V and MoE block; MiMo-V2-Flash: its sliding layers; MiniMax-M3: its
+    # block-sparse layers and the leading dense layers' MLP.
+    "global_head_dim", "num_global_key_value_heads", "attention_k_eq_v", "enable_moe_block", "top_k_experts",
+    "expert_intermediate_size", "hybrid_layer_pattern", "sliding_window_size", "swa_num_attention_heads",
+    "swa_num_key_value_heads", "swa_head_dim", "swa_v_head_dim", "add_swa_attention_sink_bias",
+    "sparse_attention_config", "dense_intermediate_size",
 })
 
 # Fields that change nothing the cost model sees: generation and training settings of PretrainedConfig,
@@ -121,6 +130,12 @@ INERT = frozenset({
     "time_step_min", "time_step_max", "time_step_floor", "time_step_limit", "time_step_rank", "use_mamba_kernels",
     "rescale_prenorm_residual", "residual_in_fp32", "mtp_hybrid_override_pattern", "mtp_layers_block_type",
     "moe_shared_expert_overlap", "mamba_hidden_act", "expand",
+    # Gemma 4: bidirectional attention among the image tokens of a prompt only (the text stays causal, and a mask
+    # costs nothing); the per-layer-input table's vocabulary, used only with hidden_size_per_layer_input (read
+    # at 0 below). MiMo-V2-Flash: a constant scale of the values and its sliding layers' rotary base. MiniMax-M3:
+    # RMSNorm weights stored as offsets from 1 (Gemma's norm), the same work.
+    "use_bidirectional_attention", "vocab_size_per_layer_input", "attention_value_scale", "swa_rope_theta",
+    "use_gemma_norm",
 })
 
 # Fields inert only at the value given (a different value changes the layers in a way not modelled).
@@ -130,8 +145,7 @@ INERT_AT = {
     "num_kv_shared_layers": 0,
     "hidden_size_per_layer_input": 0,
     "use_double_wide_mlp": False,
-    "enable_moe_block": False,
-    "attention_k_eq_v": False,
+    "add_full_attention_sink_bias": False,  # MiMo-V2-Flash: sinks in its full layers too
     # Nemotron-H: no biases on the Mamba-2 projections (use_bias, mamba_proj_bias); the convolution has its bias
     # (use_conv_bias, counted by the Mamba-2 operator).
     "use_bias": False,
@@ -149,8 +163,6 @@ def refusal(config: dict[str, Any], model_type: str) -> str | None:
             value = config[field]
             shown = value if isinstance(value, (int, float, str)) and len(str(value)) < 40 else type(value).__name__
             return f"{feature}: not modelled (config.json field {field} = {shown})"
-    if model_type in REFUSED_TYPES:
-        return f"{REFUSED_TYPES[model_type]}: not modelled (config.json field model_type = {model_type})"
     indexers = config.get("indexer_types")
     if isinstance(indexers, list) and any(kind != "full" for kind in indexers):
         return ("indexers shared between layers (GLM-5.2: indexer_types 'shared' reuse another layer's top-k): not "
@@ -159,10 +171,6 @@ def refusal(config: dict[str, Any], model_type: str) -> str | None:
     if isinstance(types, list) and any(t != 1 for t in types):
         return "linear (lightning) attention layers: not modelled (config.json field attn_type_list has 0s; " \
             "allowed: all 1, full attention)"
-    if config.get("v_head_dim") and not config.get("kv_lora_rank") and config.get("head_dim") \
-            and config["v_head_dim"] != config["head_dim"]:
-        return (f"values narrower than keys outside MLA: not modelled (config.json field v_head_dim = "
-                f"{config['v_head_dim']}, head_dim = {config['head_dim']})")
     return None
 
 
