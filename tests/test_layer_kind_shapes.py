@@ -247,6 +247,10 @@ def test_a_pipeline_stage_keeps_its_sparse_layers():
 # Refusals and variants -----------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("stem,change,reason", [
+    (GEMMA, {"text_config": {**config(GEMMA)["text_config"], "num_kv_shared_layers": 20}},
+     r"reuse an earlier layer's KV cache.*num_kv_shared_layers = 20; allowed: 0"),
+    (GEMMA, {"text_config": {**config(GEMMA)["text_config"], "hidden_size_per_layer_input": 256}},
+     r"per-layer input embeddings.*hidden_size_per_layer_input = 256"),
     (MIMO, {"swa_num_attention_heads": 32}, r"own num_attention_heads.*swa_num_attention_heads = 32"),
     (MIMO, {"swa_v_head_dim": 192}, r"own v_head_dim.*swa_v_head_dim = 192"),
     (MINIMAX, {"sparse_attention_config": {**config(MINIMAX)["sparse_attention_config"], "sparse_score_type": "mean"}},

@@ -130,12 +130,10 @@ INERT = frozenset({
     "time_step_min", "time_step_max", "time_step_floor", "time_step_limit", "time_step_rank", "use_mamba_kernels",
     "rescale_prenorm_residual", "residual_in_fp32", "mtp_hybrid_override_pattern", "mtp_layers_block_type",
     "moe_shared_expert_overlap", "mamba_hidden_act", "expand",
-    # Gemma 4: bidirectional attention among the image tokens of a prompt only (the text stays causal, and a mask
-    # costs nothing); the per-layer-input table's vocabulary, used only with hidden_size_per_layer_input (read
-    # at 0 below). MiMo-V2-Flash: a constant scale of the values and its sliding layers' rotary base. MiniMax-M3:
-    # RMSNorm weights stored as offsets from 1 (Gemma's norm), the same work.
-    "use_bidirectional_attention", "vocab_size_per_layer_input", "attention_value_scale", "swa_rope_theta",
-    "use_gemma_norm",
+    # Gemma 4: the per-layer-input table's vocabulary, used only with hidden_size_per_layer_input (refused unless
+    # 0). MiMo-V2-Flash: a constant scale of the values and its sliding layers' rotary base. MiniMax-M3: RMSNorm
+    # weights stored as offsets from 1 (Gemma's norm), the same work.
+    "vocab_size_per_layer_input", "attention_value_scale", "swa_rope_theta", "use_gemma_norm",
 })
 
 # Fields inert only at the value given (a different value changes the layers in a way not modelled).
@@ -146,6 +144,8 @@ INERT_AT = {
     "hidden_size_per_layer_input": 0,
     "use_double_wide_mlp": False,
     "add_full_attention_sink_bias": False,  # MiMo-V2-Flash: sinks in its full layers too
+    # Gemma 4: bidirectional attention among a prompt's image tokens only; the text stays causal.
+    "use_bidirectional_attention": "vision",
     # Nemotron-H: no biases on the Mamba-2 projections (use_bias, mamba_proj_bias); the convolution has its bias
     # (use_conv_bias, counted by the Mamba-2 operator).
     "use_bias": False,
@@ -163,6 +163,12 @@ def refusal(config: dict[str, Any], model_type: str) -> str | None:
             value = config[field]
             shown = value if isinstance(value, (int, float, str)) and len(str(value)) < 40 else type(value).__name__
             return f"{feature}: not modelled (config.json field {field} = {shown})"
+    # Gemma 4's small models (E2B, E4B): the last layers reuse an earlier layer's KV cache and every layer adds a
+    # per-layer input embedding (transformers' Gemma4TextAttention.is_kv_shared_layer, Gemma4TextModel PLE).
+    for field, feature in (("num_kv_shared_layers", "layers that reuse an earlier layer's KV cache"),
+                           ("hidden_size_per_layer_input", "per-layer input embeddings")):
+        if config.get(field):
+            return f"{feature} (Gemma 4 E2B/E4B): not modelled (config.json field {field} = {config[field]}; allowed: 0)"
     indexers = config.get("indexer_types")
     if isinstance(indexers, list) and any(kind != "full" for kind in indexers):
         return ("indexers shared between layers (GLM-5.2: indexer_types 'shared' reuse another layer's top-k): not "
