@@ -1,7 +1,8 @@
 """Memory: weights and KV cache per GPU, activation workspace, and whether a run fits.
 
 All sizes in bytes. ``kv_bytes_per_token`` is the logical size for the whole model
-(2 * layers * kv_heads * head_dim * bytes per element); per GPU, KV heads are split across
+(2 * layers * kv_heads * head_dim * bytes per element, each layer kind with its own heads and widths:
+:meth:`ModelSpec.attention_shape`); per GPU, KV heads are split across
 the tensor-parallel group (and replicated when there are fewer KV heads than GPUs).
 An MLA model (DeepSeek-V2/V3) caches one latent per token and layer, (kv_lora_rank +
 qk_rope_head_dim) * layers * bytes per element, which every GPU of the group holds whole
@@ -13,7 +14,9 @@ cache managers), so a sequence of T tokens holds min(T, W) tokens in such layers
 (:func:`kv_bytes_per_sequence`).
 
 Sparse attention (DSA) caches, beside the latent, each token's index key in every layer (FP8 plus scales,
-:func:`simulator.model.sparse_linear_operators.indexer_key_bytes`), whole on every GPU like the latent.
+:func:`simulator.model.sparse_linear_operators.indexer_key_bytes`), whole on every GPU like the latent; MiniMax-M3's
+block-sparse layers cache one index key per token at the model dtype beside their keys and values, whole on every GPU
+too (:func:`simulator.model.sparse_linear_operators.block_index_key_bytes`).
 A hybrid model's linear-attention (Gated DeltaNet) layers cache no tokens: KV bytes per token count the
 attention layers only, and each sequence holds a fixed state per linear layer whatever its length
 (:func:`linear_state_bytes_per_sequence`), split by heads over the tensor-parallel group. A Nemotron-H
@@ -32,6 +35,7 @@ keys and its compressors' states, a fixed amount counted with the linear-attenti
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from simulator.errors import InputError
 from simulator.model.architecture import ModelSpec
@@ -41,7 +45,12 @@ from simulator.model.layers import build_operators
 from simulator.model.operators import Operator
 from simulator.model.parallelism import kv_heads_per_gpu
 from simulator.model.precision import Precision
-from simulator.model.sparse_linear_operators import gated_delta_state_bytes, indexer_key_bytes, state_bytes_per_element
+from simulator.model.sparse_linear_operators import (
+    block_index_key_bytes,
+    gated_delta_state_bytes,
+    indexer_key_bytes,
+    state_bytes_per_element,
+)
 from simulator.model.state_space_operators import mamba2_state_bytes
 
 GIB = 2**30
@@ -55,18 +64,41 @@ RUNTIME_RESERVED_BYTES_PER_GPU = 1 * GIB
 WORKSPACE_TOKENS = 8192
 
 
-def _kv_elements_per_token_per_layer(model: ModelSpec, kv_heads: int) -> int:
+def _kv_bytes_per_token_per_layer(model: ModelSpec, precision: Precision, kind: Literal["full", "sliding"],
+                                  split: int | None) -> float:
+    """KV bytes one token adds in one attention layer of ``kind``: the MLA latent, or the keys and values of its KV
+    heads (whole, ``split`` None; else those one GPU of ``split`` holds), each head d + d_v wide.
+
+    Keys and values are cached apart even where a layer computes its values from its keys (Gemma 4's K = V global
+    layers: transformers and vLLM cache the rotated, normed keys and the normed values as two tensors)."""
     if model.is_mla:
-        return model.kv_lora_rank + model.qk_rope_head_dim
-    return 2 * kv_heads * model.head_dim
+        return (model.kv_lora_rank + model.qk_rope_head_dim) * precision.kv_bytes_per_element
+    shape = model.attention_shape(kind)
+    heads = shape.kv_heads if split is None else kv_heads_per_gpu(model, split, kind)
+    return heads * (shape.head_dim + shape.value_dim) * precision.kv_bytes_per_element
 
 
-def _kv_bytes_per_token(model: ModelSpec, precision: Precision, kv_heads: int) -> float:
-    """KV bytes one token adds over all attention layers with ``kv_heads`` KV heads each, index keys included."""
+def _index_key_bytes_per_token(model: ModelSpec, precision: Precision) -> float:
+    """Index-key bytes one token adds over all layers (whole on every GPU): DSA's FP8 keys, the block-sparse layers'
+    at the model dtype."""
+    return (model.index_layers * indexer_key_bytes(model.index_head_dim) + model.block_sparse_layers
+            * block_index_key_bytes(model.index_head_dim, precision.activation_bytes_per_element))
+
+
+def _kv_rates(model: ModelSpec, precision: Precision, split: int | None) -> tuple[float, float]:
+    """KV bytes one token adds in the layers that hold every token (full and block-sparse attention, index keys
+    included) and in the sliding-window layers, which hold at most their window (module docstring)."""
     if model.compress_ratios:
-        return _compressed_kv_bytes_per_token(model, precision)
-    per_layer = _kv_elements_per_token_per_layer(model, kv_heads) * precision.kv_bytes_per_element
-    return model.attention_layers * per_layer + model.index_layers * indexer_key_bytes(model.index_head_dim)
+        return _compressed_kv_bytes_per_token(model, precision), 0.0  # DeepSeek-V4: windows are per-sequence state
+    sliding = model.sliding_layers
+    full = (model.attention_layers - sliding) * _kv_bytes_per_token_per_layer(model, precision, "full", split)
+    windowed = sliding * _kv_bytes_per_token_per_layer(model, precision, "sliding", split) if sliding else 0.0
+    return full + _index_key_bytes_per_token(model, precision), windowed
+
+
+def _split(tp: int, dp_attention: bool) -> int:
+    """GPUs a token's KV heads are split over: tp, or 1 under attention data parallelism."""
+    return 1 if dp_attention else tp
 
 
 def _compressed_kv_bytes_per_token(model: ModelSpec, precision: Precision) -> float:
@@ -96,7 +128,7 @@ def compressed_attention_state_bytes(model: ModelSpec, precision: Precision) -> 
 
 def kv_bytes_per_token(model: ModelSpec, precision: Precision) -> float:
     """KV-cache bytes one token adds, all attention layers, all GPUs (logical, no replication; windows not applied)."""
-    return _kv_bytes_per_token(model, precision, model.num_kv_heads)
+    return sum(_kv_rates(model, precision, None))
 
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, precision: Precision, tp: int, dp_attention: bool = False) -> float:
@@ -105,7 +137,7 @@ def kv_bytes_per_token_per_gpu(model: ModelSpec, precision: Precision, tp: int, 
     Under attention data parallelism a token's whole KV lives on one GPU of the ``tp``: on average
     1/tp of it per GPU (the group's sequences split evenly).
     """
-    per_token = _kv_bytes_per_token(model, precision, kv_heads_per_gpu(model, 1 if dp_attention else tp))
+    per_token = sum(_kv_rates(model, precision, _split(tp, dp_attention)))
     return per_token / tp if dp_attention else per_token
 
 
@@ -141,22 +173,15 @@ def linear_state_bytes_per_sequence(model: ModelSpec, precision: Precision, tp: 
     return state / tp if dp_attention and tp else state
 
 
-def windowed_tokens(model: ModelSpec, tokens: float) -> float:
-    """Tokens of a ``tokens``-long sequence held, averaged over attention layers: sliding layers keep min(tokens, W)."""
-    sliding = model.sliding_layers
-    if not sliding or model.sliding_window is None:
-        return tokens
-    full = model.attention_layers - sliding
-    return (full * tokens + sliding * min(tokens, model.sliding_window)) / model.attention_layers
-
-
 def kv_bytes_per_sequence(model: ModelSpec, precision: Precision, tokens: float, tp: int | None = None,
                           dp_attention: bool = False) -> float:
-    """KV-cache bytes of one sequence of ``tokens`` tokens, windows applied, with its linear-attention state (per GPU
-    of ``tp``; None: logical)."""
-    rate = kv_bytes_per_token(model, precision) if tp is None else kv_bytes_per_token_per_gpu(
-        model, precision, tp, dp_attention)
-    return rate * windowed_tokens(model, tokens) + linear_state_bytes_per_sequence(model, precision, tp, dp_attention)
+    """KV-cache bytes of one sequence of ``tokens`` tokens, windows applied (a sliding layer holds min(tokens, W)),
+    with its linear-attention state (per GPU of ``tp``; None: logical)."""
+    full, sliding = _kv_rates(model, precision, None if tp is None else _split(tp, dp_attention))
+    held = full * tokens + (sliding * min(tokens, model.sliding_window) if sliding and model.sliding_window else 0.0)
+    if tp is not None and dp_attention:
+        held /= tp
+    return held + linear_state_bytes_per_sequence(model, precision, tp, dp_attention)
 
 
 def weight_bytes(operators: tuple[Operator, ...]) -> float:
@@ -182,7 +207,9 @@ def workspace_bytes_per_gpu(model: ModelSpec, precision: Precision, tp: int, ste
     if model.is_moe:
         # Routed rows: k per token, split over the GPUs (by expert under EP, by columns without); plus shared experts.
         routed = model.moe_top_k * model.expert_ffn_size + model.moe_shared_experts * model.shared_expert_ffn_size
-        mlp = max(mlp if model.dense_mlp_layers else 0, matrices * routed // tp)
+        routed_width = matrices * routed // tp
+        # Gemma 4 runs its dense MLP beside the experts, both live at once; elsewhere a layer has one or the other.
+        mlp = mlp + routed_width if model.moe_parallel_mlp else max(mlp if model.dense_mlp_layers else 0, routed_width)
     # Hyper-connections keep hc_mult copies of the residual stream (one without them).
     streams = (model.hc_mult - 1) * model.hidden_size
     # Attention Residuals (Kimi-K3) keep every block snapshot of every token in flight, whole on each GPU (vLLM's
@@ -282,7 +309,8 @@ def tensor_parallel_candidates(model: ModelSpec, gpu: GPUSpec, ep: int = 1) -> l
             if ep == 1:
                 widths.append(model.expert_ffn_size)
         # MLA's latent and DeepSeek-V4's one K = V head are held whole on every GPU.
-        kv_ok = (model.is_mla or bool(model.compress_ratios) or model.num_kv_heads % tp == 0) \
+        kv_heads = {model.num_kv_heads, model.attention_shape("sliding").kv_heads}
+        kv_ok = (model.is_mla or bool(model.compress_ratios) or all(g % tp == 0 for g in kv_heads)) \
             and model.linear_key_heads % tp == 0 and model.mamba_heads % tp == 0 and model.mamba_groups % tp == 0 \
             and model.o_groups % tp == 0
         fits_widths = all(width % tp == 0 for width in widths)

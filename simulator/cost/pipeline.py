@@ -100,7 +100,7 @@ def stage_model(model: ModelSpec, pp: int) -> ModelSpec:
     if model.sliding_window is not None or model.layer_types:
         update["layer_types"] = [model.layer_kind(i) for i in range(first, layers)]
         update["sliding_window_pattern"] = 0
-        if "full" not in update["layer_types"] and "sliding" not in update["layer_types"]:
+        if not {"full", "sliding", "sparse"} & set(update["layer_types"]):
             raise InputError(f"--pp: {pp} stages leave the last {count} layers of {model.name} without an attention "
                              "layer; use fewer stages")
         if model.linear_layers and "linear" not in update["layer_types"]:

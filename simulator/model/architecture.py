@@ -1,8 +1,10 @@
 """Model architecture specs: our YAML files and HuggingFace ``config.json`` files.
 
-Why this module is over 600 lines: ModelSpec is one pydantic model whose fields describe every layout modelled
-(attention kinds, windows, MLA and DSA, Gated DeltaNet and KDA layers, Mamba-2 blocks, per-layer MLP widths, MoE,
-attention residuals), and the validators and per-layer properties that read those fields belong beside them.
+Why this module is over 600 lines: ModelSpec is one pydantic model whose fields (each with its bound and meaning)
+and cross-field checks describe every layer layout the cost model reads (attention of each kind and shape, windows,
+MLA and DSA, DeepSeek-V4's compressed attention, block-sparse attention, Gated DeltaNet and KDA layers, Mamba-2
+blocks, per-layer MLP widths, experts, hyper-connections, attention residuals), and the per-layer properties that read
+those fields belong beside them: one concept, kept in one place.
 
 A ``config.json`` is read from a local path only; nothing is ever fetched from a hub.
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -43,6 +45,18 @@ MAX_HEADS = 2**14
 MAX_VOCAB = 2**24
 MAX_CONTEXT = 2**27
 MAX_EXPERTS = 2**16
+
+
+class AttentionShape(NamedTuple):
+    """The widths of one kind of attention layer (:meth:`ModelSpec.attention_shape`), element counts."""
+
+    kv_heads: int
+    head_dim: int
+    """width of each query and key head"""
+    value_dim: int
+    """width of each value head (and of each head's output)"""
+    k_eq_v: bool
+    """no v_proj: the values are k_proj's output, normed apart (Gemma 4's attention_k_eq_v)"""
 
 
 class ModelSpec(BaseModel):
@@ -85,18 +99,36 @@ class ModelSpec(BaseModel):
     learned_position_rows: int = Field(default=0, ge=0, le=MAX_CONTEXT + 2, description="0 means max_context")
     parallel_attention: bool = Field(default=False, description="attention and MLP read one norm (Falcon)")
     sliding_window: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
-    layer_types: list[Literal["full", "sliding", "linear", "none"]] = Field(
+    layer_types: list[Literal["full", "sliding", "linear", "none", "sparse"]] = Field(
         default_factory=list,
         description="per layer; empty: every layer 'sliding' when sliding_window is set (Mistral v0.1), else 'full'; "
         "'linear': a Gated DeltaNet layer (linear_* fields) instead of attention; 'none': no token mixer, the layer is "
-        "its MLP alone (DeciLM's attention no_op)",
+        "its MLP alone (DeciLM's attention no_op); 'sparse': full-shaped attention over the key blocks its index heads "
+        "select (MiniMax-M3's sparse attention: block_sparse_* fields)",
     )
     sliding_window_pattern: int = Field(
         default=0, ge=0, le=MAX_LAYERS,
         description="instead of layer_types: layer i (from 0) is full when (i + 1) % pattern == 0, else sliding "
         "(Gemma 2: 2, Gemma 3: 6)",
     )
+    sliding_kv_heads: int = Field(
+        default=0, ge=0, le=MAX_HEADS, description="KV heads of the sliding-window layers where they differ from the "
+        "full layers' num_kv_heads (MiMo-V2-Flash: 8 beside 4; Gemma 4 26B-A4B: 8 beside 2); 0: num_kv_heads",
+    )
+    sliding_head_dim: int = Field(
+        default=0, ge=0, le=MAX_WIDTH, description="query/key/value head width of the sliding-window layers where it "
+        "differs from the full layers' head_dim (Gemma 4: 256 beside its global layers' 512); 0: head_dim",
+    )
+    full_layers_k_eq_v: bool = Field(
+        default=False, description="the full-attention layers have no v_proj: their values are k_proj's output "
+        "normed without rotary (Gemma 4's attention_k_eq_v); the cache still holds keys and values apart",
+    )
+    v_norm: bool = Field(default=False, description="a weightless RMSNorm on every value head (Gemma 4's v_norm)")
     attention_sinks: bool = Field(default=False, description="a learned sink logit per head (gpt-oss)")
+    sliding_attention_sinks: bool = Field(
+        default=False, description="a learned sink logit per head in the sliding-window layers only (MiMo-V2-Flash's "
+        "add_swa_attention_sink_bias)",
+    )
     qk_norm: bool = Field(default=False, description="per-head RMSNorm on q and k (Qwen3, Gemma 3)")
     query_pre_attn_scalar: float | None = Field(default=None, gt=0, description="score scale 1/sqrt(this) (Gemma); no cost")
     moe_experts: int = Field(default=1, ge=1, le=MAX_EXPERTS, description="routed experts E; 1 means a dense model")
@@ -119,18 +151,30 @@ class ModelSpec(BaseModel):
     q_lora_rank: int = Field(default=0, ge=0, le=MAX_WIDTH, description="MLA query compression width; 0: none")
     qk_rope_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="MLA rotary part of q/k per head")
     qk_nope_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="MLA non-rotary part of q/k per head")
-    v_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="MLA value width per head")
+    v_head_dim: int = Field(
+        default=0, ge=0, le=MAX_WIDTH, description="value width per head: MLA's, or outside MLA where it is narrower "
+        "than the keys' head_dim (MiMo-V2-Flash: 128 beside 192); 0 outside MLA: head_dim",
+    )
     index_topk: int = Field(
         default=0, ge=0, le=MAX_CONTEXT,
         description="DSA (DeepSeek-V3.2, GLM-5): keys each query attends, chosen by an indexer; 0: dense attention",
     )
-    index_heads: int = Field(default=0, ge=0, le=MAX_HEADS, description="DSA indexer heads n_i")
-    index_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="DSA indexer head width d_i (and its key's)")
+    index_heads: int = Field(default=0, ge=0, le=MAX_HEADS,
+                             description="indexer heads n_i: DSA's, or the index heads of block-sparse layers")
+    index_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="indexer head width d_i (and its key's)")
     indexer_types: list[Literal["full", "shared"]] = Field(
         default_factory=list,
         description="DSA per layer (GLM-5.2's indexer_types): 'full' runs an indexer of its own (its weights, index-key "
         "cache and scoring), 'shared' reuses the top-k of the nearest earlier 'full' layer and attends those keys; "
         "empty: every attention layer 'full'",
+    )
+    block_sparse_topk_blocks: int = Field(
+        default=0, ge=0, le=MAX_CONTEXT, description="'sparse' layers: key blocks each query attends, the local one "
+        "included (MiniMax-M3's sparse_topk_blocks: 16); 0: no block-sparse layers",
+    )
+    block_sparse_block_size: int = Field(
+        default=0, ge=0, le=MAX_CONTEXT, description="'sparse' layers: tokens per key block (MiniMax-M3's "
+        "sparse_block_size: 128)",
     )
     linear_key_heads: int = Field(default=0, ge=0, le=MAX_HEADS, description="Gated DeltaNet q/k heads")
     linear_value_heads: int = Field(default=0, ge=0, le=MAX_HEADS, description="Gated DeltaNet value heads")
@@ -183,6 +227,10 @@ class ModelSpec(BaseModel):
     )
     mamba_state_dtype: Literal["fp32", "bf16", "fp16"] | None = Field(
         default=None, description="dtype of the Mamba-2 SSM state (mamba_ssm_cache_dtype); None: the model's"
+    )
+    moe_parallel_mlp: bool = Field(
+        default=False, description="each MoE layer also runs the dense MLP of ffn_size beside its experts, on the same "
+        "input, each branch normed apart (Gemma 4's enable_moe_block)",
     )
     moe_latent_size: int = Field(
         default=0, ge=0, le=MAX_WIDTH,
@@ -259,8 +307,8 @@ class ModelSpec(BaseModel):
                 raise ValueError("an MLA model (kv_lora_rank > 0) needs qk_rope_head_dim, qk_nope_head_dim and v_head_dim")
         elif self.compress_ratios:
             self._check_compressed_attention()
-        elif self.q_lora_rank or self.qk_rope_head_dim or self.qk_nope_head_dim or self.v_head_dim:
-            raise ValueError("q_lora_rank / qk_*_head_dim / v_head_dim describe MLA: give kv_lora_rank too")
+        elif self.q_lora_rank or self.qk_rope_head_dim or self.qk_nope_head_dim:
+            raise ValueError("q_lora_rank / qk_*_head_dim describe MLA: give kv_lora_rank too")
         elif self.compress_window or self.o_groups or self.o_lora_rank:
             raise ValueError("compress_window / o_groups / o_lora_rank describe DeepSeek-V4's attention: give "
                              "compress_ratios too")
@@ -274,6 +322,21 @@ class ModelSpec(BaseModel):
             raise ValueError("give layer_types or sliding_window_pattern, not both")
         if (self.sliding_window_pattern or "sliding" in self.layer_types) and self.sliding_window is None:
             raise ValueError("sliding layers need sliding_window")
+        if (self.sliding_kv_heads or self.sliding_head_dim or self.sliding_attention_sinks) and \
+                self.sliding_window is None:
+            raise ValueError("sliding_kv_heads / sliding_head_dim / sliding_attention_sinks describe sliding-window "
+                             "layers: give sliding_window too")
+        if self.sliding_kv_heads and self.num_heads % self.sliding_kv_heads:
+            raise ValueError(f"sliding_kv_heads {self.sliding_kv_heads} must divide num_heads {self.num_heads}")
+        if self.is_mla and (self.sliding_kv_heads or self.sliding_head_dim or self.full_layers_k_eq_v or self.v_norm):
+            raise ValueError("sliding_kv_heads / sliding_head_dim / full_layers_k_eq_v / v_norm describe attention "
+                             "heads, which an MLA model (kv_lora_rank) does not cache")
+        if self.sliding_head_dim and self.v_head_dim:
+            raise ValueError("sliding_head_dim with v_head_dim: values narrower than keys in layers of two widths are "
+                             "not modelled")
+        if self.moe_parallel_mlp and not self.is_moe:
+            raise ValueError("moe_parallel_mlp runs the dense MLP beside the experts: give moe_experts > 1")
+        self._check_block_sparse()
         if self.moe_experts == 1:
             moe_keys = (self.moe_ffn_size, self.moe_shared_experts, self.moe_first_dense_layers,
                         self.moe_dense_layer_indices, self.moe_layer_step != 1, self.moe_top_k != 1,
@@ -359,6 +422,24 @@ class ModelSpec(BaseModel):
             raise ValueError("ffn_sizes (per-layer MLP widths) are modelled for dense, sequential layers only: no "
                              "moe_experts, block_pattern or parallel_attention")
 
+    def _check_block_sparse(self) -> None:
+        """'sparse' layers (MiniMax-M3) need their block fields and index heads, one per full layer's KV head."""
+        fields = (self.block_sparse_topk_blocks, self.block_sparse_block_size)
+        if "sparse" not in self.layer_types:
+            if any(fields):
+                raise ValueError("block_sparse_* fields describe block-sparse attention: mark its layers 'sparse' in "
+                                 "layer_types")
+            return
+        if not (all(fields) and self.index_heads and self.index_head_dim):
+            raise ValueError("'sparse' layers need block_sparse_topk_blocks, block_sparse_block_size, index_heads and "
+                             "index_head_dim")
+        if self.is_mla or self.index_topk:
+            raise ValueError("'sparse' layers are block-sparse GQA attention: not with MLA or DSA (index_topk)")
+        if self.index_heads != self.num_kv_heads:
+            # MiniMax-M3's kernels select blocks per KV head, one index head each (TensorRT-LLM minimax_m3_kernels).
+            raise ValueError(f"index_heads {self.index_heads} must equal num_kv_heads {self.num_kv_heads}: each KV "
+                             "head attends the blocks its own index head selects")
+
     def _check_blocks(self) -> None:
         mamba = (self.mamba_heads, self.mamba_head_dim, self.mamba_state_size, self.mamba_groups, self.mamba_conv_kernel)
         pattern = self.block_pattern
@@ -441,8 +522,9 @@ class ModelSpec(BaseModel):
 
     @property
     def dense_mlp_layers(self) -> int:
-        """Layers with a dense MLP (of ``ffn_size``, or of their own ``ffn_sizes`` width)."""
-        return self.ffn_layers - self.moe_layers
+        """Layers with a dense MLP (of ``ffn_size``, or of their own ``ffn_sizes`` width): those without experts, or
+        every one with moe_parallel_mlp."""
+        return self.ffn_layers if self.moe_parallel_mlp else self.ffn_layers - self.moe_layers
 
     @property
     def dense_mlp_widths(self) -> dict[int, int]:
@@ -471,12 +553,42 @@ class ModelSpec(BaseModel):
         """DeepSeek-V4: layers whose compression ratio is ``ratio`` (0: window only)."""
         return sum(r == ratio for r in self.compress_ratios)
 
-    def layer_kind(self, index: int) -> Literal["full", "sliding", "linear", "none"]:
-        """What layer ``index`` (from 0) is: 'linear' (Gated DeltaNet), 'none' (no mixer), 'sliding' (a window) or
-        'full'."""
-        if self.layer_types and self.layer_types[index] in ("linear", "none"):
+    @property
+    def block_sparse_layers(self) -> int:
+        """Layers of block-sparse attention ('sparse' in layer_types), each with its index heads and index-key cache."""
+        return self.layer_types.count("sparse")
+
+    @property
+    def block_sparse_keys(self) -> int:
+        """Keys a query of a 'sparse' layer attends at most: its selected blocks times the block size."""
+        return self.block_sparse_topk_blocks * self.block_sparse_block_size
+
+    def layer_kind(self, index: int) -> Literal["full", "sliding", "linear", "none", "sparse"]:
+        """What layer ``index`` (from 0) is: 'linear' (Gated DeltaNet), 'none' (no mixer), 'sparse' (block-sparse),
+        'sliding' (a window) or 'full'."""
+        if self.layer_types and self.layer_types[index] in ("linear", "none", "sparse"):
             return self.layer_types[index]
         return "full" if self.layer_window(index) is None else "sliding"
+
+    def attention_shape(self, kind: Literal["full", "sliding"]) -> AttentionShape:
+        """KV heads, head widths and K = V of the full-attention layers ('sparse' ones are shaped so) or the
+        sliding-window layers: the one place the per-kind overrides (sliding_*, full_layers_k_eq_v) are read."""
+        if kind == "sliding":
+            head_dim = self.sliding_head_dim or self.head_dim
+            value_dim = head_dim if self.sliding_head_dim else self.value_head_dim
+            return AttentionShape(self.sliding_kv_heads or self.num_kv_heads, head_dim, value_dim, False)
+        return AttentionShape(self.num_kv_heads, self.head_dim, self.value_head_dim, self.full_layers_k_eq_v)
+
+    @property
+    def value_head_dim(self) -> int:
+        """Width of a value head of a full-attention layer: v_head_dim (MLA's, or MiMo-V2-Flash's), else head_dim."""
+        return self.v_head_dim or self.head_dim
+
+    @property
+    def per_kind_attention(self) -> bool:
+        """Do the sliding-window layers have widths or sinks of their own (sliding_*), or the full layers K = V?"""
+        return bool(self.sliding_kv_heads or self.sliding_head_dim or self.sliding_attention_sinks
+                    or self.full_layers_k_eq_v)
 
     @property
     def expert_ffn_size(self) -> int:
@@ -529,6 +641,12 @@ class ModelSpec(BaseModel):
             parts.append(f"DSA top-{self.index_topk} (indexer {self.index_heads} x {self.index_head_dim}{shared})")
         if self.hc_mult > 1:
             parts.append(f"hyper-connections x{self.hc_mult}")
+        if self.v_head_dim and not self.is_mla:
+            parts[0] += f" (head {self.head_dim}, values {self.v_head_dim})"
+        if self.block_sparse_layers:
+            parts.append(f"block-sparse attention on {self.block_sparse_layers} of {self.num_layers} layers (top "
+                         f"{self.block_sparse_topk_blocks} blocks of {self.block_sparse_block_size}, index "
+                         f"{self.index_heads} x {self.index_head_dim})")
         if self.linear_layers:
             kind = "Kimi Delta Attention" if self.linear_kind == "kda" else "Gated DeltaNet"
             parts.append(f"{kind} on {self.linear_layers} of {self.num_layers} layers")
@@ -547,15 +665,21 @@ class ModelSpec(BaseModel):
             share = "all layers" if self.sliding_layers == self.num_layers else \
                 f"{self.sliding_layers} of {self.num_layers} layers"
             parts.append(f"sliding window {self.sliding_window} on {share}")
-        if self.attention_sinks:
-            parts.append("attention sinks")
+            sliding = self.attention_shape("sliding")
+            if sliding[:2] != (self.num_kv_heads, self.head_dim):
+                parts.append(f"sliding layers {sliding.kv_heads} KV heads x {sliding.head_dim}")
+        if self.full_layers_k_eq_v:
+            parts.append("full layers K = V (no v_proj)")
+        if self.attention_sinks or self.sliding_attention_sinks:
+            parts.append("attention sinks" + ("" if self.attention_sinks else " (sliding layers)"))
         if self.attention_residual_block:
             parts.append(f"attention residuals over blocks of {self.attention_residual_block} layers")
         if self.is_moe:
             shared = f" + {self.moe_shared_experts} shared" if self.moe_shared_experts else ""
             layers = "" if self.moe_layers == self.num_layers else f" on {self.moe_layers} of {self.num_layers} layers"
             latent = f" in a {self.moe_latent_size} latent" if self.moe_latent_size else ""
-            parts.append(f"MoE {self.moe_experts} experts top-{self.moe_top_k}{shared}{latent}{layers}")
+            beside = f" beside a dense MLP of {self.ffn_size}" if self.moe_parallel_mlp else ""
+            parts.append(f"MoE {self.moe_experts} experts top-{self.moe_top_k}{shared}{latent}{beside}{layers}")
         if self.quantization:
             parts.append(f"checkpoint {self.quantization}")
         return ", ".join(parts)
@@ -612,19 +736,28 @@ def with_attention(spec: ModelSpec, variant: str | None) -> ModelSpec:
             )
     else:
         raise InputError(f"--attention: unknown variant '{variant}'; allowed: mha, mqa, gqa:N")
-    if kv_heads == spec.num_kv_heads:
+    if kv_heads == spec.num_kv_heads and not spec.sliding_kv_heads:
         return spec
-    return spec.model_copy(update={"num_kv_heads": kv_heads, "name": f"{spec.name} ({text})"})
+    # The variant gives every layer, sliding ones too, the same KV heads; block-sparse layers keep one index head per
+    # KV head (each KV head attends the blocks its own index head selects).
+    update: dict[str, Any] = {"num_kv_heads": kv_heads, "sliding_kv_heads": 0, "name": f"{spec.name} ({text})"}
+    if spec.block_sparse_layers:
+        update["index_heads"] = kv_heads
+    return spec.model_copy(update=update)
 
 
 def with_full_attention(spec: ModelSpec) -> ModelSpec:
     """``spec`` attending (and caching) the whole context in every layer: as an engine that ignores its sliding window runs it."""
     if spec.sliding_window is None:
         return spec
-    kinds = ["full" if kind == "sliding" else kind for kind in spec.layer_types]
-    return spec.model_copy(update={"sliding_window": None, "layer_types": kinds if set(kinds) - {"full"} else [],
-                                   "sliding_window_pattern": 0,
-                                   "name": f"{spec.name} (full attention)"})
+    name = f"{spec.name} (full attention)"
+    if spec.per_kind_attention:
+        # The sliding layers keep their own widths: a window as long as the longest context is no window.
+        return spec.model_copy(update={"sliding_window": spec.max_context, "name": name})
+    other = any(kind in ("linear", "sparse", "none") for kind in spec.layer_types)  # kinds that stay what they are
+    layer_types = ["full" if kind == "sliding" else kind for kind in spec.layer_types] if other else []
+    return spec.model_copy(update={"sliding_window": None, "layer_types": layer_types, "sliding_window_pattern": 0,
+                                   "name": name})
 
 
 def _model_files() -> list[Path]:

@@ -5,15 +5,18 @@ DeepSeek-V2/V3 (MLA + MoE), DeepSeek-V4 (compressed attention and hyper-connecti
 ``hc_mult``), Gemma 1-3, gpt-oss, Llama 4 (its ``text_config``), Falcon,
 OPT, GPT-2, and the model_types whose layers are one of these field for field (Kimi-K2,
 Qwen3-VL, MiMo, MiniMax-M2, Step-3.x-Flash: :data:`simulator.model.hf_families.FAMILY_OF`),
-with DSA's indexer (DeepSeek-V3.2, GLM-5: ``index_topk``; GLM-5.2's layers sharing one: ``indexer_types``) or Gated DeltaNet layers between the
-attention layers (Qwen3.5, Qwen3-Next: ``linear_num_value_heads``, ``layer_types``), and Nemotron-H's
-blocks of Mamba-2, attention, MLP or MoE (``hybrid_override_pattern`` or ``layers_block_type``), and
-DeciLM's (Llama-Nemotron's) NAS-pruned layers (``block_configs``), and Kimi-K3's Kimi Delta Attention layers beside
-MLA ones (``linear_attn_config``: both in :mod:`simulator.model.hf_layouts`) with its Attention Residuals.
+with DSA's indexer (DeepSeek-V3.2, GLM-5: ``index_topk``; GLM-5.2's layers sharing one: ``indexer_types``) or Gated
+DeltaNet layers between the attention layers (Qwen3.5, Qwen3-Next: ``linear_num_value_heads``, ``layer_types``),
+Nemotron-H's blocks of Mamba-2, attention, MLP or MoE (``hybrid_override_pattern`` or ``layers_block_type``),
+DeciLM's (Llama-Nemotron's) NAS-pruned layers (``block_configs``), Kimi-K3's Kimi Delta Attention layers beside
+MLA ones (``linear_attn_config``: both in :mod:`simulator.model.hf_layouts`) with its Attention Residuals,
+DeepSeek-V4's compressed attention and hyper-connections (``compress_ratios``, ``hc_mult``), sliding and full
+layers of different widths (Gemma 4: ``global_head_dim``; MiMo-V2-Flash: ``swa_*``) and MiniMax-M3's block-sparse
+layers (``sparse_attention_config``).
 Each key is read the way the family's ``transformers`` modelling code reads it (cited per rule
 below). A key the loader does not understand becomes one line in ``ModelSpec.warnings`` naming
-it (shown by the report), never silence; a layout the simulator cannot cost at all (block-sparse
-attention, other model types' state-space layers) is one-line InputError naming the
+it (shown by the report), never silence; a layout the simulator cannot cost at all (other model types'
+state-space layers, Gemma 4's KV-shared layers) is one-line InputError naming the
 feature and its field (:mod:`simulator.model.hf_families`). Quantisation configs are read by
 :mod:`simulator.model.hf_quantisation`.
 
@@ -29,7 +32,13 @@ from typing import Any
 from simulator.errors import InputError
 from simulator.model.compressed_attention_operators import COMPRESS_RATIOS
 from simulator.model.hf_families import FAMILY_OF, fields_not_understood, refusal
-from simulator.model.hf_layouts import decilm_blocks, indexer_types, kimi_delta_layers
+from simulator.model.hf_layouts import (
+    block_sparse_fields,
+    decilm_blocks,
+    gemma4_fields,
+    indexer_types,
+    kimi_delta_layers,
+)
 from simulator.model.hf_quantisation import compressed_attention_quantisation, quantisation_fields
 
 # Families whose MLP is ungated (up, activation, down: 2 matrices); every other family is
@@ -120,22 +129,30 @@ def _activation(config: dict[str, Any]) -> str:
 
 
 def _moe_fields(config: dict[str, Any], model_type: str, layers: Any, ffn: Any, warnings: list[str]) -> dict[str, Any]:
-    """Mixture-of-experts keys of Mixtral, Qwen-MoE, DeepSeek, gpt-oss and Llama 4."""
+    """Mixture-of-experts keys of Mixtral, Qwen-MoE, DeepSeek, gpt-oss, Llama 4, Gemma 4 and MiniMax-M3."""
     experts = _first(config, "num_local_experts", "n_routed_experts", "num_experts")
     if not experts or experts <= 1:
         return {}
     spec: dict[str, Any] = {
         "moe_experts": experts,
         "moe_top_k": _first(config, "num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_topk",
-                            default=2),
+                            "top_k_experts", default=2),
     }
-    if config.get("moe_intermediate_size"):
-        # Qwen-MoE / DeepSeek: intermediate_size is the dense layers' MLP, moe_intermediate_size one expert's.
-        spec["moe_ffn_size"] = config["moe_intermediate_size"]
+    if config.get("moe_intermediate_size") or config.get("expert_intermediate_size"):
+        # Qwen-MoE / DeepSeek: intermediate_size is the dense layers' MLP, moe_intermediate_size one expert's (Gemma 4:
+        # or expert_intermediate_size, vLLM's Gemma4MoE reads either).
+        spec["moe_ffn_size"] = _first(config, "moe_intermediate_size", "expert_intermediate_size")
     elif config.get("intermediate_size_mlp"):
         # Llama 4: intermediate_size is one expert's (and the shared expert's); intermediate_size_mlp the dense MLP.
         spec["moe_ffn_size"] = ffn
         spec["ffn_size"] = config["intermediate_size_mlp"]
+    if config.get("dense_intermediate_size"):
+        # MiniMax-M3: intermediate_size is one expert's (TensorRT-LLM's MiniMaxM3MoE), dense_intermediate_size the
+        # leading dense layers' MLP.
+        spec["moe_ffn_size"] = spec.get("moe_ffn_size") or ffn
+        spec["ffn_size"] = config["dense_intermediate_size"]
+    if config.get("enable_moe_block"):
+        spec["moe_parallel_mlp"] = True  # Gemma 4: the dense MLP of intermediate_size runs beside the experts
     # DeepSeek: n_shared_experts, each of moe_intermediate_size; Kimi Linear/K3 (num_shared_experts): one MLP of
     # moe_intermediate_size x num_shared_experts (vLLM's KimiMoE), the same weights.
     shared = _first(config, "n_shared_experts", "num_shared_experts")
@@ -349,6 +366,28 @@ def _mamba_fields(config: dict[str, Any], pattern: str) -> dict[str, Any]:
     return spec
 
 
+def _swa_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """MiMo-V2-Flash's sliding-window layers (vLLM's MiMoV2FlashDecoderLayer: ``hybrid_layer_pattern`` 1) with KV
+    heads of their own (``swa_num_key_value_heads``) and a sink logit per head (``add_swa_attention_sink_bias``)."""
+    pattern = config.get("hybrid_layer_pattern")
+    if not isinstance(pattern, list):
+        return {}
+    # Widths the sliding layers may only share with the full ones (no ModelSpec field holds them apart).
+    for own, shared in (("swa_num_attention_heads", "num_attention_heads"), ("swa_head_dim", "head_dim"),
+                        ("swa_v_head_dim", "v_head_dim")):
+        if config.get(own) is not None and config[own] != config.get(shared):
+            raise InputError(f"sliding-window layers with their own {shared}: not modelled (config.json field {own} = "
+                             f"{config[own]}, {shared} = {config.get(shared)}; allowed: equal)")
+    spec: dict[str, Any] = {"sliding_window": _first(config, "sliding_window_size", "sliding_window"),
+                            "layer_types": ["sliding" if flag else "full" for flag in pattern]}
+    swa_kv = config.get("swa_num_key_value_heads")
+    if swa_kv and swa_kv != config.get("num_key_value_heads"):
+        spec["sliding_kv_heads"] = swa_kv
+    if config.get("add_swa_attention_sink_bias"):
+        spec["sliding_attention_sinks"] = True
+    return spec
+
+
 def _layer_kind(text: str) -> str:
     """A config.json layer type as ModelSpec.layer_types names it; InputError for one not modelled."""
     kinds = {"sliding_attention": "sliding", "chunked_attention": "sliding", "full_attention": "full",
@@ -486,9 +525,18 @@ def from_hf_config(raw: dict[str, Any], name: str) -> dict[str, Any]:
         warnings.append(COMPRESSED_KV_WARNING)
     else:
         spec.update(_window_fields(config, model_type, layers, warnings))
+        spec.update(gemma4_fields(config))
+        spec.update(_swa_fields(config))
+        sparse = block_sparse_fields(config, warnings)
+        if sparse and "layer_types" in spec:
+            raise InputError("block-sparse layers (sparse_attention_config) beside sliding-window ones: not modelled")
+        spec.update(sparse)
     spec.update(_hyper_connection_fields(config))
     if declared == "nemotron-nas" and isinstance(layers, int) and isinstance(heads, int) and isinstance(hidden, int):
         spec.update(decilm_blocks(config, layers, heads, hidden, warnings))
+    if config.get("v_head_dim") and not config.get("kv_lora_rank") and config["v_head_dim"] != spec.get("head_dim"):
+        # Values narrower than keys outside MLA (MiMo-V2-Flash: vLLM's MiMoV2Attention v_head_dim).
+        spec["v_head_dim"] = config["v_head_dim"]
     spec.update(_moe_fields(config, model_type, layers, ffn, warnings))
     spec.update(_mla_fields(config))
     spec.update(_dsa_fields(config, layers))

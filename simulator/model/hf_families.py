@@ -37,6 +37,17 @@ FAMILY_OF = {
     # Kimi Linear / Kimi-K3's text model (KimiLinearForCausalLM): DeepSeek-V3's MLA and MoE ("adapted from
     # deepseek-v3", modeling_kimi_linear.py) with Kimi Delta Attention layers between (linear_attn_config)
     "kimi_linear": "deepseek_v3",
+    # Gemma 4 (Gemma4TextDecoderLayer): Gemma 3's four norms per layer, q/k norms, GeGLU and tied embeddings; its
+    # global layers' own widths (global_head_dim), K = V, v_norm and the MoE beside the MLP are read by their fields.
+    "gemma4_text": "gemma3_text",
+    "gemma4": "gemma3_text",
+    # MiMo-V2-Flash (vLLM's MiMoV2FlashForCausalLM): Llama's attention (no q/k norms) and gated MLP, DeepSeek-style
+    # MoE layers (moe_layer_freq), untied; its sliding layers are read from hybrid_layer_pattern and swa_* fields.
+    "mimo_v2_flash": "llama",
+    # MiniMax-M3 (TensorRT-LLM's MiniMaxM3DecoderLayer): MiniMax-M2's per-head q/k norms and experts with a shared
+    # expert and leading dense layers; its block-sparse layers are read from sparse_attention_config.
+    "minimax_m3": "mixtral",
+    "minimax_m3_vl": "mixtral",  # ... its multimodal checkpoint's text_config (vision encoder warned of, not costed)
 }
 
 # Layouts the cost model cannot represent, by field: (field, feature). The first present refuses the file.
@@ -50,11 +61,8 @@ REFUSED_FIELDS: tuple[tuple[str, str], ...] = (
     ("mamba_d_state", "state-space (Mamba) layers"),
     ("ssm_cfg", "state-space (Mamba) layers"),
     ("attn_layer_period", "state-space (Mamba) layers"),
-    ("sparse_attention_config", "block-sparse attention with index heads (MiniMax-M3)"),
     ("block_configs", "per-layer block_configs (NAS-pruned layers of differing widths) outside model_type "
                       "nemotron-nas"),
-    ("swa_num_key_value_heads", "sliding-window layers with their own head counts"),
-    ("global_head_dim", "global layers with their own head_dim and shared K = V (Gemma 4)"),
     ("cross_attention_layers", "cross-attention (vision) layers"),
 )
 
@@ -65,11 +73,6 @@ READ_BY_TYPE = {
     "layers_block_type": frozenset({"nemotron_h"}),
     "block_configs": frozenset({"nemotron-nas"}),
     "linear_attn_config": frozenset({"kimi_linear"}),
-}
-
-# Layouts refused by model_type where the config.json omits the field that shows them.
-REFUSED_TYPES = {
-    "minimax_m3_vl": "block-sparse attention with index heads (MiniMax-M3: architectures MiniMaxM3SparseForCausalLM)",
 }
 
 # Fields read by the mapping (simulator.model.hf_config and hf_quantisation).
@@ -99,6 +102,12 @@ READ = frozenset({
     # DeciLM's per-layer blocks; Kimi-K3: its delta attention layers, latent MoE and Attention Residuals.
     "block_configs", "linear_attn_config", "num_experts_per_token", "num_shared_experts", "routed_expert_hidden_size", "latent_moe_use_norm", "mla_use_output_gate", "mla_use_nope",
     "attn_res_block_size",
+    # Gemma 4: the global layers' widths, K = V and MoE block; MiMo-V2-Flash: its sliding layers; MiniMax-M3: its
+    # block-sparse layers and the leading dense layers' MLP.
+    "global_head_dim", "num_global_key_value_heads", "attention_k_eq_v", "enable_moe_block", "top_k_experts",
+    "expert_intermediate_size", "hybrid_layer_pattern", "sliding_window_size", "swa_num_attention_heads",
+    "swa_num_key_value_heads", "swa_head_dim", "swa_v_head_dim", "add_swa_attention_sink_bias",
+    "sparse_attention_config", "dense_intermediate_size",
 })
 
 # Fields that change nothing the cost model sees: generation and training settings of PretrainedConfig,
@@ -146,6 +155,10 @@ INERT = frozenset({
     "hc_eps", "compress_rope_theta", "num_hash_layers",
     # Kimi-K3: SiTU's two scales (the activation is one elementwise op whatever they are) and the router's scoring.
     "activation_situ_beta", "activation_situ_linear_beta", "moe_router_activation_func",
+    # Gemma 4: the per-layer-input table's vocabulary, used only with hidden_size_per_layer_input (refused unless
+    # 0). MiMo-V2-Flash: a constant scale of the values and its sliding layers' rotary base. MiniMax-M3: RMSNorm
+    # weights stored as offsets from 1 (Gemma's norm), the same work.
+    "vocab_size_per_layer_input", "attention_value_scale", "swa_rope_theta", "use_gemma_norm",
 })
 
 # Fields inert only at the value given (a different value changes the layers in a way not modelled).
@@ -155,8 +168,9 @@ INERT_AT = {
     "num_kv_shared_layers": 0,
     "hidden_size_per_layer_input": 0,
     "use_double_wide_mlp": False,
-    "enable_moe_block": False,
-    "attention_k_eq_v": False,
+    "add_full_attention_sink_bias": False,  # MiMo-V2-Flash: sinks in its full layers too
+    # Gemma 4: bidirectional attention among a prompt's image tokens only; the text stays causal.
+    "use_bidirectional_attention": "vision",
     # Nemotron-H: no biases on the Mamba-2 projections (use_bias, mamba_proj_bias); the convolution has its bias
     # (use_conv_bias, counted by the Mamba-2 operator).
     "use_bias": False,
@@ -174,16 +188,16 @@ def refusal(config: dict[str, Any], model_type: str) -> str | None:
             value = config[field]
             shown = value if isinstance(value, (int, float, str)) and len(str(value)) < 40 else type(value).__name__
             return f"{feature}: not modelled (config.json field {field} = {shown})"
-    if model_type in REFUSED_TYPES:
-        return f"{REFUSED_TYPES[model_type]}: not modelled (config.json field model_type = {model_type})"
+    # Gemma 4's small models (E2B, E4B): the last layers reuse an earlier layer's KV cache and every layer adds a
+    # per-layer input embedding (transformers' Gemma4TextAttention.is_kv_shared_layer, Gemma4TextModel PLE).
+    for field, feature in (("num_kv_shared_layers", "layers that reuse an earlier layer's KV cache"),
+                           ("hidden_size_per_layer_input", "per-layer input embeddings")):
+        if config.get(field):
+            return f"{feature} (Gemma 4 E2B/E4B): not modelled (config.json field {field} = {config[field]}; allowed: 0)"
     types = config.get("attn_type_list")
     if isinstance(types, list) and any(t != 1 for t in types):
         return "linear (lightning) attention layers: not modelled (config.json field attn_type_list has 0s; " \
             "allowed: all 1, full attention)"
-    if config.get("v_head_dim") and not config.get("kv_lora_rank") and config.get("head_dim") \
-            and config["v_head_dim"] != config["head_dim"]:
-        return (f"values narrower than keys outside MLA: not modelled (config.json field v_head_dim = "
-                f"{config['v_head_dim']}, head_dim = {config['head_dim']})")
     return None
 
 

@@ -1,6 +1,7 @@
 """Per-layer layouts of a ``config.json``: which layers keep a DSA indexer (GLM-5.2's ``indexer_types``), what
-each NAS-pruned block holds (DeciLM's ``block_configs``) and which layers are Kimi Delta Attention (Kimi-K3's
-``linear_attn_config``).
+each NAS-pruned block holds (DeciLM's ``block_configs``), which layers are Kimi Delta Attention (Kimi-K3's
+``linear_attn_config``), how Gemma 4's global layers are shaped apart from its sliding ones (``global_head_dim``)
+and which layers are MiniMax-M3's block-sparse ones (``sparse_attention_config``).
 
 Split from :mod:`simulator.model.hf_config` (the mapping of fields onto ModelSpec), which would pass 600 lines with
 these readers. Each reads a per-layer list the way the family's reference code does (cited per function) and
@@ -190,3 +191,66 @@ def kimi_delta_layers(config: dict[str, Any], layers: int, warnings: list[str]) 
         "linear_state_dtype": "fp32",
         "linear_gate_rank": 0 if attn.get("use_full_rank_gate") else width,
     }
+
+
+def gemma4_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """Gemma 4's global (full-attention) layers, shaped apart from its sliding ones (transformers'
+    Gemma4TextAttention): head width ``global_head_dim``; with ``attention_k_eq_v`` no v_proj (the values are k_proj's
+    output) and ``num_global_key_value_heads`` KV heads, else ``num_key_value_heads``. Every layer norms its value
+    heads without a weight (v_norm)."""
+    full_dim = config.get("global_head_dim")
+    if not full_dim:
+        return {}
+    head_dim, kv_heads = config.get("head_dim"), config.get("num_key_value_heads")
+    k_eq_v = bool(config.get("attention_k_eq_v"))
+    full_kv = config.get("num_global_key_value_heads") if k_eq_v else kv_heads
+    spec: dict[str, Any] = {"head_dim": full_dim, "num_kv_heads": full_kv or kv_heads, "full_layers_k_eq_v": k_eq_v,
+                            "v_norm": True}
+    if head_dim and head_dim != full_dim:
+        spec["sliding_head_dim"] = head_dim
+    if kv_heads and kv_heads != spec["num_kv_heads"]:
+        spec["sliding_kv_heads"] = kv_heads
+    return spec
+
+
+# MiniMax-M3's sparse_attention_config keys (TensorRT-LLM's MiniMaxM3Params mirrors them).
+BLOCK_SPARSE_KEYS = frozenset({"use_sparse_attention", "sparse_index_dim", "sparse_num_index_heads",
+                               "sparse_topk_blocks", "sparse_block_size", "sparse_disable_index_value",
+                               "sparse_score_type", "sparse_init_block", "sparse_local_block", "sparse_attention_freq"})
+
+
+def block_sparse_fields(config: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
+    """MiniMax-M3's block-sparse layers (``sparse_attention_config``; TensorRT-LLM's modeling_minimaxm3 and
+    minimax_m3_kernels): the layers ``sparse_attention_freq`` marks, the index heads and the blocks they select.
+
+    Modelled as the released checkpoint has them: blocks scored by their best key (``sparse_score_type`` 'max'), a
+    K-only index branch (``sparse_disable_index_value`` set in every sparse layer), and the always-kept leading and
+    trailing blocks counted inside ``sparse_topk_blocks`` (their scores are forced to the top of the same top-k).
+    """
+    sac = config.get("sparse_attention_config")
+    if not isinstance(sac, dict) or not sac.get("use_sparse_attention"):
+        return {}
+    odd = sorted(set(sac) - BLOCK_SPARSE_KEYS)
+    if odd:
+        warnings.append(f"sparse_attention_config fields not understood, taken to change nothing the cost model "
+                        f"sees: {', '.join(odd)}")
+    freq = sac.get("sparse_attention_freq")
+    if not isinstance(freq, list):
+        raise InputError("sparse_attention_config.sparse_attention_freq: needs one 0/1 per layer (which layers are "
+                         f"sparse); got {type(freq).__name__}")
+    score = sac.get("sparse_score_type", "max")
+    if score != "max":
+        raise InputError(f"block-sparse attention scored by '{score}': not modelled (config.json field "
+                         "sparse_attention_config.sparse_score_type; allowed: max)")
+    if list(sac.get("sparse_disable_index_value") or []) != list(freq):
+        raise InputError("block-sparse layers with an index value branch: not modelled (config.json field "
+                         "sparse_attention_config.sparse_disable_index_value must equal sparse_attention_freq)")
+    topk = sac.get("sparse_topk_blocks") or 0
+    kept = (sac.get("sparse_init_block") or 0) + (sac.get("sparse_local_block") or 0)
+    if kept > topk:
+        raise InputError(f"block-sparse attention keeping {kept} leading and trailing blocks beside the top "
+                         f"{topk}: not modelled (config.json fields sparse_attention_config.sparse_init_block, "
+                         "sparse_local_block; allowed: at most sparse_topk_blocks together)")
+    return {"layer_types": ["sparse" if flag else "full" for flag in freq], "block_sparse_topk_blocks": topk,
+            "block_sparse_block_size": sac.get("sparse_block_size") or 0,
+            "index_heads": sac.get("sparse_num_index_heads") or 0, "index_head_dim": sac.get("sparse_index_dim") or 0}

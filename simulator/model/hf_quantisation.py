@@ -43,6 +43,9 @@ _EXPERTS = (("mlp.experts.0.gate_proj", "mlp.experts.0.up_proj", "mlp.experts.0.
             ("mlp.experts.gate_up_proj", "mlp.experts.down_proj"),
             ("feed_forward.experts.gate_up_proj", "feed_forward.experts.down_proj"),
             ("mixer.experts.0.up_proj", "mixer.experts.0.down_proj"))
+# Gemma 4's experts (Gemma4TextExperts) hang on the layer itself, beside its dense ``mlp``: the only names its
+# experts have (the schemes above would read an excluded ``mlp*`` as excluding them).
+_PARALLEL_EXPERTS = (("experts.gate_up_proj", "experts.down_proj"),)
 _SHARED = (("mlp.shared_experts.gate_proj", "mlp.shared_experts.up_proj", "mlp.shared_experts.down_proj"),
            ("mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj", "mlp.shared_expert.down_proj"),
            ("feed_forward.shared_expert.gate_proj", "feed_forward.shared_expert.up_proj",
@@ -117,6 +120,8 @@ def _present(spec: dict[str, Any], module: str, index: int) -> bool:
     if pattern:
         # Nemotron-H: one mixer ('M', '*') or one FFN ('-' dense, 'E' MoE) per layer.
         return str(pattern)[index] in {"attention": "M*", "mlp": "-", "experts": "E", "shared": "E"}[module]
+    if module == "mlp" and spec.get("moe_parallel_mlp"):
+        return True  # Gemma 4: the dense MLP in every layer, beside the experts
     return not ((module == "mlp" and moe) or (module in ("experts", "shared") and not moe))
 
 
@@ -142,8 +147,9 @@ def _weights(spec: dict[str, Any]) -> dict[str, float]:
         return {"self_attn.q_a_proj": H * r_q, "self_attn.q_b_proj": r_q * n * (d_n + d_r),
                 "self_attn.q_proj": H * n * (d_n + d_r), "self_attn.kv_a_proj_with_mqa": H * (r + d_r),
                 "self_attn.kv_b_proj": r * n * (d_n + d_v), "self_attn.o_proj": n * d_v * H}
-    return {"self_attn.q_proj": H * n * d, "self_attn.k_proj": H * g * d, "self_attn.v_proj": H * g * d,
-            "self_attn.o_proj": n * d * H}
+    d_v = d_v or d  # values narrower than keys outside MLA (MiMo-V2-Flash)
+    return {"self_attn.q_proj": H * n * d, "self_attn.k_proj": H * g * d, "self_attn.v_proj": H * g * d_v,
+            "self_attn.o_proj": n * d_v * H}
 
 
 def _excluded_layers(spec: dict[str, Any], patterns: list[str]) -> dict[str, tuple[float, int]]:
@@ -152,7 +158,8 @@ def _excluded_layers(spec: dict[str, Any], patterns: list[str]) -> dict[str, tup
     excluded = _matcher(patterns)
     prefix = _prefix(patterns)
     layers = int(spec["num_layers"])
-    modules = {"attention": _attention_names(spec), "mlp": _MLP, "experts": _EXPERTS, "shared": _SHARED}
+    experts = _PARALLEL_EXPERTS if spec.get("moe_parallel_mlp") else _EXPERTS
+    modules = {"attention": _attention_names(spec), "mlp": _MLP, "experts": experts, "shared": _SHARED}
     sizes = _weights(spec)
     counts: dict[str, tuple[float, int]] = {}
     for module, schemes in modules.items():
@@ -175,7 +182,8 @@ def _unmatched(spec: dict[str, Any], patterns: list[str]) -> list[str]:
     """Entries that match no linear of the decoder and do not name a known non-linear either."""
     prefix = _prefix(patterns)
     layers = int(spec["num_layers"])
-    suffixes = [name for schemes in (_attention_names(spec), _MLP, _EXPERTS, _SHARED) for scheme in schemes
+    experts = _PARALLEL_EXPERTS if spec.get("moe_parallel_mlp") else _EXPERTS
+    suffixes = [name for schemes in (_attention_names(spec), _MLP, experts, _SHARED) for scheme in schemes
                 for name in scheme]
     unknown = []
     for pattern in patterns:

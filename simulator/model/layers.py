@@ -1,9 +1,10 @@
 """Layer specs: the operators of one forward pass, with weight shapes per GPU.
 
-Why this module is over 600 lines: one builder makes every kind of layer (attention, MLA with DSA's indexer,
-Gated DeltaNet and Kimi Delta Attention, Mamba-2, MLP, MoE, attention residuals), and its methods share the fusion,
-precision and tensor-parallel rules written here once. DeepSeek-V4's attention and hyper-connections are built by
-:mod:`simulator.model.compressed_attention_layers` with this builder's rules.
+Why this module is over 600 lines: one builder makes every kind of layer (attention of each layer kind, block-sparse
+attention with its index heads, MLA with DSA's indexer, Gated DeltaNet and Kimi Delta Attention, Mamba-2, MLP, MoE,
+attention residuals), and its methods share the fusion, precision and tensor-parallel rules written here once.
+DeepSeek-V4's attention and hyper-connections are built by :mod:`simulator.model.compressed_attention_layers` with
+this builder's rules.
 
 ``build_operators`` turns a ModelSpec + Precision + tensor-parallel degree into a tuple of
 operators. Each operator knows *what it does* for a :class:`~simulator.model.step.Step`
@@ -123,7 +124,7 @@ from simulator.model.routing import (
     local_probabilities,
     remote_gpus_per_token,
 )
-from simulator.model.sparse_linear_operators import GatedDeltaNet, Indexer, state_bytes_per_element
+from simulator.model.sparse_linear_operators import BlockIndexer, GatedDeltaNet, Indexer, state_bytes_per_element
 from simulator.model.state_space_operators import Mamba2
 from simulator.model.work import (
     ACTIVATION_FLOPS_PER_ELEMENT,
@@ -401,6 +402,8 @@ class _Builder:
             ops += self.mlp(f"mlp{F}_" if len(widths) > 1 else "", F, F // tp, layers, "mlp")
         if model.moe_layers:
             ops += self.moe()
+        if model.moe_parallel_mlp:
+            ops += self.parallel_mlp_norms()
         if tp > 1:
             ops.append(after_mlp)
         if model.parallel_attention:
@@ -429,65 +432,132 @@ class _Builder:
         return tuple(ops)
 
     def attention(self) -> list[Operator]:
-        """QKV projection, q/k norms, rotary, attention (full and sliding-window layers apart), output projection."""
-        model, tp, dp = self.model, self.attention_tp, self.attention_dp
+        """QKV projection, q/k (and v) norms, rotary, attention (full, sliding-window and block-sparse layers apart),
+        output projection.
+
+        Where the sliding-window layers have widths of their own (ModelSpec.attention_shape: Gemma 4, MiMo-V2-Flash)
+        their projections are operators of their own too (suffix ``_local``); else one set serves every layer.
+        """
+        model = self.model
         # A hybrid model's linear layers have no attention of this kind (linear_attention).
-        H, d, L = model.hidden_size, model.head_dim, model.attention_layers
-        n, g = model.num_heads, model.num_kv_heads
-        n_gpu, g_gpu = n // tp, kv_heads_per_gpu(model, tp)
-        # Qwen3-Next/3.5's output gate: q_proj yields n d more columns, sigmoid(gate) * output before o_proj.
-        gate, gate_gpu = (n * d, n_gpu * d) if model.attention_output_gate else (0, 0)
+        L, sliding, sparse = model.attention_layers, model.sliding_layers, model.block_sparse_layers
+        kinds: list[tuple[Literal["full", "sliding"], int, str]] = [("full", L, "")]
+        if model.per_kind_attention:
+            kinds = [("full", L - sliding, ""), ("sliding", sliding, "_local")]
+            kinds = [group for group in kinds if group[1]]
+        ops: list[Operator] = []
+        for kind, count, suffix in kinds:
+            ops += self.attention_inputs(kind, count, suffix)
+        window = model.sliding_window
+        if sliding == L:
+            ops.append(self.attention_op("attention", L, window, "sliding"))
+        else:
+            if L - sliding - sparse:
+                ops.append(self.attention_op("attention", L - sliding - sparse, None, "full"))
+            if sliding:
+                ops.append(self.attention_op("attention_local", sliding, window, "sliding"))
+            if sparse:
+                ops.append(self.attention_op("attention_sparse", sparse, None, "full", topk=model.block_sparse_keys))
+                ops += self.block_indexer()
+        for kind, count, suffix in kinds:
+            ops += self.attention_outputs(kind, count, suffix)
+        return ops
+
+    def attention_inputs(self, kind: Literal["full", "sliding"], count: int, suffix: str) -> list[Operator]:
+        """The QKV projection, q/k (and v) norms and rotary of ``count`` attention layers shaped as ``kind``.
+
+        A layer whose values are its keys (K = V, Gemma 4's global layers) stores no v_proj, but vLLM loads k_proj
+        into the V slot of its fused QKV projection too (gemma4.py, Gemma4Attention: "K weights into both K and V
+        slots"): its GEMM computes and holds the V columns, its parameters do not count them.
+        """
+        model, tp, dp = self.model, self.attention_tp, self.attention_dp
+        H, n, n_gpu = model.hidden_size, model.num_heads, model.num_heads // tp
+        g, d, d_v, k_eq_v = model.attention_shape(kind)
+        g_gpu = kv_heads_per_gpu(model, tp, kind)
+        # Qwen3-Next/3.5's output gate: q_proj yields n d_v more columns, sigmoid(gate) * output before o_proj.
+        gate, gate_gpu = (n * d_v, n_gpu * d_v) if model.attention_output_gate else (0, 0)
+        columns = n * d + g * (d + d_v) + gate
+        stored = columns - (g * d_v if k_eq_v else 0)
+        columns_gpu = n_gpu * d + g_gpu * (d + d_v) + gate_gpu
         # Under full fusion q stays on chip and k, v go straight into the KV cache (charged by attention).
-        ops: list[Operator] = [self.gemm("qkv_proj", H, (n_gpu + 2 * g_gpu) * d + gate_gpu, H * ((n + 2 * g) * d + gate),
-                                         (n + 2 * g) * d + gate, (n_gpu + 2 * g_gpu) * d + gate_gpu, count=L,
-                                         write=0 if self.fused_block else None, data_parallel=dp)]
+        ops: list[Operator] = [self.gemm(f"qkv_proj{suffix}", H, columns_gpu, H * stored, stored, columns_gpu,
+                                         count=count, write=0 if self.fused_block else None, data_parallel=dp)]
         # per-token elementwise work: all heads for 1/dp of the tokens = 1/dp of the heads for all of them
         width = (n_gpu + g_gpu) * d // dp
         if model.qk_norm:
-            # Per-head RMSNorm of q and k (one weight vector of d each), in the QKV epilogue when fused.
-            ops.append(self.elementwise("qk_norm", width, width, NORM_FLOPS_PER_ELEMENT * width, weights=2 * d,
-                                        count=L))
+            # Per-head RMSNorm of q and k (one weight vector of d each), in the QKV epilogue when fused; Gemma 4 also
+            # norms each value head, without a weight (Gemma4Attention.v_norm).
+            normed = width + (g_gpu * d_v // dp if model.v_norm else 0)
+            ops.append(self.elementwise(f"qk_norm{suffix}", normed, normed, NORM_FLOPS_PER_ELEMENT * normed,
+                                        weights=2 * d, count=count))
         if model.position_embedding == "rotary":
-            ops.append(self.elementwise("rotary", width, width, ROTARY_FLOPS_PER_ELEMENT * width, count=L))
-        sliding = model.sliding_layers
-        if sliding in (0, L):
-            ops.append(self.attention_op("attention", L, model.sliding_window if sliding else None))
-        else:
-            ops.append(self.attention_op("attention", L - sliding, None))
-            ops.append(self.attention_op("attention_local", sliding, model.sliding_window))
-        if gate:
-            ops.append(self.output_gate(gate_gpu // dp, L))
-        # Row-parallel projections: every GPU holds the whole bias, added after the all-reduce.
-        ops.append(self.gemm("o_proj", n_gpu * d, H, n * d * H, H, H, read=0 if self.fused_block else None,
-                             launches=0.0 if self.fused_block else 1.0, data_parallel=dp, count=L))
+            ops.append(self.elementwise(f"rotary{suffix}", width, width, ROTARY_FLOPS_PER_ELEMENT * width, count=count))
         return ops
 
-    def output_gate(self, out: int, count: int) -> Elementwise:
-        """sigmoid(gate) x the attention output, ``out`` elements per token: reads both, writes the gated output."""
-        return self.elementwise("attn_output_gate", 2 * out, out, (ACTIVATION_FLOPS_PER_ELEMENT + 1) * out, count=count)
+    def attention_outputs(self, kind: Literal["full", "sliding"], count: int, suffix: str) -> list[Operator]:
+        """The output gate (Qwen3-Next/3.5) and the output projection of ``count`` attention layers shaped as ``kind``."""
+        model, tp, dp = self.model, self.attention_tp, self.attention_dp
+        H, n, n_gpu = model.hidden_size, model.num_heads, model.num_heads // tp
+        d_v = model.attention_shape(kind).value_dim
+        ops: list[Operator] = []
+        if model.attention_output_gate:
+            ops.append(self.output_gate(n_gpu * d_v // dp, count, suffix))
+        # Row-parallel projections: every GPU holds the whole bias, added after the all-reduce.
+        ops.append(self.gemm(f"o_proj{suffix}", n_gpu * d_v, H, n * d_v * H, H, H, read=0 if self.fused_block else None,
+                             launches=0.0 if self.fused_block else 1.0, data_parallel=dp, count=count))
+        return ops
 
-    def attention_op(self, name: str, count: int, window: int | None) -> Attention:
-        model, d, tp = self.model, self.model.head_dim, self.attention_tp
-        # gpt-oss's attention sinks: one learned logit per head, added to each softmax denominator.
-        sinks = model.num_heads if model.attention_sinks else 0
+    def output_gate(self, out: int, count: int, suffix: str = "") -> Elementwise:
+        """sigmoid(gate) x the attention output, ``out`` elements per token: reads both, writes the gated output."""
+        return self.elementwise(f"attn_output_gate{suffix}", 2 * out, out, (ACTIVATION_FLOPS_PER_ELEMENT + 1) * out,
+                                count=count)
+
+    def attention_op(self, name: str, count: int, window: int | None, kind: Literal["full", "sliding"],
+                     topk: int = 0) -> Attention:
+        model, tp = self.model, self.attention_tp
+        shape = model.attention_shape(kind)
+        # gpt-oss's attention sinks (MiMo-V2-Flash's in its sliding layers): one learned logit per head, added to
+        # each softmax denominator.
+        sinks = model.num_heads if model.attention_sinks or (model.sliding_attention_sinks and kind == "sliding") else 0
         return Attention(
             name=name,
             count=count,
             q_heads=model.num_heads // tp,
-            kv_heads=kv_heads_per_gpu(model, tp),
-            head_dim=d,
+            kv_heads=kv_heads_per_gpu(model, tp, kind),
+            head_dim=shape.head_dim,
             kv_bytes_per_element=self.precision.kv_bytes_per_element,
             activation_bytes_per_element=self.b_a,
             compute_dtype=self.precision.activation_dtype,
             kernel=self.attention_kernel,
-            query_tile_rows=flash_query_tile_rows(self.gpu, d, self.b_a),
+            query_tile_rows=flash_query_tile_rows(self.gpu, shape.head_dim, self.b_a),
             io_fused=self.fusion == "full",
             cache_write_kernel=self.separate_cache_write,
             params=sinks,
             resident_bytes=sinks // tp * self.b_a,
             window=window,
             data_parallel=self.attention_dp,
+            value_head_dim=0 if shape.value_dim == shape.head_dim else shape.value_dim,
+            topk=topk,
         )
+
+    def block_indexer(self) -> list[Operator]:
+        """The index branch of MiniMax-M3's block-sparse layers, as TensorRT-LLM's ``MiniMaxM3Attention`` builds it:
+        index_q_proj (hidden -> n_i x d_i) split by index heads like the KV heads, index_k_proj (hidden -> one key of
+        d_i) replicated, per-head RMSNorms of both (one weight vector of d_i each) and rotary, then the selection."""
+        model, tp, dp = self.model, self.attention_tp, self.attention_dp
+        H, n_i, d_i, count = model.hidden_size, model.index_heads, model.index_head_dim, model.block_sparse_layers
+        i_gpu = max(1, n_i // tp)
+        width = (i_gpu + 1) * d_i // dp
+        return [
+            self.gemm("index_q_proj", H, i_gpu * d_i, H * n_i * d_i, 0, 0, count=count, data_parallel=dp),
+            self.gemm("index_k_proj", H, d_i, H * d_i, 0, 0, count=count, data_parallel=dp),
+            self.elementwise("index_norm", width, width, NORM_FLOPS_PER_ELEMENT * width, weights=2 * d_i, count=count),
+            self.elementwise("index_rotary", width, width, ROTARY_FLOPS_PER_ELEMENT * width, count=count),
+            BlockIndexer(name="block_indexer", count=count, heads=i_gpu, head_dim=d_i,
+                         topk=model.block_sparse_topk_blocks, block_size=model.block_sparse_block_size,
+                         activation_bytes_per_element=self.b_a, compute_dtype=self.precision.activation_dtype,
+                         data_parallel=dp, cache_write_kernel=self.separate_cache_write),
+        ]
 
     def latent_attention(self) -> list[Operator]:
         """MLA's projections and attention (DeepSeek-V2/V3), split over ``tp`` GPUs as vLLM does.
@@ -707,6 +777,22 @@ class _Builder:
             self.gemm(f"{prefix}up_proj", H, F_gpu, H * F, F, F_gpu, count=count, module=module),
             self.elementwise(f"{prefix}activation", F_gpu, F_gpu, act, count=count),
             self.gemm(f"{prefix}down_proj", F_gpu, H, F * H, H, H, count=count, module=module),
+        ]
+
+    def parallel_mlp_norms(self) -> list[Operator]:
+        """What a Gemma 4 MoE layer adds around its two branches (transformers' and vLLM's Gemma4DecoderLayer): the
+        dense MLP's output and the experts' input and output each get an RMSNorm of their own
+        (post_feedforward_layernorm_1, pre_feedforward_layernorm_2, post_feedforward_layernorm_2), the router its
+        input's weightless RMSNorm times a learned scale (Gemma4Router: H weights, and a per-expert output scale of E),
+        and the two branches are added before the layer's post-FFN norm."""
+        model = self.model
+        H, E, count = model.hidden_size, model.moe_experts, model.moe_layers
+        return [
+            self.norm("mlp_post_norm_1", count=count),
+            self.norm("moe_pre_norm", count=count),
+            self.norm("moe_post_norm", count=count),
+            self.elementwise("router_norm", H, H, (NORM_FLOPS_PER_ELEMENT + 1) * H, weights=H + E, count=count),
+            self.elementwise("moe_branch_add", 2 * H, H, ADD_FLOPS_PER_ELEMENT * H, count=count),
         ]
 
     def moe(self) -> list[Operator]:

@@ -19,7 +19,7 @@ from simulator.model.routing import (
     row_tile,
     row_tiles,
 )
-from simulator.model.sparse_linear_operators import GatedDeltaNet, Indexer, topk_step, windowed_step
+from simulator.model.sparse_linear_operators import BlockIndexer, GatedDeltaNet, Indexer, topk_step, windowed_step
 from simulator.model.state_space_operators import Mamba2
 from simulator.model.step import Number, Step, ceil_div
 from simulator.model.work import SOFTMAX_FLOPS_PER_SCORE, Work
@@ -211,12 +211,21 @@ class Attention:
     """the naive kernel's bytes per materialised score (EngineProfile.naive_score_bytes); 0: the activation dtype's"""
     cache_write_kernel: bool = False
     """the new tokens' K/V go into the cache by a kernel of their own (fusion none and kernels; module docstring)"""
+    value_head_dim: int = 0
+    """width of each value head where narrower than ``head_dim`` (MiMo-V2-Flash: 128 beside 192); 0: head_dim"""
+    topk: int = 0
+    """block-sparse attention: each query attends at most this many keys, the selected blocks' (0: all of them)"""
     kind: str = "attention"
     works_from_tokens: ClassVar[bool] = False
     """False: ``work(step)`` reads other fields of the step than ``tokens(step)`` (the context, attention pairs)"""
 
     def tokens(self, step: Step) -> Number:
         return step.tokens
+
+    @property
+    def key_value_width(self) -> int:
+        """Elements of one key and one value head together: d + d_v (2 d where they are equally wide)."""
+        return self.head_dim + (self.value_head_dim or self.head_dim)
 
     def l2_reuse(self, step: Step) -> Number:
         """Share of the flash kernel's K/V re-reads (one per query row tile) that hit L2 rather than HBM.
@@ -239,7 +248,7 @@ class Attention:
         chunk_tokens = _max(prefill / chunks, 1.0)
         keys = step.prefill_attention_pairs / _max(prefill, 1.0) + chunk_tokens / 2.0
         heads_at_once = _max(1.0, self.sm_count * self.query_tile_rows / chunk_tokens)
-        working_set = heads_at_once * keys * 2.0 * self.head_dim * self.kv_bytes_per_element
+        working_set = heads_at_once * keys * self.key_value_width * self.kv_bytes_per_element
         return _min(1.0, self.l2_bytes / _max(working_set, 1.0))
 
     def group_rereads(self, step: Step) -> Number:
@@ -250,10 +259,14 @@ class Attention:
     def work(self, step: Step) -> Work:
         if self.window is not None:
             step = windowed_step(step, self.window)
-        n, g, d = self.q_heads, self.kv_heads, self.head_dim
+        if self.topk:
+            step = topk_step(step, self.topk)
+        n, g = self.q_heads, self.kv_heads
         b_a, b_kv = self.activation_bytes_per_element, self.kv_bytes_per_element
-        kv_token_bytes = 2.0 * g * d * b_kv
-        io = 0.0 if self.io_fused else 2.0 * step.tokens * n * d * b_a
+        # Scores are q . k over d, the weighted sum runs over d_v: 2 n (d + d_v) FLOPs per pair, 4 n d when d_v = d.
+        width = self.key_value_width
+        kv_token_bytes = g * width * b_kv
+        io = 0.0 if self.io_fused else step.tokens * n * width * b_a  # q read (d), output written (d_v)
         if self.kernel != "naive":
             scores = step.attention_pairs
             rereads = step.prefill_attention_pairs / self.query_tile_rows
@@ -274,7 +287,7 @@ class Attention:
             launches = launches + _active(step.tokens)
         share = 1.0 / self.data_parallel  # attention data parallelism: this GPU's share of the sequences
         return Work(
-            flops=(4.0 * n * d * scores + SOFTMAX_FLOPS_PER_SCORE * n * scores) * share,
+            flops=(2.0 * n * width * scores + SOFTMAX_FLOPS_PER_SCORE * n * scores) * share,
             kv_read_bytes=kv_token_bytes * kv_reads * share,
             kv_write_bytes=kv_token_bytes * step.tokens * share,
             activation_bytes=(io + score_traffic) * share,
@@ -522,5 +535,5 @@ class AllToAll:
         )
 
 
-Operator = (Gemm | ExpertGemm | Attention | LatentAttention | Indexer | GatedDeltaNet | Mamba2 | CompressedAttention
-            | KVCompressor | HyperConnection | Elementwise | Embedding | AllReduce | AllToAll)
+Operator = (Gemm | ExpertGemm | Attention | LatentAttention | Indexer | BlockIndexer | GatedDeltaNet | Mamba2
+            | CompressedAttention | KVCompressor | HyperConnection | Elementwise | Embedding | AllReduce | AllToAll)

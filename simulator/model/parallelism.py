@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from simulator.errors import InputError
 from simulator.model.architecture import ModelSpec
 
 
-def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
-    """KV heads each GPU holds: g / tp, or 1 (replicated) when there are fewer KV heads than GPUs."""
-    return max(1, model.num_kv_heads // tp)
+def kv_heads_per_gpu(model: ModelSpec, tp: int, kind: Literal["full", "sliding"] = "full") -> int:
+    """KV heads each GPU holds in the layers of ``kind``: g / tp, or 1 (replicated) when there are fewer KV heads
+    than GPUs."""
+    return max(1, model.attention_shape(kind).kv_heads // tp)
 
 
 def check_tensor_parallel(model: ModelSpec, tp: int) -> None:
@@ -21,11 +24,11 @@ def check_tensor_parallel(model: ModelSpec, tp: int) -> None:
             f"--tp: {tp} does not divide the {model.num_heads} attention heads of {model.name}; "
             f"allowed: {', '.join(map(str, divisors))}"
         )
-    g = model.num_kv_heads
-    if g % tp and tp % g:
-        raise InputError(
-            f"--tp: {tp} neither divides nor is a multiple of the {g} KV heads of {model.name}"
-        )
+    for g in sorted({model.num_kv_heads, model.attention_shape("sliding").kv_heads}):
+        if g % tp and tp % g:
+            raise InputError(
+                f"--tp: {tp} neither divides nor is a multiple of the {g} KV heads of {model.name}"
+            )
     if model.o_groups % tp:
         # DeepSeek-V4's grouped output projection is split by whole groups (vLLM: n_local_groups = o_groups // tp).
         divisors = [d for d in range(1, model.o_groups + 1) if model.o_groups % d == 0]

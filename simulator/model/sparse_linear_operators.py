@@ -18,6 +18,15 @@ index-key buffer: ``d_i + d_i / 128 * 4`` bytes), beside the MLA latent; the lat
 every token. Per query the indexer costs ~2 n_i d_i T FLOPs over T keys (FP8 tensor cores: DeepGEMM's
 ``fp8_mqa_logits``), and the latent attention runs over min(T, k) keys instead of T.
 
+**Block-sparse attention** (MiniMax-M3's MiniMax Sparse Attention, MSA; ``sparse_attention_config``): in each
+'sparse' layer one index head per KV head scores a query against every earlier index key, the score of a block of
+``block_size`` keys is the largest of its keys' (score type 'max'), and that KV head's queries attend only the
+``topk_blocks`` best blocks, the query's own block always among them. The index keys are one head of ``d_i`` per token
+and layer at the model dtype (vLLM's ``MiniMaxM3IndexerCache``; TensorRT-LLM's bf16 ``MiniMaxM3CacheManager`` side
+pool), whole on every GPU; the KV cache still holds every token. Per query the selection costs ~2 n_i d_i T FLOPs
+over T keys, and the attention runs over min(T, topk_blocks x block_size) keys (TensorRT-LLM
+``minimax_m3_kernels``, after SGLang's ``minimax_sparse_ops``).
+
 **Gated DeltaNet** (Yang, Kautz, Hatamizadeh, "Gated Delta Networks", ICLR 2025; Qwen3-Next, Qwen3.5):
 per value head a state S of d_k x d_v values, updated per token as S <- a S (I - b k k^T) + b v k^T and
 read out as o = S q; q and k have their own (fewer) heads, shared by groups of value heads. The state
@@ -56,6 +65,11 @@ STATE_DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}
 def indexer_key_bytes(head_dim: int) -> float:
     """Bytes of one token's index key in one DSA layer: FP8 elements plus an fp32 scale per 128 of them."""
     return head_dim * INDEXER_KEY_BYTES_PER_ELEMENT + math.ceil(head_dim / INDEXER_SCALE_BLOCK) * INDEXER_SCALE_BYTES
+
+
+def block_index_key_bytes(head_dim: int, bytes_per_element: float) -> float:
+    """Bytes of one token's index key in one block-sparse layer: one head of ``head_dim`` at the model dtype."""
+    return head_dim * bytes_per_element
 
 
 def state_bytes_per_element(dtype: str | None, activation_bytes: float) -> float:
@@ -185,6 +199,45 @@ class Indexer:
             kv_read_bytes=self.key_bytes * step.context_tokens * share,
             kv_write_bytes=0.0 * step.tokens if compressed else self.key_bytes * step.tokens * share,
             activation_bytes=(logits + queries + step.tokens * self.topk * INDEXER_INDEX_BYTES) * share,
+            launches=launches,
+        )
+
+
+@dataclass(frozen=True)
+class BlockIndexer(Indexer):
+    """The block selection of one block-sparse layer (MiniMax-M3): scores every (query, earlier key) pair with each of
+    ``heads`` index heads, keeps each block's largest score and selects the best ``topk`` blocks of ``block_size``
+    keys per head (the fields it shares with DSA's :class:`Indexer` mean the same, ``topk`` counting blocks).
+
+    Its projections (index_q_proj split by index heads, index_k_proj replicated, TensorRT-LLM ``MiniMaxM3Attention``)
+    are GEMMs of their own. Per pair: one dot product of ``head_dim`` per head and a comparison for the block's
+    maximum, (2 d_i + 1) n_i FLOPs. Keys: every index key of a sequence read once per step at the model dtype, every
+    new token's written. Activations: the index queries read, one fp32 score per (head, query, block) written by the
+    scoring kernel and read back by the top-k kernel, and ``topk`` int32 block ids per head and query written
+    (TensorRT-LLM ``minimax_m3_kernels``: ``_index_block_score_decode_kernel`` then ``_select_topk_blocks``).
+    """
+
+    block_size: int = 1
+
+    @property
+    def key_bytes(self) -> float:
+        """Bytes of one token's index key (one head at the model dtype)."""
+        return block_index_key_bytes(self.head_dim, self.activation_bytes_per_element)
+
+    def work(self, step: Step) -> Work:
+        pairs = step.attention_pairs
+        n, d, b_a = self.heads, self.head_dim, self.activation_bytes_per_element
+        share = 1.0 / self.data_parallel
+        scores = 2.0 * n * pairs / self.block_size * INDEXER_LOGIT_BYTES
+        queries = step.tokens * n * (d * b_a + self.topk * INDEXER_INDEX_BYTES)
+        launches = 2.0 * active(step.tokens)  # the scoring kernel and the top-k kernel
+        if self.cache_write_kernel:
+            launches = launches + active(step.tokens)
+        return Work(
+            flops=n * (2.0 * d + 1.0) * pairs * share,
+            kv_read_bytes=self.key_bytes * step.context_tokens * share,
+            kv_write_bytes=self.key_bytes * step.tokens * share,
+            activation_bytes=(scores + queries) * share,
             launches=launches,
         )
 

@@ -121,8 +121,9 @@ class KernelSource:
         return self._curves[key]
 
     def attention_curve(self, op: Attention, gpu: GPUSpec) -> AttentionCurve | None:
-        """The measured curve of a flash-attention operator (the naive and per-head kernels are no table's)."""
-        if self.attention is None or op.kernel != "flash":
+        """The measured curve of a flash-attention operator (the naive and per-head kernels are no table's, nor are
+        values narrower than keys or block-sparse attention: the tables measure dense attention of one head width)."""
+        if self.attention is None or op.kernel != "flash" or op.topk or op.value_head_dim:
             return None
         key = ("attention", op.q_heads, op.kv_heads, op.head_dim, op.kv_bytes_per_element,
                op.activation_bytes_per_element, op.compute_dtype, op.window, op.data_parallel)
