@@ -61,6 +61,27 @@ def test_decompressed_prefill_flops_by_hand():
     assert work.kv_read_bytes == 576 * 2 * P
 
 
+def test_a_speculative_verification_step_decodes_in_the_absorbed_form_without_prefill_keys():
+    op = attention()
+    # 4 sequences at 1,023 cached tokens each verify k = 3 drafted tokens: q = 4 queries each
+    # (simulator.cost.speculation.verification_step): 16 tokens, all decoding, pairs 4 x (4 x 1,023 + 4 x 5 / 2)
+    # = 16,408, keys read 4 x (1,023 + 4) = 4,108. No sequence prefills, so no key is decompressed: the step's
+    # pairs are 4 times its keys, and "keys less the decoders' pairs" would be -12,300 keys of prefill.
+    cached, q, seqs = 1023, 4, 4
+    pairs = seqs * (q * cached + q * (q + 1) // 2)
+    keys = seqs * (cached + q)
+    assert (pairs, keys) == (16_408, 4_108)
+    step = Step(tokens=seqs * q, prefill_tokens=0, sequences=seqs, logit_tokens=seqs * q, attention_pairs=pairs,
+                prefill_attention_pairs=0, score_elements=pairs, context_tokens=keys)
+    work = op.work(step)
+    # Absorbed: 2 * 16 * (2 * 512 + 64) per pair, 2 * 16 * 512 * 256 per query token, softmax 5 * 16 per pair.
+    assert work.flops == pairs * 2 * 16 * (2 * 512 + 64) + 16 * 2 * 16 * 512 * 256 + 5 * 16 * pairs
+    assert work.flops == 571_260_928 + 67_108_864 + 1_312_640 == 639_682_432
+    assert work.kv_read_bytes == 576 * 2 * keys
+    # Against the plain decode of the same sequences: more queries, more work, never less.
+    assert work.flops > op.work(Step.decode(seqs, cached + 1)).flops
+
+
 def test_deepseek_v3_projections_are_replicated_or_split_as_vllm_does():
     v3 = load_model(str(FIXTURES / "DeepSeek-V3.json"))
     ops = {o.name: o for o in build_operators(v3, Precision(), load_gpu("h200"), tp=8, ep=8)}

@@ -20,6 +20,7 @@ from simulator.model.routing import (
     row_tiles,
 )
 from simulator.model.sparse_linear_operators import BlockIndexer, GatedDeltaNet, Indexer, topk_step, windowed_step
+from simulator.model.sparse_linear_operators import prefill_keys as keys_of_prefills
 from simulator.model.state_space_operators import Mamba2
 from simulator.model.step import Number, Step, ceil_div
 from simulator.model.work import SOFTMAX_FLOPS_PER_SCORE, Work
@@ -363,7 +364,7 @@ class LatentAttention:
         else:
             decode_tokens = step.tokens - step.prefill_tokens
             decode_pairs = step.attention_pairs - step.prefill_attention_pairs
-            prefill_keys = step.context_tokens - decode_pairs
+            prefill_keys = keys_of_prefills(step)
             prefill_pairs, prefill_tokens = step.prefill_attention_pairs, step.prefill_tokens
         latent_bytes = (r + d_r) * b_kv
         expanded = n * (d_n + d_r + d_v)

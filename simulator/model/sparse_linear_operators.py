@@ -123,6 +123,21 @@ def compressed_step(step: Step, ratio: int) -> Step:
                    context_tokens=step.context_tokens / ratio, score_elements=step.score_elements / ratio)
 
 
+def prefill_keys(step: Step) -> Number:
+    """Keys the prefilling sequences of ``step`` read: all keys read less the decoding queries' pairs.
+
+    That difference is exact where each decoding sequence has one query (its pairs are its keys). A speculative
+    verification step decodes k + 1 queries per sequence (simulator.cost.speculation.verification_step), whose
+    pairs are k + 1 times its keys, so the difference falls short of the prefill's keys and below zero without a
+    prefill: it is held between the prefill's new tokens (each reads at least its own key) and the fewer of the
+    prefill's pairs and the keys the decoding queries leave (each reads at least itself).
+    """
+    decode_tokens = step.tokens - step.prefill_tokens
+    difference = step.context_tokens - (step.attention_pairs - step.prefill_attention_pairs)
+    upper = minimum(step.prefill_attention_pairs, step.context_tokens - decode_tokens)
+    return minimum(maximum(difference, step.prefill_tokens), upper)
+
+
 def topk_step(step: Step, k: int) -> Step:
     """``step`` as the latent attention of a DSA layer sees it: each query attends at most ``k`` selected keys.
 
@@ -134,9 +149,9 @@ def topk_step(step: Step, k: int) -> Step:
     dense_decode_pairs = step.attention_pairs - step.prefill_attention_pairs
     decode_pairs = minimum(dense_decode_pairs, (step.tokens - step.prefill_tokens) * k)
     prefill_pairs = minimum(step.prefill_attention_pairs, step.prefill_tokens * k)
-    prefill_keys = minimum(step.context_tokens - dense_decode_pairs, prefill_pairs)
+    keys = minimum(prefill_keys(step), prefill_pairs)
     return replace(step, attention_pairs=decode_pairs + prefill_pairs, prefill_attention_pairs=prefill_pairs,
-                   context_tokens=decode_pairs + prefill_keys, score_elements=decode_pairs + prefill_pairs)
+                   context_tokens=decode_pairs + keys, score_elements=decode_pairs + prefill_pairs)
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,7 @@ from simulator.cost.kernel_tables.parquet import codes, numbers, read_parquet
 from simulator.cost.kernel_tables.table import TableOrigin, mean_grid, suffix_minimum
 from simulator.cost.tracing import is_traced, scalar_call
 from simulator.errors import InputError
+from simulator.model.sparse_linear_operators import prefill_keys
 from simulator.model.step import Number, Step
 
 MLA_INCLUDES = ("CUDA-graph replay device time (no host launch) of one MLA layer's attention: generation = RoPE, "
@@ -318,9 +319,10 @@ class MlaCurve:
         """The context kernel of the prefilling sequences plus the kv_b_proj GEMM over their keys (cached ones too:
         the operator decompresses every key a prefilling sequence attends)."""
         ctx = self.context.prefill_seconds(prefill, sequences, tokens - prefill, prefill_pairs, share)
-        # A decode token's pairs equal its keys (LatentAttention.work), so the prefilling sequences' keys are the
-        # step's context tokens less the decoders' pairs.
-        keys = max(context - (pairs - prefill_pairs), 0.0) * share
+        # The prefilling sequences' keys as LatentAttention.work counts them (sparse_linear_operators.prefill_keys).
+        step = Step(tokens=tokens, prefill_tokens=prefill, sequences=sequences, logit_tokens=0.0, attention_pairs=pairs,
+                    prefill_attention_pairs=prefill_pairs, score_elements=0.0, context_tokens=context)
+        keys = float(prefill_keys(step)) * share
         return ctx + float(self.kv_b.seconds(keys))
 
 
