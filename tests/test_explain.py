@@ -1,6 +1,7 @@
 """`simulate explain`: the paragraph's facts against hand arithmetic, and the levers it measures."""
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -227,3 +228,19 @@ def test_a_lever_that_is_not_a_setting_is_ranked_by_its_decode_gain_over_the_pha
     assert window.run_gain == pytest.approx(1 / (mix["prefill_share"] + mix["decode_share"] / window.throughput_gain))
     gains = [lv.run_gain for lv in explanation.levers if not lv.latency_only]
     assert gains == sorted(gains, reverse=True)
+
+
+def test_an_mla_model_is_explained_without_a_kv_heads_lever_or_a_naive_kernel():
+    # MLA's latent has no MHA/MQA/GQA variant and runs only its own (flash-style) kernels: explain must leave both
+    # choices out rather than refuse the model.
+    lite = str(Path(__file__).parent / "data" / "hf-configs" / "DeepSeek-V2-Lite.json")
+    args = ["explain", "--model", lite, "--gpu", "h100", "--batch", "8", "--ctx", "2048", "--json"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert "fewer KV heads" not in {lever["lever"] for lever in out["levers"]}
+    assert out["kernel_choices"]["attention_kernel"]["naive"] is None
+    assert out["kernel_choices"]["attention_kernel"]["flash"]["decode"]["step_seconds"] > 0
+    text = CliRunner().invoke(main, args[:-1])
+    assert text.exit_code == 0, text.output
+    assert "  flash *" in text.output and "  naive" not in text.output

@@ -203,7 +203,8 @@ def measure_levers(deployment: Deployment, batch: int, ctx: int, largest_batch: 
                                       "raises each token's latency"), batch=target))
     g, n = model.num_kv_heads, model.num_heads
     fewer = 8 if g > 8 and n % 8 == 0 else 1 if g > 1 else None
-    if fewer is not None:
+    # A latent (MLA) or compressed (DeepSeek-V4) cache has no MHA/MQA/GQA variant (with_attention): no such lever.
+    if fewer is not None and not (model.is_mla or model.compress_ratios):
         spelled = "mqa" if fewer == 1 else f"gqa:{fewer}"
         variant = with_attention(model, spelled)
         other = rebuild_system(system, model=variant)

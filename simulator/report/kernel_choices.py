@@ -57,6 +57,8 @@ def kernel_choices_text(choices: dict[str, Any], batch: int, ctx: int, gen: int)
     lines = [f"Attention kernel (per layer, per GPU; prefill {batch} x {count_of(ctx - gen, 'token')}, decode at context {ctx})"]
     rows = []
     for kernel, phases in choices["attention_kernel"].items():
+        if phases is None:
+            continue  # a kernel this model cannot run (MLA and DeepSeek-V4's attention run flash-style kernels only)
         rows.append([kernel + (" *" if kernel == mark["attention_kernel"] else ""),
                      fmt_bytes(phases["prefill"]["attention_bytes"]), fmt_seconds(phases["prefill"]["step_seconds"]),
                      fmt_bytes(phases["decode"]["attention_bytes"]), fmt_seconds(phases["decode"]["step_seconds"])])
