@@ -262,3 +262,16 @@ def test_a_speculative_verification_step_with_a_prefill_is_finite_on_measured_at
     data = json.loads(result.output)
     for metric in ("ttft_seconds", "tpot_seconds", "e2e_seconds"):
         assert all(math.isfinite(v) and v > 0 for v in data["latency"][metric].values()), metric
+
+
+def test_a_closed_loop_with_warm_ups_that_waits_for_kv_blocks_is_reported_on_its_scored_requests():
+    # The long fuzz profile's one traceback: a closed loop of 8 clients sending 30 scored requests after 6 warm-ups
+    # on a V100 whose cache holds 4,304 tokens. The KV-wait note took the arrivals of all 36 requests against the
+    # 30 scored ones' admissions: "operands could not be broadcast together with shapes (30,) (36,)".
+    args = ["--model", "llama2-13b", "--gpu", "v100", "--ctx", "645", "--gen", "14", "--requests", "30",
+            "--max-concurrency", "8", "--warmup-requests", "6", "--client-path", "off"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    # The note counts the 30 scored requests and their demand: 30 x (631 + 14 - 1) = 19,320 tokens.
+    assert "of 30 requests waited for free KV blocks" in result.output
+    assert "the requests reach 19,320 in total" in result.output

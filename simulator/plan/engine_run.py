@@ -72,7 +72,7 @@ class EngineRun(Prepared):
                   if self.settings.expert_efficiency is not None and not model.is_moe else [])
         if self.settings.kernel_overlap is not None and not self.deployment.system.time_model.shape:
             unused.append("--kernel-overlap has no effect under --kernel-efficiency flat (the roofline's max)")
-        return [*unused, *self.workload.notes, *admission_notes(self.result, self.workload, self.capacity.tokens)]
+        return [*unused, *self.workload.notes, *admission_notes(self.result, self.capacity.tokens)]
 
 
 def _lengths(settings: RunSettings) -> tuple[LengthSpec | None, LengthSpec | None]:

@@ -49,7 +49,6 @@ from simulator.plan.deployment_planner import deployment_from_options
 
 if TYPE_CHECKING:
     from simulator.engine.engine_result import EngineResult
-    from simulator.engine.workload import Workload
 
 
 def cache_shortfall(deployment: Deployment, config: SchedulerConfig, gpu_memory_utilization: float,
@@ -171,13 +170,17 @@ def queued_counts(result: EngineResult) -> tuple[int, int]:
     return int(np.count_nonzero(waited)), for_kv
 
 
-def admission_notes(result: EngineResult, workload: Workload, tokens_in_cache: int) -> list[str]:
-    """A warning when requests waited for KV blocks: how many, how long, and why."""
+def admission_notes(result: EngineResult, tokens_in_cache: int) -> list[str]:
+    """A warning when requests waited for KV blocks: how many, how long, and why.
+
+    Of the requests the result scores (``result.workload``: a closed loop's warm-up requests are not among them).
+    """
     _, for_kv = queued_counts(result)
     if not for_kv:
         return []
     waited = result.waited_for_kv
     assert waited is not None
+    workload = result.workload
     delays = (result.first_scheduled - workload.arrival_seconds)[waited]
     demand = int(np.sum(np.maximum(workload.prompt_tokens + workload.output_tokens - 1, workload.prompt_tokens)))
     preempted = int(np.count_nonzero(result.preemptions))
