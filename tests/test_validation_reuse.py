@@ -166,6 +166,43 @@ def test_a_model_name_is_looked_up_in_the_config_folder_of_the_moment(tmp_path, 
     assert load_model("llama2-7b").num_layers == 32
 
 
+@pytest.mark.parametrize("kind, shipped, field, load", [
+    ("engines", "vllm.yaml", ("cpu", "fixed_seconds"), "simulator.model.engine_profile:load_engine_profile"),
+    ("interconnects", "nvlink4.yaml", ("one_shot_latency_seconds",), "simulator.model.interconnect:load_interconnect"),
+])
+def test_engine_and_interconnect_names_are_looked_up_in_the_config_folder_of_the_moment(
+        tmp_path, monkeypatch, kind, shipped, field, load):
+    import importlib
+
+    module, name = load.split(":")
+    loader = getattr(importlib.import_module(module), name)
+    data = yaml.safe_load((ROOT / "configs" / kind / shipped).read_text(encoding="utf-8"))
+    data.update(name="mine", aliases=["my-alias"])
+
+    def write(folder: Path, value: float) -> None:
+        entry = data
+        for key in field[:-1]:
+            entry = entry[key]
+        entry[field[-1]] = value
+        (folder / kind).mkdir(parents=True, exist_ok=True)
+        (folder / kind / "mine.yaml").write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+
+    def value(spec) -> float:
+        for key in field:
+            spec = getattr(spec, key)
+        return spec
+
+    write(tmp_path / "one", 1e-5)
+    write(tmp_path / "two", 2e-5)
+    monkeypatch.setenv(registry.CONFIG_DIR_ENV, str(tmp_path / "one"))
+    assert value(loader("mine")) == 1e-5 and value(loader("MY-ALIAS")) == 1e-5
+    monkeypatch.setenv(registry.CONFIG_DIR_ENV, str(tmp_path / "two"))
+    assert value(loader("my-alias")) == 2e-5
+    monkeypatch.delenv(registry.CONFIG_DIR_ENV)
+    with pytest.raises(InputError, match="unknown"):
+        loader("mine")
+
+
 # --- rows solved and runs replayed in worker processes --------------------------------------------
 
 def test_a_validation_over_processes_is_the_validation_in_one(tmp_path, monkeypatch):
