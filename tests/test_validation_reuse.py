@@ -111,6 +111,44 @@ def test_a_refused_run_is_refused_again_with_the_same_message():
     assert messages[0] == messages[1] and "does not fit" in messages[0]
 
 
+def _rebuild_cases() -> list:
+    from simulator.cost.system import System
+    from simulator.model.engine_profile import load_engine_profile
+    from simulator.model.precision import Precision
+
+    moe = load_model("mixtral-8x7b")
+    return [
+        System(load_model("llama3-8b"), load_gpu("h100"), Precision(), engine=load_engine_profile("vllm"),
+               collectives="auto", kernel_efficiency="shape"),
+        System(load_model("llama2-13b"), load_gpu("a100"), Precision(weights="int4"), tp=2, kernel_efficiency="shape"),
+        System(moe, load_gpu("h100"), Precision(weights="fp8"), tp=2, ep=2, engine=load_engine_profile("sglang"),
+               collectives="auto", kernel_efficiency="shape"),
+        # llama.cpp accumulates FP16 GEMMs in FP16 (a faster peak on an RTX 4090); FP4 weights on B200 tensor cores
+        System(load_model("llama2-7b"), load_gpu("rtx4090"), Precision(), engine=load_engine_profile("llamacpp")),
+        System(load_model("llama3-8b"), load_gpu("b200"), Precision(weights="fp4"), engine=load_engine_profile("trtllm"),
+               kernel_efficiency="shape"),
+    ]
+
+
+@pytest.mark.parametrize("system", _rebuild_cases(), ids=lambda s: s.describe())
+def test_a_system_rebuilt_for_other_efficiencies_is_the_system_built_afresh(system):
+    from simulator.model.step import Step
+
+    steps = [Step.prefill(4.0, 2000.0), Step.decode(64.0, 64.0 * 3000.0), Step.decode(8.0, np.array([800.0, 9000.0]))]
+    for compute, memory, expert in ((0.3, 0.9, 1.0), (1.0, 0.05, 0.5), (0.7, 0.8, 1.0)):
+        rebuilt = system.with_efficiency(compute=compute, memory=memory, expert=expert)
+        fresh = replace(system, gpu=system.gpu.with_efficiency(compute=compute, memory=memory, expert=expert))
+        assert rebuilt == fresh and rebuilt.operators == fresh.operators and rebuilt.rates == fresh.rates
+        assert rebuilt.time_model == fresh.time_model
+        for step in steps:
+            assert all(np.array_equal(a, b) for a, b in zip(rebuilt.step_totals(step), fresh.step_totals(step)))
+    # other efficiencies, other times: a 2000-token prefill is compute-bound, so a third of the compute ceiling
+    # makes it slower; the cost memo of the system it was rebuilt from is not read
+    slow = system.with_efficiency(compute=system.gpu.efficiency.compute / 3)
+    assert slow.totals_memo is not system.totals_memo
+    assert slow.step_seconds(steps[0]) > 2 * system.step_seconds(steps[0])
+
+
 # --- name lookups remembered per config folder ----------------------------------------------------
 
 def _write_gpu(folder: Path, name: str, bandwidth: float) -> None:

@@ -11,6 +11,7 @@ engine's own all-reduce choice, efficiency by kernel shape).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field, replace
 
 from simulator.cost.collectives import check_algorithm
@@ -117,6 +118,23 @@ class System:
         object.__setattr__(self, "operators", ops)
         object.__setattr__(self, "rates", system_rates(ops, self.gpu, model))
         object.__setattr__(self, "totals_memo", {})
+
+    def with_efficiency(self, **overrides: float | None) -> System:
+        """This System with some of its GPU's efficiency factors replaced (:meth:`GPUSpec.with_efficiency`).
+
+        Equal to ``replace(self, gpu=self.gpu.with_efficiency(**overrides))``, built without deriving the
+        operators and the time model again: neither reads the GPU's efficiency (the operators read its SRAM and
+        peaks, the kernel tables its name), so they are shared; the rates, which do, are worked out again, and
+        the step-cost memo starts empty. A validation replays one deployment at hundreds of efficiencies.
+        """
+        gpu = self.gpu.with_efficiency(**overrides)
+        if gpu is self.gpu:
+            return self
+        rebuilt = copy.copy(self)
+        object.__setattr__(rebuilt, "gpu", gpu)
+        object.__setattr__(rebuilt, "rates", system_rates(self.operators, gpu, self.time_model))
+        object.__setattr__(rebuilt, "totals_memo", {})
+        return rebuilt
 
     @property
     def kernel_overlap(self) -> float:

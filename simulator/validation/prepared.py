@@ -108,9 +108,7 @@ class PreparedRuns:
         key = (self._fields_of(system), wanted)
         rebuilt = self._systems.get(key)
         if rebuilt is None:
-            # System.__post_init__ derives everything from its fields again (operators, rates, a new cost memo);
-            # its own adjustments of the GPU and precision (FP16 accumulation, FP4 tensor cores) give the same again.
-            rebuilt = replace(system, gpu=system.gpu.with_efficiency(compute=compute, memory=memory, expert=expert))
+            rebuilt = system.with_efficiency(compute=compute, memory=memory, expert=expert)
             self._systems[key] = rebuilt
             while len(self._systems) > SYSTEMS_KEPT:
                 self._systems.popitem(last=False)
