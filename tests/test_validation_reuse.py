@@ -149,6 +149,55 @@ def test_a_system_rebuilt_for_other_efficiencies_is_the_system_built_afresh(syst
     assert slow.step_seconds(steps[0]) > 2 * system.step_seconds(steps[0])
 
 
+def _profile_file(folder: Path, name: str, per_sequence_seconds: float) -> str:
+    """The shipped profile ``name`` as a file, its host seconds per sequence replaced."""
+    data = yaml.safe_load((ROOT / "configs" / "engines" / f"{name}.yaml").read_text(encoding="utf-8"))
+    data["cpu"]["per_sequence_seconds"] = per_sequence_seconds
+    path = folder / f"{name}-{per_sequence_seconds}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return str(path)
+
+
+def test_a_run_rebuilt_for_another_host_time_is_the_run_of_a_profile_file_with_it(tmp_path):
+    """vLLM V0's loop overlaps nothing with the GPU (cpu.overlap 0), so each decode iteration of the batch of 8 lasts
+    8 x the host seconds per sequence longer: 60 us more per sequence, 8 x 60 = 480 us more per output token."""
+    from simulator.validation.prepared import HOST_OPTION
+
+    options = dict(STATIC, engine="vllm-v0")
+    runs = PreparedRuns()
+    tpot = {}
+    for compute, host in ((0.7, 0.0), (0.7, 6e-5), (0.5, 6e-5), (0.7, 0.0)):
+        reused = runs.simulate(dict(_with(options, compute, 0.8), **{HOST_OPTION: host}))
+        fresh = simulate_settings(_with(dict(options, engine=_profile_file(tmp_path, "vllm-v0", host)), compute, 0.8))
+        assert _figures(reused) == _figures(fresh)  # bit for bit
+        tpot[compute, host] = reused.metrics.tpot.mean
+    assert runs.prepared == 1
+    assert tpot[0.7, 6e-5] - tpot[0.7, 0.0] == pytest.approx(480e-6, abs=1e-12)
+
+
+def test_systems_share_step_costs_only_where_their_engines_differ_in_host_work_alone():
+    from simulator.cost.system import System
+    from simulator.model.engine_profile import load_engine_profile
+    from simulator.model.precision import Precision
+    from simulator.model.step import Step
+    from simulator.validation.prepared import engine_with_host
+
+    vllm = load_engine_profile("vllm-v0")
+    system = System(load_model("llama2-7b"), load_gpu("a100"), Precision(), tp=2, engine=vllm, collectives="auto",
+                    kernel_efficiency="shape")
+    slower_host = system.with_engine(engine_with_host(vllm, 5e-4))
+    eager = system.with_engine(vllm.eager())  # no CUDA graphs: other launch costs, its own memo
+    assert slower_host.totals_memo is system.totals_memo and eager.totals_memo is not system.totals_memo
+    steps = [Step.decode(8.0, 8.0 * 500.0), Step.prefill(2.0, 700.0) + Step.decode(6.0, 6.0 * 900.0)]
+    for built in (slower_host, eager, system):  # the shared memo filled by one, read by the other
+        fresh = replace(system, engine=built.engine)
+        for step in steps * 2:
+            assert built.step_totals(step) == fresh.step_totals(step)
+    # A decode step of 8 sequences waits 8 x (500 - 171) us more for the synchronous host loop (vllm-v0: overlap 0).
+    more = slower_host.step_seconds(steps[0]) - system.step_seconds(steps[0])
+    assert more == pytest.approx(8 * (500e-6 - 171e-6), abs=1e-12)
+
+
 # --- name lookups remembered per config folder ----------------------------------------------------
 
 def _write_gpu(folder: Path, name: str, bandwidth: float) -> None:

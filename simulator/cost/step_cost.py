@@ -643,7 +643,13 @@ def operator_totals(op: Operator, step: Step, gpu: GPUSpec, rates: OperatorRates
 
 
 MEMO_MAX = 100_000
-"""Per-operator shares remembered by :func:`step_totals` (cleared when full)."""
+"""Per-operator shares remembered by :func:`step_totals` (cleared when full), and whole steps in
+:data:`SHARED_STEPS`."""
+
+SHARED_STEPS = "shared steps"
+"""The key, in a step-cost memo shared by Systems that differ only in their host CPU work, of the dict of whole
+steps' operator sums (see :func:`step_totals`; absent from a memo of one System, whose engine remembers its
+steps itself)."""
 
 
 
@@ -686,6 +692,14 @@ def _sum_shares(shares) -> tuple:
     return seconds, flops, moved, compute_bound, communication, host
 
 
+def _forget(memo: dict) -> None:
+    """Empty a full memo of operator shares; a memo shared by Systems (:data:`SHARED_STEPS`) stays shared."""
+    steps = memo.get(SHARED_STEPS)
+    memo.clear()
+    if steps is not None:
+        memo[SHARED_STEPS] = steps
+
+
 def _memo_share(index: int, op: Operator, step: Step, gpu: GPUSpec, op_rates: OperatorRates | None, captured: Number,
                 model: TimeModel | None, memo: dict) -> tuple:
     """A token-only operator's share at a scalar step, remembered by (operator, token count, graph capture)."""
@@ -693,7 +707,7 @@ def _memo_share(index: int, op: Operator, step: Step, gpu: GPUSpec, op_rates: Op
     share = memo.get(key)
     if share is None:
         if len(memo) >= MEMO_MAX:
-            memo.clear()
+            _forget(memo)
         share = memo[key] = operator_totals(op, step, gpu, op_rates, captured, model)
     return share
 
@@ -708,7 +722,7 @@ def _fixed_scalar(operators, step: Step, gpu: GPUSpec, rates, captured: Number, 
                             for index, (op, op_rates) in enumerate(zip(operators, rates)) if op.works_from_tokens)
         if group:
             if len(memo) >= MEMO_MAX:
-                memo.clear()
+                _forget(memo)
             memo[key] = fixed
     return fixed
 
@@ -746,6 +760,27 @@ def _fixed_runs(operators, step: Step, gpu: GPUSpec, rates, captured: Number, mo
     return tuple(np.repeat(table[:, k], lengths) for k in range(table.shape[1]))
 
 
+def _operator_sums(operators: tuple[Operator, ...], step: Step, gpu: GPUSpec, rates: tuple[OperatorRates | None, ...],
+                   memo: dict | None, model: TimeModel | None, captured: Number) -> tuple:
+    """The operators' shares of ``step`` summed (:func:`_sum_shares`' six totals): the token-only ones', then the
+    others', each part in operator order (see :func:`step_totals`)."""
+    _, _, key_ok, context_operators = _operator_facts(operators, rates)
+    memo_ok = memo is not None and key_ok
+    varying = (isinstance(step.tokens, np.ndarray) or isinstance(step.logit_tokens, np.ndarray)
+               or isinstance(captured, np.ndarray))
+    if memo is None or (varying and not memo_ok):
+        fixed = _sum_shares(operator_totals(op, step, gpu, op_rates, captured, model)
+                            for op, op_rates in zip(operators, rates) if op.works_from_tokens)
+    elif varying:
+        fixed = _fixed_runs(operators, step, gpu, rates, captured, model, memo)
+    else:
+        fixed = _fixed_scalar(operators, step, gpu, rates, captured, model, memo, memo_ok)
+    rest = _sum_shares([operator_totals(op, step, gpu, op_rates, captured, model)
+                        for op, op_rates in context_operators])
+    return (fixed[0] + rest[0], fixed[1] + rest[1], fixed[2] + rest[2], fixed[3] + rest[3], fixed[4] + rest[4],
+            fixed[5] + rest[5])
+
+
 def step_totals(
     operators: tuple[Operator, ...],
     step: Step,
@@ -768,24 +803,28 @@ def step_totals(
     tokens, capture): consecutive decode steps differ only in their context, which only attention reads,
     so a decode tick costs one attention evaluation. An array step whose token counts vary (a stretch in
     which decoders finish) looks the sum up once per run of equal entries.
+
+    A memo shared by Systems that differ only in their engine's host CPU work (:meth:`System.with_engine`: the
+    same operators, rates and graph capture) holds :data:`SHARED_STEPS`, where the operators' summed shares of
+    each scalar step are remembered by the step and its capture: only the exposed host time, which reads that
+    CPU work, is worked out again, so the runs of those Systems cost each step they share once.
     """
     captured = _captured(model, step)
-    _, _, key_ok, context_operators = _operator_facts(operators, rates)
-    memo_ok = memo is not None and key_ok
-    varying = (isinstance(step.tokens, np.ndarray) or isinstance(step.logit_tokens, np.ndarray)
-               or isinstance(captured, np.ndarray))
-    if memo is None or (varying and not memo_ok):
-        fixed = _sum_shares(operator_totals(op, step, gpu, op_rates, captured, model)
-                            for op, op_rates in zip(operators, rates) if op.works_from_tokens)
-    elif varying:
-        fixed = _fixed_runs(operators, step, gpu, rates, captured, model, memo)
-    else:
-        fixed = _fixed_scalar(operators, step, gpu, rates, captured, model, memo, memo_ok)
-    rest = _sum_shares([operator_totals(op, step, gpu, op_rates, captured, model)
-                        for op, op_rates in context_operators])
-    seconds, flops, moved, compute_bound, communication, host = (
-        fixed[0] + rest[0], fixed[1] + rest[1], fixed[2] + rest[2], fixed[3] + rest[3], fixed[4] + rest[4],
-        fixed[5] + rest[5])
+    steps: dict | None = None if memo is None else memo.get(SHARED_STEPS)
+    key = None
+    if steps is not None:
+        key = (step.tokens, step.prefill_tokens, step.sequences, step.logit_tokens, step.attention_pairs,
+               step.prefill_attention_pairs, step.score_elements, step.context_tokens, captured)
+        if any(isinstance(value, np.ndarray) for value in key):
+            steps = None  # an array step (a decode stretch): its entries are not looked up one by one
+    sums = None if steps is None else steps.get(key)
+    if sums is None:
+        sums = _operator_sums(operators, step, gpu, rates, memo, model, captured)
+        if steps is not None:
+            if len(steps) >= MEMO_MAX:
+                steps.clear()
+            steps[key] = sums
+    seconds, flops, moved, compute_bound, communication, host = sums
     wait = launch_wait(seconds, host)
     overhead = _overhead(model, step, seconds + wait)
     return StepTotals(seconds + wait + overhead, flops, moved, compute_bound, seconds - compute_bound - communication,

@@ -18,6 +18,7 @@ from simulator.cost.collectives import check_algorithm
 from simulator.cost.kernel_tables.source import kernel_source
 from simulator.cost.step_cost import (
     KERNEL_MODELS,
+    SHARED_STEPS,
     OperatorRates,
     StepCost,
     StepTotals,
@@ -36,6 +37,9 @@ from simulator.model.operators import Attention, AttentionKernel, Fusion, Gemm, 
 from simulator.model.parallelism import kv_heads_per_gpu
 from simulator.model.precision import Precision
 from simulator.model.step import Number, Step
+
+HOST_WORK: tuple[str, ...] = ("cpu", "async_cpu", "worker_rpc")
+"""The engine profile's host CPU work per iteration: read only by the exposed host time of a step."""
 
 
 def engine_kernels(ops: tuple[Operator, ...], engine: EngineProfile) -> tuple[Operator, ...]:
@@ -134,6 +138,22 @@ class System:
         object.__setattr__(rebuilt, "gpu", gpu)
         object.__setattr__(rebuilt, "rates", system_rates(self.operators, gpu, self.time_model))
         object.__setattr__(rebuilt, "totals_memo", {})
+        return rebuilt
+
+    def with_engine(self, engine: EngineProfile) -> System:
+        """This System served by ``engine`` (``replace(self, engine=engine)``).
+
+        Where ``engine`` differs from this System's profile only in its host CPU work (:data:`HOST_WORK`), which
+        only the step's exposed host time reads (:mod:`simulator.cost.engine_overhead`), after the operators'
+        shares, the two Systems have the same operators, rates and graph capture, and they share their step-cost
+        memo (:data:`~simulator.cost.step_cost.SHARED_STEPS`): a validation replays one run at seven host times
+        per sequence (crossval rule 8), the same steps each time.
+        """
+        rebuilt = replace(self, engine=engine)
+        same_kernels = engine.model_copy(update={name: getattr(self.engine, name) for name in HOST_WORK}) == self.engine
+        if same_kernels and rebuilt.operators == self.operators and rebuilt.rates == self.rates:
+            self.totals_memo.setdefault(SHARED_STEPS, {})
+            object.__setattr__(rebuilt, "totals_memo", self.totals_memo)
         return rebuilt
 
     @property
