@@ -409,8 +409,11 @@ def fit(rows: Iterable[Row], solver: Solver, rounds: int = ROUNDS,
     """
     rows = list(rows)
     fits = Fit()
+    by_family: dict[str | None, list[Row]] = {}
+    for row in rows:
+        by_family.setdefault(row.family, []).append(row)
     for family in GPU_FAMILIES:
-        members = [row for row in rows if row.family == family]
+        members = by_family.get(family, [])
         compute_rows = [row for row in members if solver.role(row) == "compute"]
         memory_rows = [row for row in members if solver.role(row) == "memory"]
         wide = _fit_rows(solver, family, None, compute_rows, memory_rows, fallback, rounds)
