@@ -337,3 +337,26 @@ def test_a_row_of_another_gpu_is_replayed_for_its_own_gpu(tmp_path):
             with Replayer() as own:
                 alone.append(own.predict(r, replace(eff, compute=c)).value)
     assert together == alone and together[0] != together[1]
+
+
+def test_a_row_of_another_release_is_replayed_with_its_own_profile(tmp_path):
+    """A row's profile is worked out once per row: the same row at vLLM 0.5 (before 0.6: the synchronous V0 loop,
+    ``vllm-v0``) replays with that profile, and its TPOT differs from the current engine's."""
+    fields = {"id": "1", "source_id": "s", "engine": "vllm", "engine_version": "", "model": "llama2-7b", "gpu": "a100",
+              "tp": "1", "replicas": "1", "weights": "fp16", "kv": "fp16", "mode": "static", "regime": "decode_b1",
+              "batch": "8", "input_tokens": "128", "output_tokens": "128", "input_dist": "fixed", "output_dist": "fixed",
+              "request_rate": "", "num_prompts": "", "max_num_seqs": "", "max_batched_tokens": "", "chunked_prefill": "",
+              "metric": "tpot_seconds", "measured": "0.01", "unit": "seconds", "quote": "", "source": "test",
+              "link": "-", "notes": "", "explanation": ""}
+    path = tmp_path / "t.csv"
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(COLUMNS))
+        writer.writeheader()
+        writer.writerows([fields, dict(fields, id="2", engine_version="0.5.0")])
+    current, older = load_table(path)
+    assert current.profile[0] == "vllm" and older.profile[0] == "vllm-v0"
+    assert replace(older, engine_version="").profile == current.profile  # a changed row works its profile out again
+    assert current.run_key() != older.run_key()
+    with Replayer() as replayer:
+        eff = Efficiencies(0.7, 0.8)
+        assert replayer.predict(current, eff).value != replayer.predict(older, eff).value
