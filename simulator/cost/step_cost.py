@@ -65,7 +65,7 @@ kernel shapes (:mod:`simulator.cost.kernels`), collectives and engine overhead a
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -272,9 +272,14 @@ def rates_vary_with_tokens(op: Operator, gpu: GPUSpec) -> bool:
     return op.kind not in COMMUNICATION_KINDS and any(entry.op_class == op.kind for entry in gpu.efficiency_by_op)
 
 
+def _group_size(op: Operator) -> int:
+    """GPUs in a communication operator's group (tp for an all-reduce, ep for an all-to-all)."""
+    return int(getattr(op, "ep", 0) or getattr(op, "tp", 1)) if op.kind == "alltoall" else int(getattr(op, "tp", 1))
+
+
 def operator_network(op: Operator, gpu: GPUSpec, model: TimeModel) -> CollectiveNetwork:
     """The collective network of a communication operator's group (tp GPUs for an all-reduce, ep for an all-to-all)."""
-    gpus = int(getattr(op, "ep", 0) or getattr(op, "tp", 1)) if op.kind == "alltoall" else int(getattr(op, "tp", 1))
+    gpus = _group_size(op)
     return collective_network(
         gpus=gpus,
         link_bytes_per_second=gpu.link_bandwidth_bytes_per_second,
@@ -290,13 +295,16 @@ def operator_network(op: Operator, gpu: GPUSpec, model: TimeModel) -> Collective
     )
 
 
-def operator_rates(op: Operator, gpu: GPUSpec, tokens: Number = 0.0, model: TimeModel | None = None) -> OperatorRates:
-    """Rates of ``op`` on ``gpu`` at a step of ``tokens`` tokens (the tokens matter only under an overlay)."""
+def operator_rates(op: Operator, gpu: GPUSpec, tokens: Number = 0.0, model: TimeModel | None = None,
+                   network: CollectiveNetwork | None = None) -> OperatorRates:
+    """Rates of ``op`` on ``gpu`` at a step of ``tokens`` tokens (the tokens matter only under an overlay);
+    ``network``: a communication operator's :func:`operator_network`, where the caller has it."""
     model = model or TimeModel()
     eff = gpu.efficiency
     eager = model.engine.graphs.eager_launch_seconds
     if op.kind in COMMUNICATION_KINDS:
-        return OperatorRates(0.0, None, 0.0, 0.0, eager_launch_seconds=eager, network=operator_network(op, gpu, model),
+        return OperatorRates(0.0, None, 0.0, 0.0, eager_launch_seconds=eager,
+                             network=network or operator_network(op, gpu, model),
                              measured=model.kernels.curve(op, gpu) if model.kernels.measured else None)
     measured = rates_vary_with_tokens(op, gpu)
     compute_eff, memory_eff = efficiency_factors(gpu, op.kind, tokens)
@@ -344,7 +352,14 @@ def system_rates(operators: tuple[Operator, ...], gpu: GPUSpec,
     list (simulator.cost.kernel_tables.moe) and replace the block operators' own (which are None)."""
     model = model or TimeModel()
     check_algorithm(model.collectives)
-    rates = tuple(None if rates_vary_with_tokens(op, gpu) else operator_rates(op, gpu, model=model) for op in operators)
+    # Communication operators of one group size share their network (looking its links up costs file checks).
+    networks: dict[int, CollectiveNetwork] = {}
+    for op in operators:
+        if op.kind in COMMUNICATION_KINDS and _group_size(op) not in networks:
+            networks[_group_size(op)] = operator_network(op, gpu, model)
+    rates = tuple(None if rates_vary_with_tokens(op, gpu) else operator_rates(
+        op, gpu, model=model, network=networks.get(_group_size(op)) if op.kind in COMMUNICATION_KINDS else None)
+        for op in operators)
     moe = model.kernels.moe_curves(operators, gpu) if model.kernels.measured else {}
     if moe and all(rates[i] is not None for i in moe):
         rates = tuple(r._replace(measured=moe[i]) if i in moe and r is not None else r for i, r in enumerate(rates))
@@ -550,14 +565,18 @@ class StepCost:
         return sum(op.launch_seconds for op in self.operators)
 
 
-def _captured(model: TimeModel | None, step: Step) -> Number:
-    return True if model is None else graph_captured(model.engine, rank_share(step, model.host_ranks))
+def _host_share(model: TimeModel | None, step: Step) -> Step:
+    """The part of ``step`` the busiest host loop handles (:func:`rank_share`), which graph capture and host time read."""
+    return step if model is None else rank_share(step, model.host_ranks)
 
 
-def _overhead(model: TimeModel | None, step: Step, gpu_seconds: Number) -> Number:
+def _captured(model: TimeModel | None, share: Step) -> Number:
+    return True if model is None else graph_captured(model.engine, share)
+
+
+def _overhead(model: TimeModel | None, step: Step, share: Step, gpu_seconds: Number) -> Number:
     if model is None or not has_overhead(model.engine):
         return 0.0
-    share = rank_share(step, model.host_ranks)
     return iteration_overhead_seconds(model.engine, share.sequences, share.tokens, gpu_seconds, step.prefill_tokens <= 0)
 
 
@@ -570,8 +589,10 @@ def rank_share(step: Step, ranks: int) -> Step:
     """
     if ranks <= 1:
         return step
-    return replace(step, sequences=ceil_div(step.sequences, ranks), tokens=ceil_div(step.tokens, ranks),
-                   prefill_tokens=ceil_div(step.prefill_tokens, ranks))
+    return Step(tokens=ceil_div(step.tokens, ranks), prefill_tokens=ceil_div(step.prefill_tokens, ranks),
+                sequences=ceil_div(step.sequences, ranks), logit_tokens=step.logit_tokens,
+                attention_pairs=step.attention_pairs, prefill_attention_pairs=step.prefill_attention_pairs,
+                score_elements=step.score_elements, context_tokens=step.context_tokens)
 
 
 def step_cost(
@@ -586,14 +607,15 @@ def step_cost(
     ``rates``: from :func:`system_rates` (optional); ``model``: the System's :class:`TimeModel`
     (None: a bare one, the plain roofline).
     """
-    captured = _captured(model, step)
+    share = _host_share(model, step)
+    captured = _captured(model, share)
     if rates is None:
         costs = tuple(operator_cost(op, step, gpu, None, captured, model) for op in operators)
     else:
         costs = tuple(operator_cost(op, step, gpu, r, captured, model) for op, r in zip(operators, rates))
     gpu_seconds = sum(c.seconds for c in costs)
     wait = launch_wait(gpu_seconds, sum(c.host_seconds for c in costs))
-    overhead = _overhead(model, step, gpu_seconds + wait)
+    overhead = _overhead(model, step, share, gpu_seconds + wait)
     return StepCost(costs, overhead, wait)
 
 
@@ -809,7 +831,8 @@ def step_totals(
     each scalar step are remembered by the step and its capture: only the exposed host time, which reads that
     CPU work, is worked out again, so the runs of those Systems cost each step they share once.
     """
-    captured = _captured(model, step)
+    share = _host_share(model, step)
+    captured = _captured(model, share)
     steps: dict | None = None if memo is None else memo.get(SHARED_STEPS)
     key = None
     if steps is not None:
@@ -826,6 +849,6 @@ def step_totals(
             steps[key] = sums
     seconds, flops, moved, compute_bound, communication, host = sums
     wait = launch_wait(seconds, host)
-    overhead = _overhead(model, step, seconds + wait)
+    overhead = _overhead(model, step, share, seconds + wait)
     return StepTotals(seconds + wait + overhead, flops, moved, compute_bound, seconds - compute_bound - communication,
                       communication, wait)
