@@ -301,11 +301,17 @@ class Solver:
         return self._solved[key]
 
     def _pooled(self, key: tuple) -> float | None:
-        self.request([key])
+        if key in self._solved:  # solutions are only ever added: a solved key (most are, by another fit) needs no lock
+            return self._solved[key]
         with self._lock:
+            if self._cancelled:
+                raise CancelledError("the validation was stopped")
             if key in self._solved:
                 return self._solved[key]
-            pending = self._pending[key]
+            pending = self._pending.get(key)
+            if pending is None:
+                assert self.pool is not None  # _pooled is solve's way with a pool
+                pending = self._pending[key] = self.pool.solve(*key)
         value, ran = pending.result()
         with self._lock:
             if key not in self._solved:
