@@ -675,35 +675,54 @@ steps itself)."""
 
 
 
-_OPERATOR_FACTS: OrderedDict[tuple[int, int], tuple[tuple, tuple, bool, list]] = OrderedDict()
+class _Facts(NamedTuple):
+    """Facts about an operator tuple that step_totals needs on every call (see :func:`_operator_facts`)."""
+
+    operators: tuple
+    rates: tuple
+    """the tuples themselves, so their ids stay their own"""
+    key_ok: bool
+    """(tokens, logit tokens, graph capture) is a valid key for the summed share of the token-only operators: each
+    takes its token count from ``step.tokens`` or ``step.logit_tokens`` (checked on a probe step whose fields all
+    differ)"""
+    context: list
+    """the (operator, rates) pairs that are not token-only, in order"""
+    token_only: list
+    """the (index, operator, rates) of the token-only ones, in order"""
+    leading: int
+    """how many of ``token_only``, from the first, take their count from ``step.tokens`` (all but the LM head's):
+    their sum is a function of (tokens, graph capture), the rest of it is added to it in order"""
+
+
+_OPERATOR_FACTS: OrderedDict[tuple[int, int], _Facts] = OrderedDict()
 OPERATOR_FACTS_KEPT = 16
 """Operator tuples whose facts (see :func:`_operator_facts`) are kept, the most recently used."""
 
 
-def _operator_facts(operators: tuple[Operator, ...],
-                    rates: tuple[OperatorRates | None, ...]) -> tuple[tuple, tuple, bool, list]:
-    """Facts about an operator tuple that step_totals needs on every call, worked out once per tuple.
-
-    (the tuples themselves, so their ids stay their own; whether (tokens, logit tokens, graph capture) is a valid key
-    for the summed share of the token-only operators, i.e. each takes its token count from ``step.tokens``
-    or ``step.logit_tokens``, checked on a probe step whose fields all differ; the (operator, rates) pairs
-    that are not token-only, in order).
-    """
+def _operator_facts(operators: tuple[Operator, ...], rates: tuple[OperatorRates | None, ...]) -> _Facts:
+    """Facts about an operator tuple that step_totals needs on every call, worked out once per tuple."""
     key = (id(operators), id(rates))
     facts = _OPERATOR_FACTS.get(key)
-    if facts is None or facts[0] is not operators or facts[1] is not rates:
+    if facts is None or facts.operators is not operators or facts.rates is not rates:
         probe = Step(*(float(k + 1) for k in range(8)))
-        key_ok = all(op.tokens(probe) in (probe.tokens, probe.logit_tokens) for op in operators if op.works_from_tokens)
+        token_only = [(index, op, op_rates) for index, (op, op_rates) in enumerate(zip(operators, rates))
+                      if op.works_from_tokens]
+        counts = [op.tokens(probe) for _, op, _ in token_only]
+        key_ok = all(count in (probe.tokens, probe.logit_tokens) for count in counts)
+        leading = next((k for k, count in enumerate(counts) if count != probe.tokens), len(counts))
         context = [(op, op_rates) for op, op_rates in zip(operators, rates) if not op.works_from_tokens]
-        facts = _OPERATOR_FACTS[key] = (operators, rates, key_ok, context)
+        facts = _OPERATOR_FACTS[key] = _Facts(operators, rates, key_ok, context, token_only, leading)
         while len(_OPERATOR_FACTS) > OPERATOR_FACTS_KEPT:
             _OPERATOR_FACTS.popitem(last=False)
     return facts
 
 
-def _sum_shares(shares) -> tuple:
-    """Shares summed component by component, in order, starting from 0.0 (one summation order for every path)."""
+def _sum_shares(shares, start: tuple | None = None) -> tuple:
+    """Shares summed component by component, in order, starting from 0.0 (one summation order for every path), or
+    added in order to ``start``, the same sum of the shares before them."""
     seconds = flops = moved = compute_bound = communication = host = 0.0
+    if start is not None:
+        seconds, flops, moved, compute_bound, communication, host = start
     for op_seconds, op_flops, op_bytes, op_compute_bound, op_communication, op_host in shares:
         seconds = seconds + op_seconds
         flops = flops + op_flops
@@ -736,12 +755,28 @@ def _memo_share(index: int, op: Operator, step: Step, gpu: GPUSpec, op_rates: Op
 
 def _fixed_scalar(operators, step: Step, gpu: GPUSpec, rates, captured: Number, model: TimeModel | None,
                   memo: dict, group: bool) -> tuple:
-    """Summed share of the token-only operators at a step whose token counts and capture are scalars."""
+    """Summed share of the token-only operators at a step whose token counts and capture are scalars.
+
+    With ``group`` (the key is valid) the sum is remembered by (tokens, logit tokens, capture), and the sum of its
+    leading operators, which read only the tokens, by (tokens, capture): a step with other logit tokens adds the LM
+    head's share to it."""
     key = ("fixed", step.tokens, step.logit_tokens, captured) if group else None
     fixed = memo.get(key) if group else None
     if fixed is None:
-        fixed = _sum_shares(_memo_share(index, op, step, gpu, op_rates, captured, model, memo)
-                            for index, (op, op_rates) in enumerate(zip(operators, rates)) if op.works_from_tokens)
+        facts = _operator_facts(operators, rates)
+        token_only, leading = facts.token_only, facts.leading if group else 0
+        head = None
+        if leading:
+            head_key = ("tokens", step.tokens, captured)
+            head = memo.get(head_key)
+            if head is None:
+                head = _sum_shares(_memo_share(index, op, step, gpu, op_rates, captured, model, memo)
+                                   for index, op, op_rates in token_only[:leading])
+                if len(memo) >= MEMO_MAX:
+                    _forget(memo)
+                memo[head_key] = head
+        fixed = _sum_shares((_memo_share(index, op, step, gpu, op_rates, captured, model, memo)
+                             for index, op, op_rates in token_only[leading:]), head)
         if group:
             if len(memo) >= MEMO_MAX:
                 _forget(memo)
@@ -786,7 +821,8 @@ def _operator_sums(operators: tuple[Operator, ...], step: Step, gpu: GPUSpec, ra
                    memo: dict | None, model: TimeModel | None, captured: Number) -> tuple:
     """The operators' shares of ``step`` summed (:func:`_sum_shares`' six totals): the token-only ones', then the
     others', each part in operator order (see :func:`step_totals`)."""
-    _, _, key_ok, context_operators = _operator_facts(operators, rates)
+    facts = _operator_facts(operators, rates)
+    key_ok, context_operators = facts.key_ok, facts.context
     memo_ok = memo is not None and key_ok
     varying = (isinstance(step.tokens, np.ndarray) or isinstance(step.logit_tokens, np.ndarray)
                or isinstance(captured, np.ndarray))
