@@ -292,6 +292,20 @@ def test_engine_and_interconnect_names_are_looked_up_in_the_config_folder_of_the
 
 # --- rows solved and runs replayed in worker processes --------------------------------------------
 
+def test_a_validation_relaxes_the_garbage_collector_only_while_it_runs():
+    import gc
+
+    from simulator.validation import pool
+
+    before = gc.get_threshold()
+    with pool.relaxed_collection():
+        assert gc.get_threshold() == pool.COLLECTOR_THRESHOLDS != before
+    assert gc.get_threshold() == before
+    with pytest.raises(RuntimeError), pool.relaxed_collection():
+        raise RuntimeError("a validation that fails")
+    assert gc.get_threshold() == before
+
+
 def test_a_validation_over_processes_is_the_validation_in_one(tmp_path, monkeypatch):
     """Every fit (in sample, each fold), prediction and the count of runs: the same with two processes as with one."""
     from simulator.validation import replay

@@ -95,7 +95,7 @@ from simulator.model.step import Step
 from simulator.plan.deployment_planner import plan_deployment
 from simulator.validation import replay as replay_module
 from simulator.validation.bands import Residual
-from simulator.validation.pool import RunPool
+from simulator.validation.pool import RunPool, relaxed_collection
 from simulator.validation.replay import DEFAULT_EFFICIENCIES, Efficiencies, Prediction, Replayed, Replayer, _model
 
 # BOUNDS and solve_increasing are re-exported: rule 3 names them here, and so do its tests
@@ -568,13 +568,14 @@ def cross_validate(rows: list[Row], replayer: Replayer, progress: Callable[[str]
     """
     group = group or (lambda row: row.source_id)
     groups = sorted({group(row) for row in rows}) if out_of_sample else []
-    pool = RunPool(replayer, workers) if workers > 1 and len(rows) >= replay_module.PARALLEL_MIN_RUNS else None
-    try:
-        return _cross_validate(rows, Solver(replayer, include_serving, pool), groups, group, progress,
-                               include_serving, fallback, workers)
-    finally:
-        if pool is not None:
-            pool.close()
+    with relaxed_collection():
+        pool = RunPool(replayer, workers) if workers > 1 and len(rows) >= replay_module.PARALLEL_MIN_RUNS else None
+        try:
+            return _cross_validate(rows, Solver(replayer, include_serving, pool), groups, group, progress,
+                                   include_serving, fallback, workers)
+        finally:
+            if pool is not None:
+                pool.close()
 
 
 def _cross_validate(rows: list[Row], solver: Solver, groups: list[str], group: Callable[[Row], str],

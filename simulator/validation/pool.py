@@ -16,11 +16,13 @@ thread of its own.
 
 from __future__ import annotations
 
+import gc
 import math
 import multiprocessing
 import os
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Self
 
@@ -28,12 +30,34 @@ from simulator.validation.replay import MAX_PROMPTS, MAX_RATE_PROMPTS, Efficienc
 from simulator.validation.solving import row_solution
 from simulator.validation.table import Row
 
+COLLECTOR_THRESHOLDS = (10_000, 10, 10)
+"""The cyclic garbage collector's thresholds while a validation runs (Python's: 700, 10, 10).
+
+A validation allocates millions of short-lived objects (steps, cost tuples, per-run engine state) while it keeps
+over half a million (its remembered runs, their summaries, prepared Systems), which every full pass scans again:
+the shipped table in one process spent 9.1 s of its CPU time in the collector at Python's thresholds, 6.0 s at
+these, for a peak memory of 1.02 GB instead of 0.89 GB (a finished run's result is freed by the collector, not by
+reference counting: it lists itself among its replicas)."""
+
+
+@contextmanager
+def relaxed_collection() -> Iterator[None]:
+    """:data:`COLLECTOR_THRESHOLDS` inside the block (and in the workers a pool forks there), Python's after."""
+    before = gc.get_threshold()
+    gc.set_threshold(*COLLECTOR_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
+
 _REPLAYER: Replayer | None = None
 """The worker process's own replayer (set by :func:`_start`; None in the parent)."""
 
 
 def _start(folder: str, max_prompts: int, max_rate_prompts: int, kernels: str) -> None:
     global _REPLAYER
+    gc.set_threshold(*COLLECTOR_THRESHOLDS)  # a spawned worker does not inherit the parent's
     workdir = Path(folder) / f"worker-{os.getpid()}"
     workdir.mkdir(exist_ok=True)
     _REPLAYER = Replayer(workdir, max_prompts, max_rate_prompts, kernels=kernels)
