@@ -188,11 +188,14 @@ def test_systems_share_step_costs_only_where_their_engines_differ_in_host_work_a
     slower_host = system.with_engine(engine_with_host(vllm, 5e-4))
     eager = system.with_engine(vllm.eager())  # no CUDA graphs: other launch costs, its own memo
     assert slower_host.totals_memo is system.totals_memo and eager.totals_memo is not system.totals_memo
-    steps = [Step.decode(8.0, 8.0 * 500.0), Step.prefill(2.0, 700.0) + Step.decode(6.0, 6.0 * 900.0)]
+    steps = [Step.decode(8.0, 8.0 * 500.0), Step.prefill(2.0, 700.0) + Step.decode(6.0, 6.0 * 900.0),
+             Step.decode(8.0, np.array([400.0, 401.0, 402.0]))]  # a decode stretch's ticks
     for built in (slower_host, eager, system):  # the shared memo filled by one, read by the other
         fresh = replace(system, engine=built.engine)
         for step in steps * 2:
-            assert built.step_totals(step) == fresh.step_totals(step)
+            assert all(np.array_equal(a, b) for a, b in zip(built.step_totals(step), fresh.step_totals(step)))
+    stretch = system.step_totals(steps[2])
+    assert isinstance(stretch.flops, np.ndarray) and not stretch.flops.flags.writeable  # shared: nobody may change it
     # A decode step of 8 sequences waits 8 x (500 - 171) us more for the synchronous host loop (vllm-v0: overlap 0).
     more = slower_host.step_seconds(steps[0]) - system.step_seconds(steps[0])
     assert more == pytest.approx(8 * (500e-6 - 171e-6), abs=1e-12)

@@ -817,6 +817,13 @@ def _fixed_runs(operators, step: Step, gpu: GPUSpec, rates, captured: Number, mo
     return tuple(np.repeat(table[:, k], lengths) for k in range(table.shape[1]))
 
 
+def _by_value(value: Number | np.ndarray) -> object:
+    """A step field as part of a key: a number itself, an array (a decode stretch's) by its dtype, shape and bytes."""
+    if isinstance(value, np.ndarray):
+        return value.dtype.str, value.shape, value.tobytes()
+    return value
+
+
 def _operator_sums(operators: tuple[Operator, ...], step: Step, gpu: GPUSpec, rates: tuple[OperatorRates | None, ...],
                    memo: dict | None, model: TimeModel | None, captured: Number) -> tuple:
     """The operators' shares of ``step`` summed (:func:`_sum_shares`' six totals): the token-only ones', then the
@@ -864,22 +871,25 @@ def step_totals(
 
     A memo shared by Systems that differ only in their engine's host CPU work (:meth:`System.with_engine`: the
     same operators, rates and graph capture) holds :data:`SHARED_STEPS`, where the operators' summed shares of
-    each scalar step are remembered by the step and its capture: only the exposed host time, which reads that
-    CPU work, is worked out again, so the runs of those Systems cost each step they share once.
+    each step (a decode stretch's arrays too, read-only) are remembered by the step and its capture: only the
+    exposed host time, which reads that CPU work, is worked out again, so the runs of those Systems cost each
+    step they share once.
     """
     share = _host_share(model, step)
     captured = _captured(model, share)
     steps: dict | None = None if memo is None else memo.get(SHARED_STEPS)
     key = None
     if steps is not None:
-        key = (step.tokens, step.prefill_tokens, step.sequences, step.logit_tokens, step.attention_pairs,
-               step.prefill_attention_pairs, step.score_elements, step.context_tokens, captured)
-        if any(isinstance(value, np.ndarray) for value in key):
-            steps = None  # an array step (a decode stretch): its entries are not looked up one by one
+        key = tuple(_by_value(value) for value in (
+            step.tokens, step.prefill_tokens, step.sequences, step.logit_tokens, step.attention_pairs,
+            step.prefill_attention_pairs, step.score_elements, step.context_tokens, captured))
     sums = None if steps is None else steps.get(key)
     if sums is None:
         sums = _operator_sums(operators, step, gpu, rates, memo, model, captured)
         if steps is not None:
+            for value in sums:
+                if isinstance(value, np.ndarray):
+                    value.flags.writeable = False  # shared by the Systems' runs: none may change it
             if len(steps) >= MEMO_MAX:
                 steps.clear()
             steps[key] = sums
