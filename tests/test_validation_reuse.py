@@ -331,20 +331,28 @@ def test_a_validation_over_processes_is_the_validation_in_one(tmp_path, monkeypa
     assert any(m.startswith("fold ") for m in said) and said[-1].startswith("predicting")
 
 
-def test_a_row_of_another_gpu_is_replayed_for_its_own_gpu(tmp_path):
-    """Two rows alike but for the GPU, through one replayer: each gets its own GPU's run."""
-    fields = {"id": "1", "source_id": "s", "engine": "vllm", "engine_version": "", "model": "llama2-7b", "gpu": "a100",
-              "tp": "1", "replicas": "1", "weights": "fp16", "kv": "fp16", "mode": "static", "regime": "decode_b1",
-              "batch": "1", "input_tokens": "128", "output_tokens": "128", "input_dist": "fixed", "output_dist": "fixed",
-              "request_rate": "", "num_prompts": "", "max_num_seqs": "", "max_batched_tokens": "", "chunked_prefill": "",
-              "metric": "tpot_seconds", "measured": "0.01", "unit": "seconds", "quote": "", "source": "test",
-              "link": "-", "notes": "", "explanation": ""}
-    path = tmp_path / "t.csv"
+ROW = {"id": "1", "source_id": "s", "engine": "vllm", "engine_version": "", "model": "llama2-7b", "gpu": "a100",
+       "tp": "1", "replicas": "1", "weights": "fp16", "kv": "fp16", "mode": "static", "regime": "decode_b1",
+       "batch": "1", "input_tokens": "128", "output_tokens": "128", "input_dist": "fixed", "output_dist": "fixed",
+       "request_rate": "", "num_prompts": "", "max_num_seqs": "", "max_batched_tokens": "", "chunked_prefill": "",
+       "metric": "tpot_seconds", "measured": "0.01", "unit": "seconds", "quote": "", "source": "test",
+       "link": "-", "notes": "", "explanation": ""}
+"""A static TPOT row of the published.csv schema, as text."""
+
+
+def _rows(folder: Path, *changes: dict) -> list:
+    """The rows of a table of :data:`ROW` with each of ``changes`` (numbered 1, 2, ...)."""
+    path = folder / "t.csv"
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(COLUMNS))
         writer.writeheader()
-        writer.writerows([fields, dict(fields, id="2", gpu="h100")])
-    a100, h100 = load_table(path)
+        writer.writerows([dict(ROW, id=str(number), **change) for number, change in enumerate(changes, start=1)])
+    return load_table(path)
+
+
+def test_a_row_of_another_gpu_is_replayed_for_its_own_gpu(tmp_path):
+    """Two rows alike but for the GPU, through one replayer: each gets its own GPU's run."""
+    a100, h100 = _rows(tmp_path, {}, {"gpu": "h100"})
     eff = Efficiencies(0.7, 0.8)
     with Replayer() as shared:
         together = [shared.predict(r, replace(eff, compute=c)).value for c in (0.7, 0.5) for r in (a100, h100)]
@@ -359,18 +367,7 @@ def test_a_row_of_another_gpu_is_replayed_for_its_own_gpu(tmp_path):
 def test_a_row_of_another_release_is_replayed_with_its_own_profile(tmp_path):
     """A row's profile is worked out once per row: the same row at vLLM 0.5 (before 0.6: the synchronous V0 loop,
     ``vllm-v0``) replays with that profile, and its TPOT differs from the current engine's."""
-    fields = {"id": "1", "source_id": "s", "engine": "vllm", "engine_version": "", "model": "llama2-7b", "gpu": "a100",
-              "tp": "1", "replicas": "1", "weights": "fp16", "kv": "fp16", "mode": "static", "regime": "decode_b1",
-              "batch": "8", "input_tokens": "128", "output_tokens": "128", "input_dist": "fixed", "output_dist": "fixed",
-              "request_rate": "", "num_prompts": "", "max_num_seqs": "", "max_batched_tokens": "", "chunked_prefill": "",
-              "metric": "tpot_seconds", "measured": "0.01", "unit": "seconds", "quote": "", "source": "test",
-              "link": "-", "notes": "", "explanation": ""}
-    path = tmp_path / "t.csv"
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(COLUMNS))
-        writer.writeheader()
-        writer.writerows([fields, dict(fields, id="2", engine_version="0.5.0")])
-    current, older = load_table(path)
+    current, older = _rows(tmp_path, {"batch": "8"}, {"batch": "8", "engine_version": "0.5.0"})
     assert current.profile[0] == "vllm" and older.profile[0] == "vllm-v0"
     assert replace(older, engine_version="").profile == current.profile  # a changed row works its profile out again
     assert current.run_key() != older.run_key()
