@@ -58,8 +58,10 @@ Inputs may be numpy arrays (one entry per step): all arithmetic is elementwise, 
 costed in one call.
 
 Why this module is over 600 lines: every term of the formula above is computed here, once, for
-one operator and for a whole step (the scalar and the vectorised paths must agree bit for bit);
-kernel shapes (:mod:`simulator.cost.kernels`), collectives and engine overhead are modules of their own.
+one operator and for a whole step (the scalar and the vectorised paths must agree bit for bit), and
+so is what :func:`step_totals` remembers to cost the engine's steps faster, whose summation order
+must be that of the same sum worked out afresh; kernel shapes (:mod:`simulator.cost.kernels`),
+collectives and engine overhead are modules of their own.
 """
 
 from __future__ import annotations
