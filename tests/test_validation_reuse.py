@@ -196,6 +196,17 @@ def test_systems_share_step_costs_only_where_their_engines_differ_in_host_work_a
             assert all(np.array_equal(a, b) for a, b in zip(built.step_totals(step), fresh.step_totals(step)))
     stretch = system.step_totals(steps[2])
     assert isinstance(stretch.flops, np.ndarray) and not stretch.flops.flags.writeable  # shared: nobody may change it
+    # A decode tick traced through the shared memo (simulator.cost.tracing): its symbolic evaluation is not kept, the
+    # two samples' steps and the one checked here are: three entries more.
+    from simulator.cost.step_cost import SHARED_STEPS
+    from simulator.cost.tracing import trace_scalar
+
+    shared = system.totals_memo[SHARED_STEPS]
+    before = len(shared)
+    traced = trace_scalar(lambda keys: slower_host.step_totals(Step.decode(8.0, keys)), (8.0, 8e3))
+    assert traced is not None
+    assert traced(3000.0) == tuple(float(v) for v in slower_host.step_totals(Step.decode(8.0, 3000.0)))
+    assert len(shared) == before + 3
     # A decode step of 8 sequences waits 8 x (500 - 171) us more for the synchronous host loop (vllm-v0: overlap 0).
     more = slower_host.step_seconds(steps[0]) - system.step_seconds(steps[0])
     assert more == pytest.approx(8 * (500e-6 - 171e-6), abs=1e-12)

@@ -819,11 +819,13 @@ def _fixed_runs(operators, step: Step, gpu: GPUSpec, rates, captured: Number, mo
     return tuple(np.repeat(table[:, k], lengths) for k in range(table.shape[1]))
 
 
-def _by_value(value: Number | np.ndarray) -> object:
-    """A step field as part of a key: a number itself, an array (a decode stretch's) by its dtype, shape and bytes."""
-    if isinstance(value, np.ndarray):
-        return value.dtype.str, value.shape, value.tobytes()
-    return value
+def _array_key(fields: tuple) -> tuple | None:
+    """``fields`` (a step's and its capture) with each array by its dtype, shape and bytes (a decode stretch's); None
+    where one is not a plain array (a traced symbol: :mod:`simulator.cost.tracing`), whose costs are not kept."""
+    if any(isinstance(value, np.ndarray) and type(value) is not np.ndarray for value in fields):
+        return None
+    return tuple((value.dtype.str, value.shape, value.tobytes()) if isinstance(value, np.ndarray) else value
+                 for value in fields)
 
 
 def _operator_sums(operators: tuple[Operator, ...], step: Step, gpu: GPUSpec, rates: tuple[OperatorRates | None, ...],
@@ -880,15 +882,19 @@ def step_totals(
     share = _host_share(model, step)
     captured = _captured(model, share)
     steps: dict | None = None if memo is None else memo.get(SHARED_STEPS)
-    key = None
+    key: tuple | None = None
+    sums = None
     if steps is not None:
-        key = tuple(_by_value(value) for value in (
-            step.tokens, step.prefill_tokens, step.sequences, step.logit_tokens, step.attention_pairs,
-            step.prefill_attention_pairs, step.score_elements, step.context_tokens, captured))
-    sums = None if steps is None else steps.get(key)
+        key = (step.tokens, step.prefill_tokens, step.sequences, step.logit_tokens, step.attention_pairs,
+               step.prefill_attention_pairs, step.score_elements, step.context_tokens, captured)
+        try:
+            sums = steps.get(key)
+        except TypeError:  # array fields, which do not hash: a decode stretch's, or a traced symbol
+            key = _array_key(key)
+            sums = None if key is None else steps.get(key)
     if sums is None:
         sums = _operator_sums(operators, step, gpu, rates, memo, model, captured)
-        if steps is not None:
+        if steps is not None and key is not None:
             for value in sums:
                 if isinstance(value, np.ndarray):
                     value.flags.writeable = False  # shared by the Systems' runs: none may change it
