@@ -388,6 +388,23 @@ def test_summaries_of_stacked_samples_equal_each_summarized_alone():
     assert summarize_rows(np.zeros(0), np.zeros(0)) == [summarize(np.zeros(0))] * 2
 
 
+def test_percentiles_interpolate_linearly_and_a_sample_of_one_value_has_it_at_each():
+    """[1, 2, 3, 4]: the q-th percentile sits at index q/100 x 3, between its neighbours: p50 at 1.5 is 2.5, p90 at
+    2.7 is 3.7, p99 at 2.97 is 3.97. Seven requests of one static batch share their TTFT, 0.1234 s: every percentile
+    is 0.1234 exactly (and a queue of zeros is zero), and so is each row of a stack of such samples."""
+    from simulator.engine.metrics import summarize, summarize_rows
+
+    ramp = summarize(np.array([1.0, 2.0, 3.0, 4.0]))
+    assert (ramp.p50, ramp.p90, ramp.p99) == (2.5, pytest.approx(3.7, abs=1e-12), pytest.approx(3.97, abs=1e-12))
+    batch = summarize(np.full(7, 0.1234))
+    assert (batch.p50, batch.p90, batch.p99) == (0.1234, 0.1234, 0.1234)
+    ttft, queue, mixed = summarize_rows(np.full(7, 0.1234), np.zeros(7), np.array([0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.8]))
+    assert (ttft.p50, ttft.p99, queue.p50, queue.p99) == (0.1234, 0.1234, 0.0, 0.0)
+    # one value apart in seven (sorted: six 0.1 then 0.8): p90 at index 5.4 is 0.1 + 0.4 x 0.7 = 0.38, p99 at 5.94 is
+    # 0.1 + 0.94 x 0.7 = 0.758
+    assert (mixed.p50, mixed.p90, mixed.p99) == (0.1, pytest.approx(0.38, abs=1e-12), pytest.approx(0.758, abs=1e-12))
+
+
 def test_the_chunked_weighted_summary_gives_the_same_percentiles(monkeypatch):
     """Large samples (a streamed run's inter-token gaps) are summarised in chunks by a radix selection."""
     import simulator.engine.metrics as metrics

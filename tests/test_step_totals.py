@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from simulator.cost.step_cost import step_totals
 from simulator.cost.system import System
 from simulator.model import load_gpu, load_model
 from simulator.model.engine_profile import load_engine_profile
@@ -110,6 +111,22 @@ def test_memoised_shares_give_the_same_totals_as_a_fresh_system():
     per_operator = [key for key in system.totals_memo if isinstance(key, tuple) and isinstance(key[0], int)]
     assert len(per_operator) == sum(op.works_from_tokens for op in system.operators)
     assert ("fixed", 32.0, 32.0, True) in system.totals_memo
+
+
+def test_steps_of_one_token_count_and_other_logit_tokens_each_get_their_own_lm_head():
+    """Mixed steps of 512 tokens whose chunks emit 1, 8 and again 1 logits: the operators before the LM head are
+    summed once for the 512 tokens, the LM head's share added to that sum, each equal to the shares summed without a
+    memo, bit for bit. llama3-8b's LM head is 4096 x 128,256 (2 x 4096 x 128,256 = 1,050,673,152 FLOPs per logit token), so 7
+    more logit tokens are 7,354,712,064 more FLOPs."""
+    system = System(load_model("llama3-8b"), _gpu(False), Precision())
+    steps = [Step(tokens=512.0, prefill_tokens=500.0, sequences=13.0, logit_tokens=logits, attention_pairs=9e5,
+                  prefill_attention_pairs=8e5, score_elements=9e5, context_tokens=7000.0) for logits in (1.0, 8.0, 1.0)]
+    totals = [system.step_totals(step) for step in steps]
+    for step, memoised in zip(steps, totals):  # the same as every share summed afresh, from 0, in operator order
+        assert memoised == step_totals(system.operators, step, system.gpu, system.rates, None, system.time_model)
+    assert ("tokens", 512.0, True) in system.totals_memo
+    assert totals[1].flops - totals[0].flops == 7 * 2 * 4096 * 128_256 == 7_354_712_064
+    assert totals[2] == totals[0]
 
 
 @pytest.mark.parametrize("system", _systems(), ids=lambda s: s.describe())

@@ -110,3 +110,13 @@ def test_a_trace_that_disagrees_with_its_function_on_a_sample_is_refused():
         return (x * 2.0 if len(calls) == 1 else x * 3.0,)  # traced as 2x, then the function answers 3x
 
     assert trace_scalar(drifting, (1.0,)) is None
+
+
+def test_traces_of_one_form_with_other_constants_each_give_their_own_answers():
+    """Both record the same lines (v0 = c0 * x; v1 = max(v0, c1)), so they share compiled code; the constants are
+    each trace's own: max(2 * 1, 3) = 3 and max(5 * 1, 1) = 5; max(2 * 4, 3) = 8 and max(5 * 4, 1) = 20."""
+    first = trace_scalar(lambda x: (np.maximum(2.0 * x, 3.0),), (1.0,))
+    second = trace_scalar(lambda x: (np.maximum(5.0 * x, 1.0),), (1.0,))
+    assert first is not None and second is not None
+    assert first.__code__ is second.__code__
+    assert (first(1.0), second(1.0), first(4.0), second(4.0)) == ((3.0,), (5.0,), (8.0,), (20.0,))

@@ -58,14 +58,16 @@ Inputs may be numpy arrays (one entry per step): all arithmetic is elementwise, 
 costed in one call.
 
 Why this module is over 600 lines: every term of the formula above is computed here, once, for
-one operator and for a whole step (the scalar and the vectorised paths must agree bit for bit);
-kernel shapes (:mod:`simulator.cost.kernels`), collectives and engine overhead are modules of their own.
+one operator and for a whole step (the scalar and the vectorised paths must agree bit for bit), and
+so is what :func:`step_totals` remembers to cost the engine's steps faster, whose summation order
+must be that of the same sum worked out afresh; kernel shapes (:mod:`simulator.cost.kernels`),
+collectives and engine overhead are modules of their own.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -273,9 +275,14 @@ def rates_vary_with_tokens(op: Operator, gpu: GPUSpec) -> bool:
     return op.kind not in COMMUNICATION_KINDS and any(entry.op_class == op.kind for entry in gpu.efficiency_by_op)
 
 
+def _group_size(op: Operator) -> int:
+    """GPUs in a communication operator's group (tp for an all-reduce, ep for an all-to-all)."""
+    return int(getattr(op, "ep", 0) or getattr(op, "tp", 1)) if op.kind == "alltoall" else int(getattr(op, "tp", 1))
+
+
 def operator_network(op: Operator, gpu: GPUSpec, model: TimeModel) -> CollectiveNetwork:
     """The collective network of a communication operator's group (tp GPUs for an all-reduce, ep for an all-to-all)."""
-    gpus = int(getattr(op, "ep", 0) or getattr(op, "tp", 1)) if op.kind == "alltoall" else int(getattr(op, "tp", 1))
+    gpus = _group_size(op)
     return collective_network(
         gpus=gpus,
         link_bytes_per_second=gpu.link_bandwidth_bytes_per_second,
@@ -291,13 +298,16 @@ def operator_network(op: Operator, gpu: GPUSpec, model: TimeModel) -> Collective
     )
 
 
-def operator_rates(op: Operator, gpu: GPUSpec, tokens: Number = 0.0, model: TimeModel | None = None) -> OperatorRates:
-    """Rates of ``op`` on ``gpu`` at a step of ``tokens`` tokens (the tokens matter only under an overlay)."""
+def operator_rates(op: Operator, gpu: GPUSpec, tokens: Number = 0.0, model: TimeModel | None = None,
+                   network: CollectiveNetwork | None = None) -> OperatorRates:
+    """Rates of ``op`` on ``gpu`` at a step of ``tokens`` tokens (the tokens matter only under an overlay);
+    ``network``: a communication operator's :func:`operator_network`, where the caller has it."""
     model = model or TimeModel()
     eff = gpu.efficiency
     eager = model.engine.graphs.eager_launch_seconds
     if op.kind in COMMUNICATION_KINDS:
-        return OperatorRates(0.0, None, 0.0, 0.0, eager_launch_seconds=eager, network=operator_network(op, gpu, model),
+        return OperatorRates(0.0, None, 0.0, 0.0, eager_launch_seconds=eager,
+                             network=network or operator_network(op, gpu, model),
                              measured=model.kernels.curve(op, gpu) if model.kernels.measured else None)
     measured = rates_vary_with_tokens(op, gpu)
     compute_eff, memory_eff = efficiency_factors(gpu, op.kind, tokens)
@@ -345,7 +355,14 @@ def system_rates(operators: tuple[Operator, ...], gpu: GPUSpec,
     list (simulator.cost.kernel_tables.moe) and replace the block operators' own (which are None)."""
     model = model or TimeModel()
     check_algorithm(model.collectives)
-    rates = tuple(None if rates_vary_with_tokens(op, gpu) else operator_rates(op, gpu, model=model) for op in operators)
+    # Communication operators of one group size share their network (looking its links up costs file checks).
+    networks: dict[int, CollectiveNetwork] = {}
+    for op in operators:
+        if op.kind in COMMUNICATION_KINDS and _group_size(op) not in networks:
+            networks[_group_size(op)] = operator_network(op, gpu, model)
+    rates = tuple(None if rates_vary_with_tokens(op, gpu) else operator_rates(
+        op, gpu, model=model, network=networks.get(_group_size(op)) if op.kind in COMMUNICATION_KINDS else None)
+        for op in operators)
     moe = model.kernels.moe_curves(operators, gpu) if model.kernels.measured else {}
     if moe and all(rates[i] is not None for i in moe):
         rates = tuple(r._replace(measured=moe[i]) if i in moe and r is not None else r for i, r in enumerate(rates))
@@ -553,14 +570,18 @@ class StepCost:
         return sum(op.launch_seconds for op in self.operators)
 
 
-def _captured(model: TimeModel | None, step: Step) -> Number:
-    return True if model is None else graph_captured(model.engine, rank_share(step, model.host_ranks))
+def _host_share(model: TimeModel | None, step: Step) -> Step:
+    """The part of ``step`` the busiest host loop handles (:func:`rank_share`), which graph capture and host time read."""
+    return step if model is None else rank_share(step, model.host_ranks)
 
 
-def _overhead(model: TimeModel | None, step: Step, gpu_seconds: Number) -> Number:
+def _captured(model: TimeModel | None, share: Step) -> Number:
+    return True if model is None else graph_captured(model.engine, share)
+
+
+def _overhead(model: TimeModel | None, step: Step, share: Step, gpu_seconds: Number) -> Number:
     if model is None or not has_overhead(model.engine):
         return 0.0
-    share = rank_share(step, model.host_ranks)
     return iteration_overhead_seconds(model.engine, share.sequences, share.tokens, gpu_seconds, step.prefill_tokens <= 0)
 
 
@@ -573,8 +594,10 @@ def rank_share(step: Step, ranks: int) -> Step:
     """
     if ranks <= 1:
         return step
-    return replace(step, sequences=ceil_div(step.sequences, ranks), tokens=ceil_div(step.tokens, ranks),
-                   prefill_tokens=ceil_div(step.prefill_tokens, ranks))
+    return Step(tokens=ceil_div(step.tokens, ranks), prefill_tokens=ceil_div(step.prefill_tokens, ranks),
+                sequences=ceil_div(step.sequences, ranks), logit_tokens=step.logit_tokens,
+                attention_pairs=step.attention_pairs, prefill_attention_pairs=step.prefill_attention_pairs,
+                score_elements=step.score_elements, context_tokens=step.context_tokens)
 
 
 def step_cost(
@@ -589,14 +612,15 @@ def step_cost(
     ``rates``: from :func:`system_rates` (optional); ``model``: the System's :class:`TimeModel`
     (None: a bare one, the plain roofline).
     """
-    captured = _captured(model, step)
+    share = _host_share(model, step)
+    captured = _captured(model, share)
     if rates is None:
         costs = tuple(operator_cost(op, step, gpu, None, captured, model) for op in operators)
     else:
         costs = tuple(operator_cost(op, step, gpu, r, captured, model) for op, r in zip(operators, rates))
     gpu_seconds = sum(c.seconds for c in costs)
     wait = launch_wait(gpu_seconds, sum(c.host_seconds for c in costs))
-    overhead = _overhead(model, step, gpu_seconds + wait)
+    overhead = _overhead(model, step, share, gpu_seconds + wait)
     return StepCost(costs, overhead, wait)
 
 
@@ -646,39 +670,64 @@ def operator_totals(op: Operator, step: Step, gpu: GPUSpec, rates: OperatorRates
 
 
 MEMO_MAX = 100_000
-"""Per-operator shares remembered by :func:`step_totals` (cleared when full)."""
+"""Per-operator shares remembered by :func:`step_totals` (cleared when full), and whole steps in
+:data:`SHARED_STEPS`."""
+
+SHARED_STEPS = "shared steps"
+"""The key, in a step-cost memo shared by Systems that differ only in their host CPU work, of the dict of whole
+steps' operator sums (see :func:`step_totals`; absent from a memo of one System, whose engine remembers its
+steps itself)."""
 
 
 
-_OPERATOR_FACTS: OrderedDict[tuple[int, int], tuple[tuple, tuple, bool, list]] = OrderedDict()
+class _Facts(NamedTuple):
+    """Facts about an operator tuple that step_totals needs on every call (see :func:`_operator_facts`)."""
+
+    operators: tuple
+    rates: tuple
+    """the tuples themselves, so their ids stay their own"""
+    key_ok: bool
+    """(tokens, logit tokens, graph capture) is a valid key for the summed share of the token-only operators: each
+    takes its token count from ``step.tokens`` or ``step.logit_tokens`` (checked on a probe step whose fields all
+    differ)"""
+    context: list
+    """the (operator, rates) pairs that are not token-only, in order"""
+    token_only: list
+    """the (index, operator, rates) of the token-only ones, in order"""
+    leading: int
+    """how many of ``token_only``, from the first, take their count from ``step.tokens`` (all but the LM head's):
+    their sum is a function of (tokens, graph capture), the rest of it is added to it in order"""
+
+
+_OPERATOR_FACTS: OrderedDict[tuple[int, int], _Facts] = OrderedDict()
 OPERATOR_FACTS_KEPT = 16
 """Operator tuples whose facts (see :func:`_operator_facts`) are kept, the most recently used."""
 
 
-def _operator_facts(operators: tuple[Operator, ...],
-                    rates: tuple[OperatorRates | None, ...]) -> tuple[tuple, tuple, bool, list]:
-    """Facts about an operator tuple that step_totals needs on every call, worked out once per tuple.
-
-    (the tuples themselves, so their ids stay their own; whether (tokens, logit tokens, graph capture) is a valid key
-    for the summed share of the token-only operators, i.e. each takes its token count from ``step.tokens``
-    or ``step.logit_tokens``, checked on a probe step whose fields all differ; the (operator, rates) pairs
-    that are not token-only, in order).
-    """
+def _operator_facts(operators: tuple[Operator, ...], rates: tuple[OperatorRates | None, ...]) -> _Facts:
+    """Facts about an operator tuple that step_totals needs on every call, worked out once per tuple."""
     key = (id(operators), id(rates))
     facts = _OPERATOR_FACTS.get(key)
-    if facts is None or facts[0] is not operators or facts[1] is not rates:
+    if facts is None or facts.operators is not operators or facts.rates is not rates:
         probe = Step(*(float(k + 1) for k in range(8)))
-        key_ok = all(op.tokens(probe) in (probe.tokens, probe.logit_tokens) for op in operators if op.works_from_tokens)
+        token_only = [(index, op, op_rates) for index, (op, op_rates) in enumerate(zip(operators, rates))
+                      if op.works_from_tokens]
+        counts = [op.tokens(probe) for _, op, _ in token_only]
+        key_ok = all(count in (probe.tokens, probe.logit_tokens) for count in counts)
+        leading = next((k for k, count in enumerate(counts) if count != probe.tokens), len(counts))
         context = [(op, op_rates) for op, op_rates in zip(operators, rates) if not op.works_from_tokens]
-        facts = _OPERATOR_FACTS[key] = (operators, rates, key_ok, context)
+        facts = _OPERATOR_FACTS[key] = _Facts(operators, rates, key_ok, context, token_only, leading)
         while len(_OPERATOR_FACTS) > OPERATOR_FACTS_KEPT:
             _OPERATOR_FACTS.popitem(last=False)
     return facts
 
 
-def _sum_shares(shares) -> tuple:
-    """Shares summed component by component, in order, starting from 0.0 (one summation order for every path)."""
+def _sum_shares(shares, start: tuple | None = None) -> tuple:
+    """Shares summed component by component, in order, starting from 0.0 (one summation order for every path), or
+    added in order to ``start``, the same sum of the shares before them."""
     seconds = flops = moved = compute_bound = communication = host = 0.0
+    if start is not None:
+        seconds, flops, moved, compute_bound, communication, host = start
     for op_seconds, op_flops, op_bytes, op_compute_bound, op_communication, op_host in shares:
         seconds = seconds + op_seconds
         flops = flops + op_flops
@@ -689,6 +738,14 @@ def _sum_shares(shares) -> tuple:
     return seconds, flops, moved, compute_bound, communication, host
 
 
+def _forget(memo: dict) -> None:
+    """Empty a full memo of operator shares; a memo shared by Systems (:data:`SHARED_STEPS`) stays shared."""
+    steps = memo.get(SHARED_STEPS)
+    memo.clear()
+    if steps is not None:
+        memo[SHARED_STEPS] = steps
+
+
 def _memo_share(index: int, op: Operator, step: Step, gpu: GPUSpec, op_rates: OperatorRates | None, captured: Number,
                 model: TimeModel | None, memo: dict) -> tuple:
     """A token-only operator's share at a scalar step, remembered by (operator, token count, graph capture)."""
@@ -696,22 +753,38 @@ def _memo_share(index: int, op: Operator, step: Step, gpu: GPUSpec, op_rates: Op
     share = memo.get(key)
     if share is None:
         if len(memo) >= MEMO_MAX:
-            memo.clear()
+            _forget(memo)
         share = memo[key] = operator_totals(op, step, gpu, op_rates, captured, model)
     return share
 
 
 def _fixed_scalar(operators, step: Step, gpu: GPUSpec, rates, captured: Number, model: TimeModel | None,
                   memo: dict, group: bool) -> tuple:
-    """Summed share of the token-only operators at a step whose token counts and capture are scalars."""
+    """Summed share of the token-only operators at a step whose token counts and capture are scalars.
+
+    With ``group`` (the key is valid) the sum is remembered by (tokens, logit tokens, capture), and the sum of its
+    leading operators, which read only the tokens, by (tokens, capture): a step with other logit tokens adds the LM
+    head's share to it."""
     key = ("fixed", step.tokens, step.logit_tokens, captured) if group else None
     fixed = memo.get(key) if group else None
     if fixed is None:
-        fixed = _sum_shares(_memo_share(index, op, step, gpu, op_rates, captured, model, memo)
-                            for index, (op, op_rates) in enumerate(zip(operators, rates)) if op.works_from_tokens)
+        facts = _operator_facts(operators, rates)
+        token_only, leading = facts.token_only, facts.leading if group else 0
+        head = None
+        if leading:
+            head_key = ("tokens", step.tokens, captured)
+            head = memo.get(head_key)
+            if head is None:
+                head = _sum_shares(_memo_share(index, op, step, gpu, op_rates, captured, model, memo)
+                                   for index, op, op_rates in token_only[:leading])
+                if len(memo) >= MEMO_MAX:
+                    _forget(memo)
+                memo[head_key] = head
+        fixed = _sum_shares((_memo_share(index, op, step, gpu, op_rates, captured, model, memo)
+                             for index, op, op_rates in token_only[leading:]), head)
         if group:
             if len(memo) >= MEMO_MAX:
-                memo.clear()
+                _forget(memo)
             memo[key] = fixed
     return fixed
 
@@ -749,6 +822,37 @@ def _fixed_runs(operators, step: Step, gpu: GPUSpec, rates, captured: Number, mo
     return tuple(np.repeat(table[:, k], lengths) for k in range(table.shape[1]))
 
 
+def _array_key(fields: tuple) -> tuple | None:
+    """``fields`` (a step's and its capture) with each array by its dtype, shape and bytes (a decode stretch's); None
+    where one is not a plain array (a traced symbol: :mod:`simulator.cost.tracing`), whose costs are not kept."""
+    if any(isinstance(value, np.ndarray) and type(value) is not np.ndarray for value in fields):
+        return None
+    return tuple((value.dtype.str, value.shape, value.tobytes()) if isinstance(value, np.ndarray) else value
+                 for value in fields)
+
+
+def _operator_sums(operators: tuple[Operator, ...], step: Step, gpu: GPUSpec, rates: tuple[OperatorRates | None, ...],
+                   memo: dict | None, model: TimeModel | None, captured: Number) -> tuple:
+    """The operators' shares of ``step`` summed (:func:`_sum_shares`' six totals): the token-only ones', then the
+    others', each part in operator order (see :func:`step_totals`)."""
+    facts = _operator_facts(operators, rates)
+    key_ok, context_operators = facts.key_ok, facts.context
+    memo_ok = memo is not None and key_ok
+    varying = (isinstance(step.tokens, np.ndarray) or isinstance(step.logit_tokens, np.ndarray)
+               or isinstance(captured, np.ndarray))
+    if memo is None or (varying and not memo_ok):
+        fixed = _sum_shares(operator_totals(op, step, gpu, op_rates, captured, model)
+                            for op, op_rates in zip(operators, rates) if op.works_from_tokens)
+    elif varying:
+        fixed = _fixed_runs(operators, step, gpu, rates, captured, model, memo)
+    else:
+        fixed = _fixed_scalar(operators, step, gpu, rates, captured, model, memo, memo_ok)
+    rest = _sum_shares([operator_totals(op, step, gpu, op_rates, captured, model)
+                        for op, op_rates in context_operators])
+    return (fixed[0] + rest[0], fixed[1] + rest[1], fixed[2] + rest[2], fixed[3] + rest[3], fixed[4] + rest[4],
+            fixed[5] + rest[5])
+
+
 def step_totals(
     operators: tuple[Operator, ...],
     step: Step,
@@ -771,25 +875,37 @@ def step_totals(
     tokens, capture): consecutive decode steps differ only in their context, which only attention reads,
     so a decode tick costs one attention evaluation. An array step whose token counts vary (a stretch in
     which decoders finish) looks the sum up once per run of equal entries.
+
+    A memo shared by Systems that differ only in their engine's host CPU work (:meth:`System.with_engine`: the
+    same operators, rates and graph capture) holds :data:`SHARED_STEPS`, where the operators' summed shares of
+    each step (a decode stretch's arrays too, read-only) are remembered by the step and its capture: only the
+    exposed host time, which reads that CPU work, is worked out again, so the runs of those Systems cost each
+    step they share once.
     """
-    captured = _captured(model, step)
-    _, _, key_ok, context_operators = _operator_facts(operators, rates)
-    memo_ok = memo is not None and key_ok
-    varying = (isinstance(step.tokens, np.ndarray) or isinstance(step.logit_tokens, np.ndarray)
-               or isinstance(captured, np.ndarray))
-    if memo is None or (varying and not memo_ok):
-        fixed = _sum_shares(operator_totals(op, step, gpu, op_rates, captured, model)
-                            for op, op_rates in zip(operators, rates) if op.works_from_tokens)
-    elif varying:
-        fixed = _fixed_runs(operators, step, gpu, rates, captured, model, memo)
-    else:
-        fixed = _fixed_scalar(operators, step, gpu, rates, captured, model, memo, memo_ok)
-    rest = _sum_shares([operator_totals(op, step, gpu, op_rates, captured, model)
-                        for op, op_rates in context_operators])
-    seconds, flops, moved, compute_bound, communication, host = (
-        fixed[0] + rest[0], fixed[1] + rest[1], fixed[2] + rest[2], fixed[3] + rest[3], fixed[4] + rest[4],
-        fixed[5] + rest[5])
+    share = _host_share(model, step)
+    captured = _captured(model, share)
+    steps: dict | None = None if memo is None else memo.get(SHARED_STEPS)
+    key: tuple | None = None
+    sums = None
+    if steps is not None:
+        key = (step.tokens, step.prefill_tokens, step.sequences, step.logit_tokens, step.attention_pairs,
+               step.prefill_attention_pairs, step.score_elements, step.context_tokens, captured)
+        try:
+            sums = steps.get(key)
+        except TypeError:  # array fields, which do not hash: a decode stretch's, or a traced symbol
+            key = _array_key(key)
+            sums = None if key is None else steps.get(key)
+    if sums is None:
+        sums = _operator_sums(operators, step, gpu, rates, memo, model, captured)
+        if steps is not None and key is not None:
+            for value in sums:
+                if isinstance(value, np.ndarray):
+                    value.flags.writeable = False  # shared by the Systems' runs: none may change it
+            if len(steps) >= MEMO_MAX:
+                steps.clear()
+            steps[key] = sums
+    seconds, flops, moved, compute_bound, communication, host = sums
     wait = launch_wait(seconds, host)
-    overhead = _overhead(model, step, seconds + wait)
+    overhead = _overhead(model, step, share, seconds + wait)
     return StepTotals(seconds + wait + overhead, flops, moved, compute_bound, seconds - compute_bound - communication,
                       communication, wait)

@@ -11,12 +11,14 @@ engine's own all-reduce choice, efficiency by kernel shape).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field, replace
 
 from simulator.cost.collectives import check_algorithm
 from simulator.cost.kernel_tables.source import kernel_source
 from simulator.cost.step_cost import (
     KERNEL_MODELS,
+    SHARED_STEPS,
     OperatorRates,
     StepCost,
     StepTotals,
@@ -35,6 +37,9 @@ from simulator.model.operators import Attention, AttentionKernel, Fusion, Gemm, 
 from simulator.model.parallelism import kv_heads_per_gpu
 from simulator.model.precision import Precision
 from simulator.model.step import Number, Step
+
+HOST_WORK: tuple[str, ...] = ("cpu", "async_cpu", "worker_rpc")
+"""The engine profile's host CPU work per iteration: read only by the exposed host time of a step."""
 
 
 def engine_kernels(ops: tuple[Operator, ...], engine: EngineProfile) -> tuple[Operator, ...]:
@@ -117,6 +122,39 @@ class System:
         object.__setattr__(self, "operators", ops)
         object.__setattr__(self, "rates", system_rates(ops, self.gpu, model))
         object.__setattr__(self, "totals_memo", {})
+
+    def with_efficiency(self, **overrides: float | None) -> System:
+        """This System with some of its GPU's efficiency factors replaced (:meth:`GPUSpec.with_efficiency`).
+
+        Equal to ``replace(self, gpu=self.gpu.with_efficiency(**overrides))``, built without deriving the
+        operators and the time model again: neither reads the GPU's efficiency (the operators read its SRAM and
+        peaks, the kernel tables its name), so they are shared; the rates, which do, are worked out again, and
+        the step-cost memo starts empty. A validation replays one deployment at hundreds of efficiencies.
+        """
+        gpu = self.gpu.with_efficiency(**overrides)
+        if gpu is self.gpu:
+            return self
+        rebuilt = copy.copy(self)
+        object.__setattr__(rebuilt, "gpu", gpu)
+        object.__setattr__(rebuilt, "rates", system_rates(self.operators, gpu, self.time_model))
+        object.__setattr__(rebuilt, "totals_memo", {})
+        return rebuilt
+
+    def with_engine(self, engine: EngineProfile) -> System:
+        """This System served by ``engine`` (``replace(self, engine=engine)``).
+
+        Where ``engine`` differs from this System's profile only in its host CPU work (:data:`HOST_WORK`), which
+        only the step's exposed host time reads (:mod:`simulator.cost.engine_overhead`), after the operators'
+        shares, the two Systems have the same operators, rates and graph capture, and they share their step-cost
+        memo (:data:`~simulator.cost.step_cost.SHARED_STEPS`): a validation replays one run at seven host times
+        per sequence (crossval rule 8), the same steps each time.
+        """
+        rebuilt = replace(self, engine=engine)
+        same_kernels = engine.model_copy(update={name: getattr(self.engine, name) for name in HOST_WORK}) == self.engine
+        if same_kernels and rebuilt.operators == self.operators and rebuilt.rates == self.rates:
+            self.totals_memo.setdefault(SHARED_STEPS, {})
+            object.__setattr__(rebuilt, "totals_memo", self.totals_memo)
+        return rebuilt
 
     @property
     def kernel_overlap(self) -> float:

@@ -24,9 +24,11 @@ equal bit for bit.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
+from types import CodeType
 from typing import Any
 
 import numpy as np
@@ -171,6 +173,22 @@ def _live(lines: list[str], results: list[str]) -> list[str]:
     return kept[::-1]
 
 
+COMPILED_KEPT = 1024
+"""Traced sources whose compiled code is kept (the most recently used)."""
+
+
+@functools.lru_cache(maxsize=COMPILED_KEPT)
+def _compiled(lines: tuple[str, ...], results: tuple[str, ...]) -> CodeType:
+    """The code of ``def traced(x)``: the ``lines`` that ``results`` depend on, returning them.
+
+    Kept by the recorded lines, which name their constants but do not hold them (the constants are the
+    namespace the code runs in): the same cost model traced for another System (other efficiencies, other
+    rates) records the same lines, and compiling them again would cost more than the trace.
+    """
+    source = "\n".join(["def traced(x):", *_live(list(lines), list(results)), f"    return ({', '.join(results)},)"])
+    return compile(source, "<traced cost>", "exec")
+
+
 def trace_scalar(func: Callable[[Any], Sequence[Any]], samples: Sequence[float]) -> Callable[[float], tuple[float, ...]] | None:
     """``func`` (one number in, a tuple of numbers out) as straight-line Python, or None if it cannot be traced.
 
@@ -184,10 +202,9 @@ def trace_scalar(func: Callable[[Any], Sequence[Any]], samples: Sequence[float])
         results = [recorder.operand(float(value) if not isinstance(value, np.ndarray) else value) for value in outputs]
     except (Untraceable, TypeError, ValueError):
         return None
-    source = "\n".join(["def traced(x):", *_live(recorder.lines, results), f"    return ({', '.join(results)},)"])
     namespace: dict[str, Any] = {f"c{k}": value for k, value in enumerate(recorder.constants)}
     namespace["bool"] = bool
-    exec(compile(source, "<traced cost>", "exec"), namespace)  # noqa: S102 - source built above from ufunc names
+    exec(_compiled(tuple(recorder.lines), tuple(results)), namespace)  # noqa: S102 - source built from ufunc names
     compiled: Callable[[float], tuple[float, ...]] = namespace["traced"]
     for sample in samples:
         want = tuple(func(sample))

@@ -145,10 +145,28 @@ class Summary:
         return {"mean": self.mean, "p50": self.p50, "p90": self.p90, "p99": self.p99}
 
 
+PERCENTILES = (50, 90, 99)
+"""The percentiles of a :class:`Summary`."""
+
+
+def _percentiles(values: np.ndarray) -> np.ndarray:
+    """``np.percentile(values, PERCENTILES, axis=-1)`` (linear interpolation), shape (3,) + ``values.shape[:-1]``.
+
+    Where every sample is one value, finite and not negative (a static batch: each request's TTFT is the batch's
+    prefill), every percentile is that value without numpy's ~20 us per call: numpy interpolates between two
+    equal values ``a`` as ``a + 0 * t`` or ``a - 0 * (1 - t)``, which give ``a`` back exactly (a negative zero
+    would not come back as itself, hence not negative).
+    """
+    first = values[..., :1]
+    if np.all(values == first) and np.all(np.isfinite(first)) and not np.any(np.signbit(first)):
+        return np.broadcast_to(first[..., 0], (len(PERCENTILES), *values.shape[:-1]))
+    return np.percentile(values, PERCENTILES, axis=-1)
+
+
 def summarize(values: np.ndarray) -> Summary:
     if len(values) == 0:
         return Summary(0.0, 0.0, 0.0, 0.0)
-    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    p50, p90, p99 = _percentiles(values)
     return Summary(float(np.mean(values)), float(p50), float(p90), float(p99))
 
 
@@ -158,7 +176,7 @@ def summarize_rows(*samples: np.ndarray) -> list[Summary]:
         return [Summary(0.0, 0.0, 0.0, 0.0) for _ in samples]
     rows = np.stack(samples)
     means = np.mean(rows, axis=1)
-    quantiles = np.percentile(rows, [50, 90, 99], axis=1)
+    quantiles = _percentiles(rows)
     return [Summary(float(means[k]), *(float(q) for q in quantiles[:, k])) for k in range(len(samples))]
 
 

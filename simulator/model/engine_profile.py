@@ -58,7 +58,7 @@ from simulator.errors import InputError
 from simulator.files import is_file
 from simulator.model.loader import load_validated, looks_like_path, suggest
 from simulator.model.operators import AttentionKernel, Fusion
-from simulator.model.registry import config_files
+from simulator.model.registry import config_files, find_named
 
 ALLREDUCE_KINDS: tuple[str, ...] = ("custom", "nccl")
 
@@ -303,9 +303,13 @@ IDEAL = EngineProfile(
 """The pure GPU time model: what a :class:`~simulator.cost.system.System` uses unless told otherwise."""
 
 
+def _load_profile_file(path: Path) -> EngineProfile:
+    return load_validated(EngineProfile, path)
+
+
 def list_engine_profiles() -> list[EngineProfile]:
     """Every engine profile: $MEMWALL_CONFIG_DIR's first, then the shipped ones."""
-    return [load_validated(EngineProfile, path) for path in config_files("engines")]
+    return [_load_profile_file(path) for path in config_files("engines")]
 
 
 def load_engine_profile(name_or_path: str) -> EngineProfile:
@@ -315,13 +319,10 @@ def load_engine_profile(name_or_path: str) -> EngineProfile:
         if not is_file(path, "--engine"):
             raise InputError(f"--engine: no such file {name_or_path}")
         return load_validated(EngineProfile, path)
-    wanted = name_or_path.lower()
-    known: list[str] = []
-    for profile in list_engine_profiles():
-        names = [profile.name, *profile.aliases]
-        if wanted in (n.lower() for n in names):
-            return profile
-        known.extend(names)
+    found = find_named("engines", name_or_path, _load_profile_file, lambda profile: [profile.name, *profile.aliases])
+    if found is not None:
+        return found
+    known = [n for profile in list_engine_profiles() for n in (profile.name, *profile.aliases)]
     raise InputError(
         f"--engine: unknown engine '{name_or_path}'{suggest(name_or_path, known)}; "
         f"known: {', '.join(p.name for p in list_engine_profiles())} (or a path to an engine profile YAML)"

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from simulator.errors import InputError
 from simulator.files import is_file
 from simulator.model.loader import load_validated, looks_like_path, suggest
-from simulator.model.registry import config_files
+from simulator.model.registry import config_files, find_named
 
 NCCL_PROTOCOLS: tuple[str, ...] = ("ll", "ll128", "simple")
 
@@ -79,9 +79,13 @@ class InterconnectSpec(BaseModel):
         return value
 
 
+def _load_interconnect_file(path: Path) -> InterconnectSpec:
+    return load_validated(InterconnectSpec, path)
+
+
 def list_interconnects() -> list[InterconnectSpec]:
     """Every interconnect config: $MEMWALL_CONFIG_DIR's first, then the shipped ones."""
-    return [load_validated(InterconnectSpec, path) for path in config_files("interconnects")]
+    return [_load_interconnect_file(path) for path in config_files("interconnects")]
 
 
 def load_interconnect(name_or_path: str) -> InterconnectSpec:
@@ -91,13 +95,10 @@ def load_interconnect(name_or_path: str) -> InterconnectSpec:
         if not is_file(path, "interconnect"):
             raise InputError(f"interconnect: no such file {name_or_path}")
         return load_validated(InterconnectSpec, path)
-    wanted = name_or_path.lower()
-    known: list[str] = []
-    for spec in list_interconnects():
-        names = [spec.name, *spec.aliases]
-        if wanted in (n.lower() for n in names):
-            return spec
-        known.extend(names)
+    found = find_named("interconnects", name_or_path, _load_interconnect_file, lambda spec: [spec.name, *spec.aliases])
+    if found is not None:
+        return found
+    known = [n for spec in list_interconnects() for n in (spec.name, *spec.aliases)]
     raise InputError(
         f"interconnect: unknown '{name_or_path}'{suggest(name_or_path, known)} (the GPU config's 'interconnect' "
         f"field); known: {', '.join(s.name for s in list_interconnects())}, or a path to an interconnect YAML"

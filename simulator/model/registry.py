@@ -65,36 +65,44 @@ def config_files(kind: str) -> list[Path]:
     Each group is sorted by file name; a shipped file is left out when the user's folder has one
     of the same name. No shipped file at all means a broken install: InputError, never an empty list.
     """
+    return list(_listing(kind)[1])
+
+
+def _listing(kind: str) -> tuple[tuple, tuple[Path, ...]]:
+    """(what the listing of :func:`config_files` is a function of: each folder and its modification time, the files)."""
     shipped_dir = data_path("configs", kind)
-    shipped = _yaml_files(shipped_dir)
+    shipped_stamp, shipped = _yaml_files(shipped_dir)
     if not shipped:
         label = _KIND_LABELS.get(kind, kind)
         raise InputError(f"no shipped {label} configs found in {shipped_dir}: the installation is broken")
     user_dir = user_config_dir()
-    user = _yaml_files(user_dir / kind) if user_dir is not None else []
+    if user_dir is None:
+        return (str(shipped_dir), shipped_stamp), shipped
+    user_stamp, user = _yaml_files(user_dir / kind)
     replaced = {path.name for path in user}
-    return user + [path for path in shipped if path.name not in replaced]
+    return (str(shipped_dir), shipped_stamp, str(user_dir), user_stamp), user + tuple(p for p in shipped if p.name not in replaced)
 
 
-_LISTINGS: dict[Path, tuple[int, list[Path]]] = {}
+_LISTINGS: dict[Path, tuple[int, tuple[Path, ...]]] = {}
 
 
-def _yaml_files(folder: Path) -> list[Path]:
-    """The folder's ``*.yaml`` files, sorted; listed again only when the folder changed (its mtime: a file added,
-    removed or renamed), as a sweep looks its configs up at every point."""
+def _yaml_files(folder: Path) -> tuple[int | None, tuple[Path, ...]]:
+    """(the folder's modification time, its ``*.yaml`` files sorted); listed again only when the folder changed (its
+    mtime: a file added, removed or renamed), as a sweep looks its configs up at every point. (None, ()) when the
+    folder cannot be read."""
     try:
         stamp = folder.stat().st_mtime_ns
     except OSError:
-        return []
+        return None, ()
     listed = _LISTINGS.get(folder)
     if listed is None or listed[0] != stamp:
-        listed = _LISTINGS[folder] = (stamp, sorted(folder.glob("*.yaml")))
-    return list(listed[1])
+        listed = _LISTINGS[folder] = (stamp, tuple(sorted(folder.glob("*.yaml"))))
+    return listed
 
 
 Config = TypeVar("Config")
 
-_NAMED: dict[tuple[str, str, tuple[Path, ...]], Path] = {}
+_NAMED: dict[tuple[str, tuple], Path] = {}
 NAMED_KEPT = 4096
 """Names whose file :func:`find_named` remembers (forgotten all at once past this many)."""
 
@@ -111,9 +119,9 @@ def find_named(kind: str, name: str, load: Callable[[Path], Config],
     every point loads one file, not all of them. That file is still loaded through ``load`` (which
     reads it again when it changes) and must still carry the name.
     """
-    files = tuple(config_files(kind))
+    listing, files = _listing(kind)
     wanted = name.lower()
-    key = (kind, wanted, files)
+    key = (wanted, listing)
     remembered = _NAMED.get(key)
     if remembered is not None:
         config = load(remembered)

@@ -95,7 +95,7 @@ from simulator.model.step import Step
 from simulator.plan.deployment_planner import plan_deployment
 from simulator.validation import replay as replay_module
 from simulator.validation.bands import Residual
-from simulator.validation.pool import RunPool
+from simulator.validation.pool import RunPool, relaxed_collection
 from simulator.validation.replay import DEFAULT_EFFICIENCIES, Efficiencies, Prediction, Replayed, Replayer, _model
 
 # BOUNDS and solve_increasing are re-exported: rule 3 names them here, and so do its tests
@@ -301,11 +301,17 @@ class Solver:
         return self._solved[key]
 
     def _pooled(self, key: tuple) -> float | None:
-        self.request([key])
+        if key in self._solved:  # solutions are only ever added: a solved key (most are, by another fit) needs no lock
+            return self._solved[key]
         with self._lock:
+            if self._cancelled:
+                raise CancelledError("the validation was stopped")
             if key in self._solved:
                 return self._solved[key]
-            pending = self._pending[key]
+            pending = self._pending.get(key)
+            if pending is None:
+                assert self.pool is not None  # _pooled is solve's way with a pool
+                pending = self._pending[key] = self.pool.solve(*key)
         value, ran = pending.result()
         with self._lock:
             if key not in self._solved:
@@ -409,8 +415,11 @@ def fit(rows: Iterable[Row], solver: Solver, rounds: int = ROUNDS,
     """
     rows = list(rows)
     fits = Fit()
+    by_family: dict[str | None, list[Row]] = {}
+    for row in rows:
+        by_family.setdefault(row.family, []).append(row)
     for family in GPU_FAMILIES:
-        members = [row for row in rows if row.family == family]
+        members = by_family.get(family, [])
         compute_rows = [row for row in members if solver.role(row) == "compute"]
         memory_rows = [row for row in members if solver.role(row) == "memory"]
         wide = _fit_rows(solver, family, None, compute_rows, memory_rows, fallback, rounds)
@@ -559,13 +568,14 @@ def cross_validate(rows: list[Row], replayer: Replayer, progress: Callable[[str]
     """
     group = group or (lambda row: row.source_id)
     groups = sorted({group(row) for row in rows}) if out_of_sample else []
-    pool = RunPool(replayer, workers) if workers > 1 and len(rows) >= replay_module.PARALLEL_MIN_RUNS else None
-    try:
-        return _cross_validate(rows, Solver(replayer, include_serving, pool), groups, group, progress,
-                               include_serving, fallback, workers)
-    finally:
-        if pool is not None:
-            pool.close()
+    with relaxed_collection():
+        pool = RunPool(replayer, workers) if workers > 1 and len(rows) >= replay_module.PARALLEL_MIN_RUNS else None
+        try:
+            return _cross_validate(rows, Solver(replayer, include_serving, pool), groups, group, progress,
+                                   include_serving, fallback, workers)
+        finally:
+            if pool is not None:
+                pool.close()
 
 
 def _cross_validate(rows: list[Row], solver: Solver, groups: list[str], group: Callable[[Row], str],

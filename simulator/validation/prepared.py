@@ -9,8 +9,10 @@ the workload built). None of that depends on the compute, memory or expert effic
 the memory plan and the KV cache are sized from memory alone, and the workload from the settings'
 lengths and seed. So :class:`PreparedRuns` prepares each run once (by its settings without those
 three) and, for other efficiencies, rebuilds only the System (the GPU's efficiency replaced, as
-``deployment_from_options`` replaces it) and the settings' three values. The runs are the same as
-:func:`simulate_settings`'s, bit for bit (``tests/test_validation_reuse.py`` compares them).
+``deployment_from_options`` replaces it: :meth:`System.with_efficiency`) and the settings' three values. The
+runs are the same as :func:`simulate_settings`'s, bit for bit (``tests/test_validation_reuse.py`` compares them).
+The host seconds per sequence that the validation fits (:data:`HOST_OPTION`) are rebuilt for in the same way
+(:meth:`System.with_engine`: the Systems of one run at several host times share their step costs).
 """
 
 from __future__ import annotations
@@ -23,10 +25,17 @@ from pydantic import BaseModel
 
 from simulator.cost.system import System
 from simulator.errors import InputError
+from simulator.model.engine_profile import CpuOverhead, EngineProfile
+from simulator.model.loader import validate
 from simulator.plan.engine_run import EngineRun, Prepared, prepare, simulate_prepared
 
 EFFICIENCY_OPTIONS = ("compute_efficiency", "memory_efficiency", "expert_efficiency")
 """The options a prepared run is rebuilt for; every other option is part of what is prepared."""
+
+HOST_OPTION = "host_per_sequence_seconds"
+"""An option of :meth:`PreparedRuns.prepare` that is no RunSettings field: the engine profile's host seconds per sequence
+per iteration (``cpu.per_sequence_seconds``), replaced as in a profile file with that value (the validation fits it:
+:mod:`simulator.validation.crossval`, rule 8); a prepared run is rebuilt for it, as for the efficiencies."""
 
 LOWEST = 1e-3
 """The smallest efficiency the settings accept (RunSettings: compute, memory and expert efficiency in [0.001, 1])."""
@@ -59,18 +68,22 @@ class PreparedRuns:
         return simulate_prepared(self.prepare(options))
 
     def prepare(self, options: dict[str, Any]) -> Prepared:
-        """``prepare(options)``, remembered by the options other than the efficiencies; InputError as it."""
+        """``prepare(options)``, remembered by the options other than the efficiencies and :data:`HOST_OPTION`;
+        InputError as it."""
+        host = options.get(HOST_OPTION)
+        if HOST_OPTION in options:
+            options = {name: value for name, value in options.items() if name != HOST_OPTION}
         given = [options.get(name) for name in EFFICIENCY_OPTIONS]
         if any(isinstance(value, bool) or not isinstance(value, (int, float)) or not LOWEST <= value <= 1.0
                for value in given):
             # an efficiency left to the GPU's own (None), or one the settings refuse: prepared afresh, as given
-            return self._fresh(options)
+            return self._with_host(self._fresh(options), host)
         wanted = tuple(float(value) for value in given)  # type: ignore[arg-type]
         key = tuple(sorted((name, value) for name, value in options.items() if name not in EFFICIENCY_OPTIONS))
         try:
             entry = self._prepared.get(key)
         except TypeError:  # an option that does not hash (a list): no reuse
-            return self._fresh(options)
+            return self._with_host(self._fresh(options), host)
         if entry is None:
             try:
                 made: Prepared | InputError = self._fresh(options)
@@ -86,9 +99,9 @@ class PreparedRuns:
         base_efficiencies, base = self._prepared[key]
         if isinstance(base, InputError):
             raise InputError(str(base)) from None
-        if base_efficiencies == wanted:
+        if base_efficiencies == wanted and host is None:
             return base
-        return self._rebuilt(base, wanted, options)
+        return self._rebuilt(base, wanted, host, options)
 
     def _fresh(self, options: dict[str, Any]) -> Prepared:
         prepared = prepare(options)
@@ -99,24 +112,44 @@ class PreparedRuns:
             raise InputError("validation replays plain engine runs (no --speculative, no --disaggregate)")
         return prepared
 
-    def _rebuilt(self, base: Prepared, wanted: tuple[float, ...], options: dict[str, Any]) -> Prepared:
-        """``base`` with the efficiencies ``wanted``: a new System (and settings), the rest shared."""
+    def _rebuilt(self, base: Prepared, wanted: tuple[float, ...], host: float | None,
+                 options: dict[str, Any]) -> Prepared:
+        """``base`` with the efficiencies ``wanted`` and ``host`` (:data:`HOST_OPTION`; None: the profile's own): a
+        new System (and settings), the rest shared."""
         system = base.deployment.system
         if type(system) is not System:  # a pipeline's stages: prepared afresh
-            return self._fresh(options)
-        compute, memory, expert = wanted
-        key = (self._fields_of(system), wanted)
+            return self._with_host(self._fresh(options), host)
+        rebuilt = self._system(system, wanted, host)
+        settings = base.settings.model_copy(update=dict(zip(EFFICIENCY_OPTIONS, wanted)))
+        return replace(base, settings=settings, deployment=replace(base.deployment, system=rebuilt))
+
+    def _system(self, system: System, wanted: tuple[float, ...], host: float | None) -> System:
+        """``system`` rebuilt for the efficiencies ``wanted`` and ``host``, the same object for the same arguments:
+        the Systems of one set of efficiencies at several host times share the one without, and its step-cost memo
+        (System.with_engine)."""
+        key = (self._fields_of(system), wanted, host)
         rebuilt = self._systems.get(key)
         if rebuilt is None:
-            # System.__post_init__ derives everything from its fields again (operators, rates, a new cost memo);
-            # its own adjustments of the GPU and precision (FP16 accumulation, FP4 tensor cores) give the same again.
-            rebuilt = replace(system, gpu=system.gpu.with_efficiency(compute=compute, memory=memory, expert=expert))
+            if host is not None:
+                rebuilt = self._system(system, wanted, None).with_engine(engine_with_host(system.engine, host))
+            else:
+                compute, memory, expert = wanted
+                rebuilt = system.with_efficiency(compute=compute, memory=memory, expert=expert)
             self._systems[key] = rebuilt
             while len(self._systems) > SYSTEMS_KEPT:
                 self._systems.popitem(last=False)
         self._systems.move_to_end(key)
-        settings = base.settings.model_copy(update=dict(zip(EFFICIENCY_OPTIONS, wanted)))
-        return replace(base, settings=settings, deployment=replace(base.deployment, system=rebuilt))
+        return rebuilt
+
+    def _with_host(self, prepared: Prepared, host: float | None) -> Prepared:
+        """``prepared`` (prepared afresh) at the host seconds per sequence ``host`` (None: as it is)."""
+        if host is None:
+            return prepared
+        system = prepared.deployment.system
+        if type(system) is not System:
+            raise InputError(f"{HOST_OPTION}: a pipeline's stages are not rebuilt for another host time")
+        return replace(prepared, deployment=replace(prepared.deployment,
+                                                    system=system.with_engine(engine_with_host(system.engine, host))))
 
     def _fields_of(self, system: System) -> tuple:
         """Every field a System is built from, but the three efficiencies of its GPU: with them, what the rebuilt
@@ -149,3 +182,10 @@ class PreparedRuns:
 
 def _requests(prepared: Prepared | InputError) -> int:
     return 0 if isinstance(prepared, InputError) else len(prepared.workload.arrival_seconds)
+
+
+def engine_with_host(engine: EngineProfile, per_sequence_seconds: float) -> EngineProfile:
+    """``engine`` with its host seconds per sequence per iteration replaced (checked as a profile file's)."""
+    cpu = validate(CpuOverhead, {**engine.cpu.model_dump(), "per_sequence_seconds": per_sequence_seconds}, HOST_OPTION,
+                   plausible=True)
+    return engine.model_copy(update={"cpu": cpu})

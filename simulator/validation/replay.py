@@ -60,24 +60,20 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Self
+from typing import Any, NamedTuple, Self
 
 import numpy as np
-import yaml
 
 from simulator.engine.metrics import Aggregates
 from simulator.errors import InputError
 from simulator.model import Efficiency, ModelSpec, load_model
-from simulator.model.engine_profile import load_engine_profile
 from simulator.model.gpu_family import _gpu
 from simulator.validation.lengths import SCALE_TOLERANCE, dataset_spec, find_lengths
+from simulator.validation.prepared import HOST_OPTION, PreparedRuns
 from simulator.validation.profiles import (
     _profile_scheduler,
 )
 from simulator.validation.table import Row
-
-if TYPE_CHECKING:
-    from simulator.validation.prepared import PreparedRuns
 
 MAX_PROMPTS = 1000
 """Most requests simulated for a row whose requests all arrive at once (or two waves of its ``max_num_seqs``)."""
@@ -277,10 +273,8 @@ class Replayer:
         return self._ran[mark:]
 
     def _preparations(self) -> PreparedRuns:
-        """Runs that differ only in their efficiencies share their preparation (simulator.validation.prepared)."""
+        """Runs that differ only in their efficiencies and host time share their preparation (simulator.validation.prepared)."""
         if self._prepared is None:
-            from simulator.validation.prepared import PreparedRuns
-
             self._prepared = PreparedRuns()
         return self._prepared
 
@@ -361,12 +355,13 @@ class Replayer:
         profile, profile_note = row.profile
         notes = [profile_note] if profile_note else []
         scale = 1.0
-        engine = profile if eff.host_per_sequence is None else self._engine_with_host(profile, eff.host_per_sequence)
         options: dict[str, Any] = {
-            "model": row.model, "gpu": row.gpu, "tp": row.tp, "weights": row.weights, "kv": row.kv, "engine": engine,
+            "model": row.model, "gpu": row.gpu, "tp": row.tp, "weights": row.weights, "kv": row.kv, "engine": profile,
             "compute_efficiency": eff.compute, "memory_efficiency": eff.memory, "expert_efficiency": eff.expert,
             "seed": SEED, "kernels": self.kernels,
         }
+        if eff.host_per_sequence is not None:
+            options[HOST_OPTION] = eff.host_per_sequence
         if row.dp_attention:
             options["dp_attention"] = True
         kernel, kernel_note = row.attention_kernel
@@ -481,16 +476,6 @@ class Replayer:
             return Replayed(None, skipped=str(exc), notes=tuple(notes))
         return Replayed(result.metrics, requests, notes=tuple(notes), fits=fits, replicas=row.replicas,
                         throughput_scale=scale)
-
-    def _engine_with_host(self, profile: str, per_sequence_seconds: float) -> str:
-        """A profile file in this replayer's folder: ``profile`` with its host seconds per sequence replaced."""
-        path = self.workdir / f"engine-{profile}-host-{per_sequence_seconds:.4e}.yaml"
-        if not path.exists():
-            base = load_engine_profile(profile)
-            cpu = base.cpu.model_copy(update={"per_sequence_seconds": per_sequence_seconds})
-            data = base.model_copy(update={"cpu": cpu, "aliases": []}).model_dump(mode="json")
-            path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-        return str(path)
 
     def _trace(self, row: Row, n: int, max_context: int, at_once: bool) -> ReplayTrace:
         """A trace file of the row's requests; one per distinct workload."""

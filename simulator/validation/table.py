@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,9 +147,10 @@ class Row:
         profile = self.profile[0]
         return self.engine if profile == self.engine else f"{self.engine}:{profile}"
 
-    @property
+    @functools.cached_property
     def profile(self) -> tuple[str, str]:
-        """(engine profile, note) the row replays with: its engine at its stated version (:func:`engine_profile`)."""
+        """(engine profile, note) the row replays with: its engine at its stated version (:func:`engine_profile`;
+        a function of the row's fields alone, worked out once: every replay of the row reads it)."""
         profile, note = engine_profile(self.engine, self.engine_version)
         # Multi-step scheduling exists only in the V0 engine: vLLM 0.8's engine arguments fall back to V0
         # for --num-scheduler-steps (vllm/engine/arg_utils.py, _is_v1_supported_oracle).
@@ -159,10 +161,10 @@ class Row:
                                        f"{V0_ENGINE_PROFILE} profile ({why_v0})")
         return profile, note
 
-    @property
+    @functools.cached_property
     def attention_kernel(self) -> tuple[str | None, str]:
         """(attention kernel, note) of the row's release where it is not its profile's (None: the profile's);
-        :data:`ATTENTION_KERNEL_BEFORE`."""
+        :data:`ATTENTION_KERNEL_BEFORE` (a function of the row's fields alone, worked out once)."""
         if deployment_profile(self.engine, self.engine_version) is not None:
             return None, ""  # a deployment (a harness, NIM) names no release of the engine
         older = older_release(ATTENTION_KERNEL_BEFORE, self.engine, release(self.engine_version))
