@@ -569,13 +569,19 @@ def cross_validate(rows: list[Row], replayer: Replayer, progress: Callable[[str]
     group = group or (lambda row: row.source_id)
     groups = sorted({group(row) for row in rows}) if out_of_sample else []
     with relaxed_collection():
-        pool = RunPool(replayer, workers) if workers > 1 and len(rows) >= replay_module.PARALLEL_MIN_RUNS else None
+        solver = Solver(replayer, include_serving)
+        if workers > 1 and len(rows) >= replay_module.PARALLEL_MIN_RUNS:
+            # Every row's roles worked out here, once, before the fit threads read them, and before the workers
+            # fork: they start with the configs and deployments these looked up.
+            for row in rows:
+                solver.role(row)
+                solver.expert_role(row)
+            solver.pool = RunPool(replayer, workers)
         try:
-            return _cross_validate(rows, Solver(replayer, include_serving, pool), groups, group, progress,
-                                   include_serving, fallback, workers)
+            return _cross_validate(rows, solver, groups, group, progress, include_serving, fallback, workers)
         finally:
-            if pool is not None:
-                pool.close()
+            if solver.pool is not None:
+                solver.pool.close()
 
 
 def _cross_validate(rows: list[Row], solver: Solver, groups: list[str], group: Callable[[Row], str],
@@ -615,7 +621,10 @@ def _cross_validate(rows: list[Row], solver: Solver, groups: list[str], group: C
 
 def _fits(rows: list[Row], solver: Solver, groups: list[str], group: Callable[[Row], str], fallback: Efficiencies,
           progress: Callable[[str], None] | None) -> tuple[Fit, dict[str, Fit]]:
-    """(the in-sample fit, each group's fold fit on the other groups' rows, in ``groups`` order)."""
+    """(the in-sample fit, each group's fold fit on the other groups' rows, in ``groups`` order).
+
+    With a pool the fits run in threads side by side, which read the rows' roles: :func:`cross_validate` has worked
+    them out before."""
     def fold(name: str) -> Fit:
         return fit([row for row in rows if group(row) != name], solver, fallback=fallback)
 
@@ -629,9 +638,6 @@ def _fits(rows: list[Row], solver: Solver, groups: list[str], group: Callable[[R
                 progress(f"fold {number}/{len(groups)}: holding out {name}")
             folds[name] = fold(name)
         return full, folds
-    for row in rows:  # every row's roles worked out here, once, before the threads read them
-        solver.role(row)
-        solver.expert_role(row)
     if progress is not None:
         progress(f"fitting in sample and {len(groups)} folds side by side")
     threads = ThreadPoolExecutor(max_workers=min(len(groups) + 1, FIT_THREADS), thread_name_prefix="fold")
