@@ -388,6 +388,19 @@ def test_summaries_of_stacked_samples_equal_each_summarized_alone():
     assert summarize_rows(np.zeros(0), np.zeros(0)) == [summarize(np.zeros(0))] * 2
 
 
+def test_log_columns_take_rows_as_lists_arrays_or_one_value_for_every_row():
+    """Three rows appended at once: ends as a list, seconds as an array, 0 prefill tokens and 7 decoders for each."""
+    from simulator.engine.metrics import iteration_log
+
+    log = iteration_log()
+    log.add(0.5, 0.5, 100, 0, 3, 2)
+    log.append(end=[1.0, 1.5, 2.0], seconds=np.array([0.5, 0.5, 0.5]), prefill_tokens=0, decode_seqs=7,
+               blocks_used=np.array([4, 4, 5]), running=7)
+    assert log["end"].tolist() == [0.5, 1.0, 1.5, 2.0]
+    assert log["prefill_tokens"].tolist() == [100, 0, 0, 0] and log["decode_seqs"].tolist() == [0, 7, 7, 7]
+    assert log["prefill_tokens"].dtype == np.int64 and log["blocks_used"].tolist() == [3, 4, 4, 5]
+
+
 def test_percentiles_interpolate_linearly_and_a_sample_of_one_value_has_it_at_each():
     """[1, 2, 3, 4]: the q-th percentile sits at index q/100 x 3, between its neighbours: p50 at 1.5 is 2.5, p90 at
     2.7 is 3.7, p99 at 2.97 is 3.97. Seven requests of one static batch share their TTFT, 0.1234 s: every percentile

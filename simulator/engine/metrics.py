@@ -94,7 +94,7 @@ class Columns:
             elif isinstance(values, np.ndarray):
                 column.frombytes(np.ascontiguousarray(values, dtype=dtype).tobytes())
             else:
-                column.extend([values] * count)
+                column.extend(array(column.typecode, [values]) * count)  # repeated in C, not through a list
 
     def append(self, **values) -> None:
         """Append one row (scalars) or several (equal-length arrays or lists; scalars broadcast), by column name."""
