@@ -108,6 +108,9 @@ ROUNDS = 2
 DECIMALS = 3
 MIN_CLASS_ROWS = 3
 """Fewest solved rows of a kind for a (family, engine) class to get its own ceiling (rule 5)."""
+SOLVES_PER_JOB = 4
+"""Rows a worker is handed to solve at a time (a dozen replays each): rows of one request are often of one campaign
+and deployment, whose preparation the worker then shares, and the parent wakes up once per job, not per row."""
 FIT_THREADS = 64
 """Most fits (in sample, folds) run side by side when a pool solves their rows (each waits on its solutions)."""
 HOST_FIT_PROFILES: tuple[str, ...] = ("trtllm",)
@@ -253,7 +256,8 @@ class Solver:
         self.include_serving = include_serving
         self.pool = pool
         self._solved: dict[tuple, float | None] = {}
-        self._pending: dict[tuple, Future[tuple[float | None, list[tuple]]]] = {}
+        self._pending: dict[tuple, tuple[Future[list[tuple[float | None, list[tuple]]]], int]] = {}
+        """key -> (the pool's job solving it, its place among the job's solutions)"""
         self._lock = threading.Lock()
         self._cancelled = False
         self._roles: dict[Row, str | None] = {}
@@ -276,8 +280,8 @@ class Solver:
         """Give up: solutions not started are cancelled, and any thread asking for one gets CancelledError."""
         with self._lock:
             self._cancelled = True
-            for pending in self._pending.values():
-                pending.cancel()
+            for job, _ in self._pending.values():
+                job.cancel()
 
     def request(self, jobs: Iterable[tuple[Row, str, float | Efficiencies]]) -> None:
         """Start solving ``jobs`` (row, parameter, held) in the pool's workers (without a pool: nothing to do yet)."""
@@ -286,9 +290,16 @@ class Solver:
         with self._lock:
             if self._cancelled:
                 raise CancelledError("the validation was stopped")
-            for key in jobs:
-                if key not in self._solved and key not in self._pending:
-                    self._pending[key] = self.pool.solve(*key)
+            self._submit([key for key in dict.fromkeys(jobs) if key not in self._solved and key not in self._pending])
+
+    def _submit(self, keys: list[tuple]) -> None:
+        """Hand ``keys`` to the pool, :data:`SOLVES_PER_JOB` to a job (the caller holds the lock)."""
+        assert self.pool is not None
+        for start in range(0, len(keys), SOLVES_PER_JOB):
+            chunk = keys[start:start + SOLVES_PER_JOB]
+            job = self.pool.solve(chunk)
+            for index, key in enumerate(chunk):
+                self._pending[key] = (job, index)
 
     def solve(self, row: Row, parameter: str, held: float | Efficiencies) -> float | None:
         """The ``parameter`` efficiency reproducing ``row``: 'compute'/'memory' with the other held at ``held``,
@@ -308,11 +319,10 @@ class Solver:
                 raise CancelledError("the validation was stopped")
             if key in self._solved:
                 return self._solved[key]
-            pending = self._pending.get(key)
-            if pending is None:
-                assert self.pool is not None  # _pooled is solve's way with a pool
-                pending = self._pending[key] = self.pool.solve(*key)
-        value, ran = pending.result()
+            if key not in self._pending:
+                self._submit([key])
+            job, index = self._pending[key]
+        value, ran = job.result()[index]
         with self._lock:
             if key not in self._solved:
                 self._solved[key] = value

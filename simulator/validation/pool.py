@@ -6,8 +6,8 @@ own (its remembered runs and prepared deployments carry over from job to job) an
 job, both pure functions of their arguments, so which worker runs a job, and in what order, changes
 no result:
 
-- *solve*: one row's efficiency for a parameter with the other held
-  (:func:`simulator.validation.solving.row_solution`, a dozen replays one after another);
+- *solve*: a few rows' efficiency for a parameter with the other held
+  (:func:`simulator.validation.solving.row_solution`, a dozen replays each, one after another);
 - *replay*: one run at given efficiencies, or several of one row's run (what ``Replayer.prefetch`` asks for).
 
 The workers are forked (where the platform can) when the pool starts, before the caller starts any
@@ -72,12 +72,15 @@ def _worker() -> Replayer:
     return _REPLAYER
 
 
-def _solve_job(job: tuple[Row, str, float | Efficiencies]) -> tuple[float | None, list[tuple]]:
-    """(the row's solution, the runs this job simulated that ran: see ``Replayer.count_runs``)."""
+def _solve_job(jobs: list[tuple[Row, str, float | Efficiencies]]) -> list[tuple[float | None, list[tuple]]]:
+    """For each (row, parameter, held): (the row's solution, the runs it simulated that ran: see
+    ``Replayer.count_runs``), one after another in this worker."""
     replayer = _worker()
-    mark = replayer.mark()
-    value = row_solution(replayer, *job)
-    return value, replayer.ran_since(mark)
+    solved = []
+    for job in jobs:
+        mark = replayer.mark()
+        solved.append((row_solution(replayer, *job), replayer.ran_since(mark)))
+    return solved
 
 
 def _replay_job(jobs: list[tuple[Row, Efficiencies]]) -> list[Replayed]:
@@ -114,9 +117,10 @@ class RunPool:
         # Under fork every worker starts with the first job: do it now, while this process has one thread.
         self._executor.submit(_ready).result()
 
-    def solve(self, row: Row, parameter: str, held: float | Efficiencies) -> Future[tuple[float | None, list[tuple]]]:
-        """A worker's :func:`~simulator.validation.solving.row_solution` of the row, with the runs it simulated."""
-        return self._executor.submit(_solve_job, (row, parameter, held))
+    def solve(self, jobs: list[tuple[Row, str, float | Efficiencies]]) -> Future[list[tuple[float | None, list[tuple]]]]:
+        """A worker's :func:`~simulator.validation.solving.row_solution` of each (row, parameter, held), one after
+        another, each with the runs it simulated."""
+        return self._executor.submit(_solve_job, jobs)
 
     def replay(self, pairs: Iterable[tuple[Row, Efficiencies]]) -> Iterator[tuple[int, Replayed]]:
         """(index in ``pairs``, its run) for each pair.
