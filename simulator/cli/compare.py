@@ -12,9 +12,9 @@ from simulator.cli.options import (
     settings_from_cli,
     settings_options,
 )
-from simulator.model import load_gpu, load_model
+from simulator.model import load_model
 from simulator.model.precision import parse_precision
-from simulator.plan.deployment_planner import weights_format
+from simulator.plan.deployment_planner import gpu_from_options, weights_format
 from simulator.plan.settings import DeploymentSettings
 from simulator.report.compare import (
     Comparison,
@@ -99,14 +99,7 @@ def compare_command(contexts: str, batch: int, as_json: bool, as_csv: bool, **op
     variants = options.pop("attention")
     settings = settings_from_cli(DeploymentSettings, options)
     model = load_model(settings.model)
-    gpu = load_gpu(settings.gpu).with_efficiency(
-        compute=settings.compute_efficiency,
-        memory=settings.memory_efficiency,
-        expert=settings.expert_efficiency,
-        overlap=settings.kernel_overlap,
-        link=settings.link_efficiency,
-        kernel_launch_seconds=settings.launch_overhead,
-    )
+    gpu = gpu_from_options(settings.model_dump())
     precision = parse_precision(weights_format(model, settings.weights), settings.kv, settings.group_size)
     attention = parse_list(variants, "--attention")
     comparison = compare_attention(

@@ -15,7 +15,9 @@ from simulator.cli.options import reports_input_errors
 from simulator.cost.kernel_tables.source import KERNEL_MODES
 from simulator.errors import InputError
 from simulator.files import check_output_path
+from simulator.model.gpu import load_gpu
 from simulator.model.gpu_family import GPU_FAMILIES
+from simulator.model.kernel_ceilings import CEILING_SOURCES, CEILINGS, END_TO_END, ceilings_file, kernel_fitted
 from simulator.plan.error_bands import bands_file
 from simulator.report.html import check_html_path
 from simulator.report.html.validation import write_validation_html
@@ -23,6 +25,8 @@ from simulator.tabular import to_json
 from simulator.validation.bands import bands_document
 from simulator.validation.bands import write_bands as save_bands
 from simulator.validation.crossval import (
+    HOST_FIT_PROFILES,
+    HOST_PRIOR,
     MIN_CLASS_ROWS,
     ErrorSummary,
     FamilyFit,
@@ -31,6 +35,7 @@ from simulator.validation.crossval import (
     ceiling_for,
     cross_validate,
     grouped,
+    predict_with_kernel_ceilings,
     report_block,
     residuals,
     summarise,
@@ -97,7 +102,9 @@ def _summary_line(name: str, inside: ErrorSummary, outside: ErrorSummary) -> str
 
 def _summary_text(v: Validation) -> str:
     scored = v.scored
-    header = f"{'|error|':<28}{'in-sample':^29}   {'out-of-sample (leave one source out)':^29}"
+    out_title = ("out-of-sample (leave one source out)" if v.ceilings == END_TO_END
+                 else "out-of-sample (nothing fitted here)")
+    header = f"{'|error|':<28}{'in-sample':^29}   {out_title:^29}"
     sub = f"{'':<28}" + "   ".join([f"{'rows':>5} {'median':>7} {'p90':>7} {'max':>7}"] * 2)
     lines = [header, sub, "-" * len(sub)]
     lines.append(_summary_line("all rows", summarise(s.error_in for s in scored), summarise(s.error_out for s in scored)))
@@ -112,6 +119,8 @@ def _summary_text(v: Validation) -> str:
 
 
 def _fit_text(v: Validation) -> str:
+    if v.ceilings != END_TO_END:
+        return _kernel_ceilings_text(v)
     lines = ["Fitted ceilings per GPU family (in-sample fit on every row; range over the leave-one-source-out folds):"]
     for family, fit in v.in_sample_fit.items():
         folds = [f[family] for f in v.fold_fits.values() if family in f]
@@ -147,6 +156,30 @@ def _fit_text(v: Validation) -> str:
         for pair, c in borrowed:
             lines.append(f"  {pair.replace('/', ' / '):<24} compute {c['compute']:.3f} ({c['compute_from']});  "
                          f"memory {c['memory']:.3f} ({c['memory_from']})")
+    return "\n".join(lines)
+
+
+def _kernel_ceilings_used(v: Validation) -> dict[str, dict[str, Any]]:
+    """GPU -> the kernel-fitted parameters its rows were predicted with (``--ceilings kernels``)."""
+    used: dict[str, dict[str, Any]] = {}
+    for s in v.scored:
+        try:
+            gpu = load_gpu(s.row.gpu)
+        except InputError:
+            continue
+        if gpu.name not in used:
+            used[gpu.name] = dict(kernel_fitted(gpu))
+    return dict(sorted(used.items()))
+
+
+def _kernel_ceilings_text(v: Validation) -> str:
+    lines = [f"Ceilings fitted on measured GEMM kernels, none on this table ({ceilings_file().name}; "
+             "in sample = out of sample):"]
+    for name, p in _kernel_ceilings_used(v).items():
+        lines.append(f"  {name:<16} compute {p['compute']:.3f}, memory {p['memory']:.3f}, DRAM latency "
+                     f"{1e6 * p['memory_latency_seconds']:.2f} us, overlap {p['overlap']:.2f}  [{p['source']}]")
+    lines.append("Expert GEMMs of MoE models: 1 (as dense GEMMs); host time per sequence of the "
+                 + ", ".join(HOST_FIT_PROFILES) + f" profile: {1e6 * HOST_PRIOR:.0f} us (the prior, not fitted)")
     return "\n".join(lines)
 
 
@@ -287,7 +320,8 @@ def validation_dict(v: Validation, table: Path) -> dict[str, Any]:
         "in_sample": report_block(v.scored, "in"),
         "out_of_sample": report_block(v.scored, "out"),
         "beyond_40_percent": dict(zip(("rows", "without_explanation"), far_off(v.scored))),
-        "fit": {
+        "ceilings": v.ceilings,
+        "fit": {"kernel_ceilings": _kernel_ceilings_used(v), "file": str(ceilings_file())} if v.ceilings != END_TO_END else {
             "in_sample": {family: _fit_dict(f) for family, f in v.in_sample_fit.items()},
             "folds": {source: {family: _fit_dict(f) for family, f in fits.items()} for source, fits in v.fold_fits.items()},
             "classes_in_sample": {f"{family}/{engine}": _fit_dict(f) for (family, engine), f in v.in_sample_fit.classes.items()},
@@ -338,13 +372,17 @@ class StatusLine:
 
 
 def run_validation(table: Path, jobs: int = 1, kernels: str = "roofline",
-                   progress: Callable[[str], None] | None = None) -> tuple[Validation, float]:
+                   progress: Callable[[str], None] | None = None,
+                   ceilings: str = END_TO_END) -> tuple[Validation, float]:
     started = time.perf_counter()
     rows = load_table(table)
     if not rows:
         raise InputError(f"--csv: {table}: the table has no rows")
     with Replayer(kernels=kernels) as replayer:
-        result = cross_validate(rows, replayer, progress=progress, workers=jobs)
+        if ceilings == CEILINGS:
+            result = predict_with_kernel_ceilings(rows, replayer, progress=progress, workers=jobs)
+        else:
+            result = cross_validate(rows, replayer, progress=progress, workers=jobs)
     return result, time.perf_counter() - started
 
 
@@ -391,17 +429,26 @@ def _text(v: Validation, table: Path, seconds: float, no_rows: bool) -> str:
 @click.option("--kernels", type=click.Choice(KERNEL_MODES), default="roofline", show_default=True,
               help="What times the operators of every replayed run: roofline, measured (NVIDIA's kernel tables, "
               "an error for a row whose GPU has none) or auto (measured where tables exist).")
+@click.option("--ceilings", type=click.Choice(CEILING_SOURCES), default=END_TO_END, show_default=True,
+              help="end-to-end: fit the ceilings on the table (in sample, and per left-out source); kernels: predict "
+              "every row with its GPU's ceilings fitted on measured GEMM kernels (validation/kernel_ceilings.json), "
+              "nothing fitted on the table, so in sample = out of sample: what the kernels plus the rest of the "
+              "time model explain.")
 @reports_input_errors
 def validate_command(table: Path | None, as_json: bool, no_rows: bool, plot_path: Path | None, write_bands: bool,
-                     bands_out: Path | None, jobs: int | None, kernels: str, html_path: Path | None = None) -> None:
+                     bands_out: Path | None, jobs: int | None, kernels: str, html_path: Path | None = None,
+                     ceilings: str = END_TO_END) -> None:
     """Replay published measurements through the engine; in-sample and out-of-sample error."""
     table = default_table() if table is None else table
+    if write_bands and ceilings != END_TO_END:
+        raise InputError("--write-bands: the shipped error bands are those of the default ceilings; "
+                         "leave out --ceilings kernels")
     _check_outputs(plot_path, bands_out, write_bands)
     if html_path is not None:
         check_html_path(html_path)  # before minutes of replaying, as the other outputs
     status = StatusLine()  # what is being done, on stderr, when that is a terminal
     try:
-        v, seconds = run_validation(table, jobs or _cpus(), kernels, status)
+        v, seconds = run_validation(table, jobs or _cpus(), kernels, status, ceilings)
     finally:
         status.close()
     if write_bands:

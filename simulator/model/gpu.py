@@ -134,6 +134,9 @@ class Efficiency(BaseModel):
     expert: float = Field(default=1.0, gt=0.0, le=1.0)
     overlap: float = Field(default=0.0, ge=0.0, le=1.0)
     sustained_clock: float = Field(default=1.0, gt=0.0, le=1.0)
+    fitted_on: str = Field(default="end-to-end", min_length=1)
+    """what compute and memory were fitted on: end-to-end validation rows (a config's own), or ``kernels (...)``
+    (simulator.model.kernel_ceilings)"""
 
     _plausible_values = field_validator(
         "compute", "memory", "link", "kernel_launch_seconds", "allreduce_latency_seconds", "memory_latency_seconds",

@@ -12,6 +12,7 @@ from simulator.errors import InputError
 from simulator.model.architecture import ModelSpec, load_model, with_attention, with_full_attention
 from simulator.model.engine_profile import IDEAL, EngineProfile, load_engine_profile
 from simulator.model.gpu import GPUSpec, load_gpu
+from simulator.model.kernel_ceilings import with_ceilings
 from simulator.model.operators import AttentionKernel, Fusion
 from simulator.model.precision import Precision, parse_precision
 
@@ -116,7 +117,7 @@ DEPLOYMENT_KEYS = (
     "model", "gpu", "weights", "kv", "group_size", "attention", "tp", "ep", "dp_attention", "routing_skew",
     "attention_kernel", "fusion",
     "compute_efficiency", "memory_efficiency", "expert_efficiency", "kernel_overlap", "link_efficiency", "launch_overhead",
-    "engine", "collectives", "kernel_efficiency", "kernels", "kernel_table", "enforce_eager", "num_scheduler_steps", "sampling",
+    "engine", "collectives", "kernel_efficiency", "kernels", "kernel_table", "ceilings", "enforce_eager", "num_scheduler_steps", "sampling",
 )
 
 # The realistic time model for runs from options (docs/time-model.md): the engine most users run,
@@ -145,14 +146,9 @@ def weights_format(model: ModelSpec, weights: str | None) -> str:
     return weights or model.default_weights or "fp16"
 
 
-def deployment_from_options(options: dict[str, Any], batch: int, ctx: int, require_fit: bool = True) -> Deployment:
-    """Load configs named by the options and plan the deployment for ``batch`` x ``ctx``."""
-    if not options.get("model"):
-        raise InputError("--model is required (e.g. --model llama2-70b; `simulate models` lists them)")
-    if not options.get("gpu"):
-        raise InputError("--gpu is required (e.g. --gpu a100; `simulate gpus` lists them)")
-    model = with_attention(load_model(options["model"]), options.get("attention"))
-    gpu = load_gpu(options["gpu"]).with_efficiency(
+def gpu_from_options(options: dict[str, Any]) -> GPUSpec:
+    """The GPU named by ``gpu``, its ceilings from ``ceilings`` (--ceilings), then every efficiency override."""
+    return with_ceilings(load_gpu(options["gpu"]), options.get("ceilings")).with_efficiency(
         compute=options.get("compute_efficiency"),
         memory=options.get("memory_efficiency"),
         expert=options.get("expert_efficiency"),
@@ -160,6 +156,16 @@ def deployment_from_options(options: dict[str, Any], batch: int, ctx: int, requi
         link=options.get("link_efficiency"),
         kernel_launch_seconds=options.get("launch_overhead"),
     )
+
+
+def deployment_from_options(options: dict[str, Any], batch: int, ctx: int, require_fit: bool = True) -> Deployment:
+    """Load configs named by the options and plan the deployment for ``batch`` x ``ctx``."""
+    if not options.get("model"):
+        raise InputError("--model is required (e.g. --model llama2-70b; `simulate models` lists them)")
+    if not options.get("gpu"):
+        raise InputError("--gpu is required (e.g. --gpu a100; `simulate gpus` lists them)")
+    model = with_attention(load_model(options["model"]), options.get("attention"))
+    gpu = gpu_from_options(options)
     precision = parse_precision(weights_format(model, options.get("weights")), options.get("kv") or "fp16",
                                 options.get("group_size") or 128)
     engine = engine_from_options(options)

@@ -228,6 +228,12 @@ class DeploymentSettings(BaseModel):
         "none exist), roofline (the roofline model for every operator), or auto (measured where tables exist, "
         "else roofline). Operators no table measures are always timed by the roofline; the report says which.",
     )
+    ceilings: Literal["end-to-end", "kernels"] = Field(
+        default="end-to-end", description="Where the roofline's GEMM ceilings come from: end-to-end (the GPU "
+        "config's, fitted on the validation table's whole runs, so they also hold what the time model misses) or "
+        "kernels (fitted on NVIDIA's measured GEMM kernels only: validation/kernel_ceilings.json, "
+        "docs/kernel-accuracy.md; what the kernels alone take). --compute-efficiency and friends override either.",
+    )
     kernel_table: Annotated[str | None, AfterValidator(_checked_by(_name))] = Field(
         default=None, description="A memwall kernel-table file (what simulate calibrate --kernel-table-out writes: "
         "measured GEMM latencies of this GPU) that times the operators it covers, in place of --kernels.",

@@ -94,7 +94,8 @@ def time_model_lines(system: Any) -> list[str]:
         + (f" at {100 * eff.sustained_clock:.1f}% of the boost clock (sustained under GEMM load)"
            if eff.sustained_clock < 1.0 else "")
         + f", memory {eff.memory:.2f}, link {eff.link:.2f}, "
-        f"launch {fmt_seconds(eff.kernel_launch_seconds)}/kernel, all-reduce latency {latency}",
+        f"launch {fmt_seconds(eff.kernel_launch_seconds)}/kernel, all-reduce latency {latency}"
+        + (f"; ceilings fitted on measured {eff.fitted_on} (--ceilings kernels)" if eff.fitted_on != "end-to-end" else ""),
         f"  engine       {engine.name}{version}: CPU {fmt_seconds(cpu.fixed_seconds)} + "
         f"{fmt_seconds(per_sequence_seconds(engine))}/sequence per iteration{_launches_text(engine)}, "
         f"{100 * cpu.overlap:.0f}% overlapped"

@@ -89,6 +89,7 @@ from simulator.cost.system import System
 from simulator.errors import InputError
 from simulator.model.engine_profile import load_engine_profile
 from simulator.model.gpu_family import FAMILY_PREDECESSOR, GPU_FAMILIES, _gpu
+from simulator.model.kernel_ceilings import CEILINGS, with_ceilings
 from simulator.model.operators import ExpertGemm
 from simulator.model.precision import parse_precision
 from simulator.model.step import Step
@@ -560,6 +561,36 @@ class Validation:
     in_sample_fit: Fit
     fold_fits: dict[str, Fit] = field(default_factory=dict)
     engine_runs: int = 0
+    ceilings: str = "end-to-end"
+    """``end-to-end``: the ceilings fitted on the table (rules 1-8); ``kernels``: every row predicted with its GPU's
+    kernel-fitted parameters, nothing fitted on the table (:func:`predict_with_kernel_ceilings`)"""
+
+
+def kernel_efficiencies(row: Row) -> Efficiencies:
+    """The parameters a row is predicted with under ``--ceilings kernels``: its GPU's fit on measured GEMM kernels
+    (simulator.model.kernel_ceilings), routed experts as dense GEMMs, and for the profiles whose host time rule 8
+    fits on this table, :data:`HOST_PRIOR` (the shipped profile's value is that in-sample fit)."""
+    host = HOST_PRIOR if row.profile[0] in HOST_FIT_PROFILES else None
+    try:
+        gpu = with_ceilings(_gpu(row.gpu), CEILINGS)
+    except InputError:  # an unknown GPU: the replay skips the row and says why
+        return replace(DEFAULT_EFFICIENCIES, host_per_sequence=host, ceilings=CEILINGS)
+    return Efficiencies(gpu.efficiency.compute, gpu.efficiency.memory, 1.0, host, CEILINGS)
+
+
+def predict_with_kernel_ceilings(rows: list[Row], replayer: Replayer, progress: Callable[[str], None] | None = None,
+                                 workers: int = 1) -> Validation:
+    """Every row predicted with :func:`kernel_efficiencies`: no parameter is fitted on the table, so the in-sample
+    and out-of-sample predictions are one, and the error is that of the kernels (fitted on kernel tables) plus
+    everything else the time model charges (issue 33, item 4)."""
+    wanted = {row.id: kernel_efficiencies(row) for row in rows}
+    if progress is not None:
+        progress("predicting every row with the kernel-fitted ceilings")
+    with relaxed_collection():
+        replayer.prefetch([(row, wanted[row.id]) for row in rows], workers)
+        predictions = {row.id: replayer.predict(row, wanted[row.id]) for row in rows}
+    scored = tuple(Scored(row, predictions[row.id], predictions[row.id]) for row in rows)
+    return Validation(scored, Fit(), {}, replayer.engine_runs, ceilings=CEILINGS)
 
 
 def cross_validate(rows: list[Row], replayer: Replayer, progress: Callable[[str], None] | None = None,

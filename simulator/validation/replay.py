@@ -104,6 +104,9 @@ class Efficiencies:
     host_per_sequence: float | None = None
     """host seconds per sequence per iteration of the row's engine profile, where fitted (crossval rule 8);
     None: the profile's own"""
+    ceilings: str = "end-to-end"
+    """where the GPU config's other roofline parameters come from (``--ceilings``: its own, or ``kernels``:
+    simulator.model.kernel_ceilings); ``compute`` and ``memory`` above override both"""
 
 
 DEFAULT_EFFICIENCIES = Efficiencies(Efficiency().compute, Efficiency().memory, Efficiency().expert)
@@ -362,6 +365,8 @@ class Replayer:
         }
         if eff.host_per_sequence is not None:
             options[HOST_OPTION] = eff.host_per_sequence
+        if eff.ceilings != "end-to-end":
+            options["ceilings"] = eff.ceilings
         if row.dp_attention:
             options["dp_attention"] = True
         kernel, kernel_note = row.attention_kernel

@@ -5,6 +5,7 @@ Run from the repository root (the ``measured`` extra, aiconfigurator-core and py
     python -m validation.kernels.gemm_accuracy            # tables
     python -m validation.kernels.gemm_accuracy --json     # machine output
     python -m validation.kernels.gemm_accuracy --keep-l2-resident   # also the rows whose weights fit in L2
+    python -m validation.kernels.gemm_accuracy --write-ceilings     # rewrite validation/kernel_ceilings.json
 
 Prints, per GPU with tables: the roofline path's error with today's GPU configs (before) and with the
 parameters of each model form fitted on the OTHER GPUs (after, held out by GPU), by regime of m and by
@@ -18,9 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from importlib import metadata
 
 from simulator.model.gpu import list_gpus
 from simulator.model.gpu_family import family_of
+from simulator.model.kernel_ceilings import ceilings_file
 from simulator.validation import kernel_accuracy as ka
 
 COLUMNS = ("all", "m<=16", "m=17-256", "m>256", "bf16", "fp8")
@@ -44,6 +47,29 @@ def proposals(result: dict) -> dict[str, dict]:
         else:
             out[gpu.name] = {"source": f"all tabled GPUs (no {family or 'family'} tables)", **families["all"]}
     return out
+
+
+def ceilings_document(result: dict) -> dict:
+    """The shipped ``validation/kernel_ceilings.json``: the chosen form's parameters per GPU config, with provenance.
+
+    Read by :mod:`simulator.model.kernel_ceilings` (``--ceilings kernels``); fitted on GEMM kernels only, never on
+    the end-to-end validation table.
+    """
+    try:
+        version = metadata.version("aiconfigurator-core")
+    except metadata.PackageNotFoundError:  # pragma: no cover - the study needs the package
+        version = "unknown"
+    return {
+        "command": "python -m validation.kernels.gemm_accuracy --write-ceilings",
+        "doc": "docs/kernel-accuracy.md",
+        "measured_tables": f"aiconfigurator-core {version}: " + ", ".join(
+            f"{gpu}: {table}" for gpu, table in sorted(result["tables"].items())),
+        "form": ka.CHOSEN,
+        "l2_rule": result["l2_rule"],
+        "gpus": {gpu: {key: p[key] for key in ("source", "compute", "memory", "memory_latency_seconds", "overlap",
+                                               "kernel_launch_seconds", "floor_seconds")}
+                 for gpu, p in sorted(result["proposals"].items())},
+    }
 
 
 def _cell(stats: dict) -> str:
@@ -91,7 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--keep-l2-resident", action="store_true",
                         help="also score and fit the rows whose weights fit in L2 (a sensitivity check; see the doc)")
+    parser.add_argument("--write-ceilings", action="store_true",
+                        help=f"also write the chosen form's parameters per GPU to {ceilings_file()} (--ceilings kernels)")
     args = parser.parse_args(argv)
+    if args.write_ceilings and args.keep_l2_resident:
+        parser.error("--write-ceilings writes the default study's fits; leave out --keep-l2-resident")
     groups, sources = ka.tabled_groups(keep_l2_resident=args.keep_l2_resident)
     if not groups:
         print("no measured GEMM tables found: pip install 'memwall[measured]'", file=sys.stderr)
@@ -101,6 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     result["tables"] = sources
     result["chosen_form"] = ka.CHOSEN
     result["l2_resident_kept"] = args.keep_l2_resident
+    if args.write_ceilings:
+        target = ceilings_file()
+        target.write_text(json.dumps(ceilings_document(result), indent=1) + "\n")
+        print(f"wrote {target}", file=sys.stderr)
     print(json.dumps(result, indent=1) if args.json else render(result, sources))
     return 0
 
