@@ -2,7 +2,7 @@
 
 Run: python -m benchmarks.bench_engine [--out benchmarks/results.json] [--sizes 100000 1000000 [10000000]]
                                        [--scheduler continuous|chunked|prefill-first] [--lengths fixed|varied]
-                                       [--kernels roofline|auto|measured|compare]
+                                       [--kernels roofline|auto|measured|compare] [--ceilings end-to-end|kernels]
 
 Poisson arrivals at 10 requests/s; the default request is 1920 prompt + 128 output tokens (``--lengths
 varied``: uniform 1000-2840 and 64-192, the same means), ``--scheduler continuous`` (vLLM V0 style, no
@@ -19,7 +19,9 @@ each tenfold size takes <= 11x the time. The default sizes (10^5, 10^6) take a f
 runs each size both ways and prints the ratio of the measured run's time to the roofline run's (issue 33:
 <= 1.25x at 10^5 requests). The measured kernels change what is simulated (faster steps, smaller
 batches, about 2.7x the iterations at 10^5 requests), so it also prints the ratio of the CPU time per
-simulated iteration.
+simulated iteration. ``--ceilings kernels`` gives both runs the roofline parameters fitted on measured GEMM
+kernels (simulator.model.kernel_ceilings): the roofline run's steps then take about what the measured run's
+do, so the two simulate nearly the same work (a like-for-like comparison of the engine's speed).
 """
 
 from __future__ import annotations
@@ -42,8 +44,10 @@ from simulator.engine.engine import simulate
 from simulator.engine.metrics import aggregate
 from simulator.plan.result import engine_run_dict
 
-n, scheduler, lengths, stream, kernels = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1", sys.argv[5]
-options = dict(model="llama3-8b", gpu="h100", qps=10.0, requests=n, scheduler=scheduler, seed=1, kernels=kernels)
+n, scheduler, lengths, stream, kernels, ceilings = (int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1",
+                                                    sys.argv[5], sys.argv[6])
+options = dict(model="llama3-8b", gpu="h100", qps=10.0, requests=n, scheduler=scheduler, seed=1, kernels=kernels,
+               ceilings=ceilings)
 if lengths == "varied":
     options.update(prompt_tokens="uniform:1000:2840", output_tokens="uniform:64:192")
 load = os.getloadavg()[0]
@@ -73,9 +77,9 @@ print(json.dumps({
 """
 
 
-def run_size(requests: int, scheduler: str, lengths: str, kernels: str = "roofline") -> dict:
+def run_size(requests: int, scheduler: str, lengths: str, kernels: str = "roofline", ceilings: str = "end-to-end") -> dict:
     stream = "1" if requests >= STREAM_FROM else "0"
-    completed = subprocess.run([sys.executable, "-c", CHILD, str(requests), scheduler, lengths, stream, kernels],
+    completed = subprocess.run([sys.executable, "-c", CHILD, str(requests), scheduler, lengths, stream, kernels, ceilings],
                                capture_output=True, text=True, check=True)
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
@@ -100,15 +104,17 @@ def main() -> None:
     parser.add_argument("--scheduler", default="continuous", choices=["continuous", "chunked", "prefill-first", "static"])
     parser.add_argument("--lengths", default="fixed", choices=["fixed", "varied"])
     parser.add_argument("--kernels", default="roofline", choices=["roofline", "auto", "measured", "compare"])
+    parser.add_argument("--ceilings", default="end-to-end", choices=["end-to-end", "kernels"])
     args = parser.parse_args()
     modes = ["roofline", "auto"] if args.kernels == "compare" else [args.kernels]
     label = f"{args.scheduler}, {args.lengths} lengths" + ("" if modes == ["roofline"] else f", kernels {args.kernels}")
+    label += "" if args.ceilings == "end-to-end" else f", ceilings {args.ceilings}"
     print(f"engine benchmark on {machine()['cpu_count']} CPUs ({label}; load average {os.getloadavg()[0]:.1f})")
     figures = []
     runs: dict[str, dict[int, dict]] = {mode: {} for mode in modes}
     for size in sorted(args.sizes):
         for mode in modes:
-            run = runs[mode][size] = run_size(size, args.scheduler, args.lengths, mode)
+            run = runs[mode][size] = run_size(size, args.scheduler, args.lengths, mode, args.ceilings)
             streamed = " (streamed)" if size >= STREAM_FROM else ""
             name = f"{size:,} requests{streamed}" + ("" if len(modes) == 1 else f", {mode}")
             if mode != "roofline":
