@@ -272,3 +272,41 @@ def test_a_table_without_a_window_column_reads_as_full_attention():
     assert tables is not None and chosen == "0.14.0"
     curve = tables.curve(AttentionShape(8, 8, 128, 2.0, 2.0, 312e12, 2.039e12), "fp16")  # llama2-7b at tp 4
     assert curve is not None
+
+
+# --- the traced lookup (length_seconds) is the scalar one -------------------------------------------------
+
+class _Flat:
+    """A roofline of one sequence that grows with its keys (only its ratios matter: beyond a row's ends)."""
+
+    def sequence_seconds(self, queries: float, keys_before: float) -> float:
+        return 1e-6 * queries * (1.0 + keys_before / 512.0)
+
+
+def _curve():
+    from simulator.cost.kernel_tables.attention import AttentionGrid, phase_curve
+
+    batch = np.array([1.0, 4.0, 16.0, 64.0])
+    length = np.array([128.0, 512.0, 2048.0, 8192.0])
+    seconds = np.outer(np.sqrt(batch), 1e-5 * (1.0 + length / 1000.0))
+    seconds[3, 3] = np.nan  # batch 64 was not measured at 8192 keys: its row has other lengths than batch 16's
+    return phase_curve(AttentionGrid(batch, length, seconds), _Flat(), "generation")
+
+
+@settings(max_examples=300, deadline=None)
+@given(batch=st.floats(0.5, 200.0), length=st.floats(1.0, 40_000.0))
+def test_the_traced_lookup_is_the_scalar_lookup_bit_for_bit(batch, length):
+    # length_seconds inlines one clip, log and search for two rows measured at the same lengths; it must give the
+    # floats scalar_seconds gives (the engine checks a traced tick against step_totals exactly), inside the grid,
+    # beyond its ends (the roofline's ratio), on one row, on two rows of the same lengths and of different ones.
+    curve = _curve()
+    assert curve.length_seconds(batch)(length) == curve.scalar_seconds(batch, length)
+
+
+def test_the_traced_lookup_takes_every_path():
+    curve = _curve()
+    for batch in (1.0, 2.0, 64.0, 32.0, 500.0):  # one row, two alike, one row, two unlike, clipped batch
+        for length in (50.0, 128.0, 700.0, 8192.0, 20_000.0):
+            assert curve.length_seconds(batch)(length) == curve.scalar_seconds(batch, length)
+    # and the lookup is the table's: batch 4 at 512 keys is the measured cell, 1e-5 x 2 x 1.512
+    assert curve.scalar_seconds(4.0, 512.0) == pytest.approx(1e-5 * 2.0 * 1.512, rel=1e-12)

@@ -331,11 +331,97 @@ class PhaseCurve:
         once: a traced decode tick (simulator.cost.tracing) calls it for every tick of that batch. The same
         operations in the same order as :meth:`scalar_seconds`, so the same floats."""
         lower, upper, w, b_clip = self.batch_weights(batch)
-        row, exp = self._scalar_row, math.exp
         if w == 0.0 or w == 1.0:
-            only = lower if w == 0.0 else upper
-            return lambda length: exp(row(only, length)) * (batch / b_clip)
-        return lambda length: exp((1.0 - w) * row(lower, length) + w * row(upper, length)) * (batch / b_clip)
+            return self._line_seconds(self.lines[lower if w == 0.0 else upper], None, 0.0, batch / b_clip)
+        low, high = self.lines[lower], self.lines[upper]
+        if (low.log_lengths, low.first, low.last) == (high.log_lengths, high.first, high.last):
+            return self._line_seconds(low, high, w, batch / b_clip)
+        return self._unlike_lines_seconds(low, high, w, batch / b_clip)
+
+    def _unlike_lines_seconds(self, low: _Row, high: _Row, w: float, scale: float) -> Callable[[float], float]:
+        """:meth:`length_seconds` of two rows measured at different lengths, inlined (one call per tick): each row's
+        value is :meth:`_scalar_row`'s IEEE operations, so the same floats."""
+        xs, a_ys, a_first, a_last, a_n = low.log_lengths, low.log_seconds, low.first, low.last, len(low.log_lengths)
+        zs, b_ys, b_first, b_last, b_n = high.log_lengths, high.log_seconds, high.first, high.last, len(high.log_lengths)
+        log, exp, search, sequence = math.log, math.exp, bisect.bisect_left, self._sequence
+        keep = 1.0 - w
+
+        def both(length: float) -> float:
+            clipped = a_first if length < a_first else a_last if length > a_last else length
+            x = log(clipped)
+            if a_n == 1 or x <= xs[0]:
+                a = a_ys[0]
+            elif x >= xs[-1]:
+                a = a_ys[-1]
+            else:
+                j = search(xs, x)
+                a = a_ys[j - 1] + (x - xs[j - 1]) / (xs[j] - xs[j - 1]) * (a_ys[j] - a_ys[j - 1])
+            if clipped != length:
+                a += log(sequence(length) / sequence(clipped))
+            clipped = b_first if length < b_first else b_last if length > b_last else length
+            x = log(clipped)
+            if b_n == 1 or x <= zs[0]:
+                b = b_ys[0]
+            elif x >= zs[-1]:
+                b = b_ys[-1]
+            else:
+                j = search(zs, x)
+                b = b_ys[j - 1] + (x - zs[j - 1]) / (zs[j] - zs[j - 1]) * (b_ys[j] - b_ys[j - 1])
+            if clipped != length:
+                b += log(sequence(length) / sequence(clipped))
+            return exp(keep * a + w * b) * scale
+
+        return both
+
+    def _line_seconds(self, low: _Row, high: _Row | None, w: float, scale: float) -> Callable[[float], float]:
+        """:meth:`length_seconds` of one row (``high`` None), or of two rows measured at the same lengths, inlined: one
+        clip, logarithm and search serve both rows (a traced decode tick calls it once per tick). Each row's value is
+        the same IEEE operations as :meth:`_scalar_row`'s, so the same floats."""
+        xs, a_ys = low.log_lengths, low.log_seconds
+        b_ys = high.log_seconds if high is not None else a_ys
+        first, last, n, x0, xn = low.first, low.last, len(xs), xs[0], xs[-1]
+        log, exp, search, sequence = math.log, math.exp, bisect.bisect_left, self._sequence
+        keep = 1.0 - w
+
+        def values(length: float) -> tuple[float, float]:
+            clipped = first if length < first else last if length > last else length  # min(max(...)), without calls
+            x = log(clipped)
+            if n == 1 or x <= x0:
+                a, b = a_ys[0], b_ys[0]
+            elif x >= xn:
+                a, b = a_ys[-1], b_ys[-1]
+            else:
+                j = search(xs, x)
+                t = (x - xs[j - 1]) / (xs[j] - xs[j - 1])
+                a = a_ys[j - 1] + t * (a_ys[j] - a_ys[j - 1])
+                b = b_ys[j - 1] + t * (b_ys[j] - b_ys[j - 1])
+            if clipped != length:
+                beyond = log(sequence(length) / sequence(clipped))
+                a, b = a + beyond, b + beyond
+            return a, b
+
+        if high is None:
+            def one(length: float) -> float:
+                clipped = first if length < first else last if length > last else length
+                x = log(clipped)
+                if n == 1 or x <= x0:
+                    a = a_ys[0]
+                elif x >= xn:
+                    a = a_ys[-1]
+                else:
+                    j = search(xs, x)
+                    a = a_ys[j - 1] + (x - xs[j - 1]) / (xs[j] - xs[j - 1]) * (a_ys[j] - a_ys[j - 1])
+                if clipped != length:
+                    a += log(sequence(length) / sequence(clipped))
+                return exp(a) * scale
+
+            return one
+
+        def both(length: float) -> float:
+            a, b = values(length)
+            return exp(keep * a + w * b) * scale
+
+        return both
 
     def batch_weights(self, batch: float) -> tuple[int, int, float, float]:
         """(lower row, upper row, weight of the upper, clipped batch) of a batch size: linear in log batch between the
