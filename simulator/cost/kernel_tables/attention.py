@@ -55,6 +55,7 @@ from typing import Protocol
 
 import numpy as np
 
+from simulator.cost.kernel_tables.curve_rows import CurveRow, blended_rows_seconds, curve_row, log_linear, row_seconds
 from simulator.cost.kernel_tables.parquet import codes, numbers, read_parquet
 from simulator.cost.kernel_tables.table import TableOrigin, mean_grid, suffix_minimum
 from simulator.cost.tracing import is_traced, scalar_call
@@ -260,38 +261,6 @@ def _sequence_roofline(shape: AttentionShape, queries: float, keys_before: float
     return max(flops / shape.peak_flops_per_second, moved / shape.bandwidth_bytes_per_second)
 
 
-def log_linear(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
-    """``ys`` at ``x``, linear between the points of increasing ``xs`` and held at the end points beyond them (in
-    plain floats: the scalar lookups' speed, and the array lookups repeat the same arithmetic entry by entry)."""
-    if len(xs) == 1 or x <= xs[0]:
-        return ys[0]
-    if x >= xs[-1]:
-        return ys[-1]
-    j = bisect.bisect_left(xs, x)
-    w = (x - xs[j - 1]) / (xs[j] - xs[j - 1])
-    return ys[j - 1] + w * (ys[j] - ys[j - 1])
-
-
-@dataclass(frozen=True, eq=False)
-class _Row:
-    """One measured batch's curve in plain floats: the lookup runs in Python floats (the engine costs most steps one
-    at a time), and an array lookup repeats the same IEEE operations entry by entry (:meth:`PhaseCurve.seconds_array`)."""
-
-    log_lengths: list[float]
-    log_seconds: list[float]
-    first: float
-    """the shortest measured length, ``exp(log_lengths[0])`` (the clip bounds of every lookup, so worked out once)"""
-    last: float
-    log_lengths_array: np.ndarray
-    log_seconds_array: np.ndarray
-
-
-def _row(log_lengths: np.ndarray, log_seconds: np.ndarray) -> _Row:
-    lens, secs = log_lengths.tolist(), log_seconds.tolist()
-    return _Row(lens, secs, math.exp(lens[0]), math.exp(lens[-1]), np.asarray(lens, dtype=float),
-                np.asarray(secs, dtype=float))
-
-
 BATCH_MEMO_MAX = 4096
 """(lower row, upper row, weight, clipped batch) remembered per batch size by :meth:`PhaseCurve.batch_weights`"""
 
@@ -306,8 +275,8 @@ class PhaseCurve:
     """measured batch sizes, ascending"""
     rows: tuple[tuple[np.ndarray, np.ndarray], ...]
     """(log lengths, log seconds) per measured batch"""
-    lines: tuple[_Row, ...] = ()
-    """``rows`` ready for the lookup (:class:`_Row`)"""
+    lines: tuple[CurveRow, ...] = ()
+    """``rows`` ready for the lookup (:class:`~simulator.cost.kernel_tables.curve_rows.CurveRow`)"""
     batch_list: tuple[float, ...] = ()
     _batch_memo: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -332,96 +301,8 @@ class PhaseCurve:
         operations in the same order as :meth:`scalar_seconds`, so the same floats."""
         lower, upper, w, b_clip = self.batch_weights(batch)
         if w == 0.0 or w == 1.0:
-            return self._line_seconds(self.lines[lower if w == 0.0 else upper], None, 0.0, batch / b_clip)
-        low, high = self.lines[lower], self.lines[upper]
-        if (low.log_lengths, low.first, low.last) == (high.log_lengths, high.first, high.last):
-            return self._line_seconds(low, high, w, batch / b_clip)
-        return self._unlike_lines_seconds(low, high, w, batch / b_clip)
-
-    def _unlike_lines_seconds(self, low: _Row, high: _Row, w: float, scale: float) -> Callable[[float], float]:
-        """:meth:`length_seconds` of two rows measured at different lengths, inlined (one call per tick): each row's
-        value is :meth:`_scalar_row`'s IEEE operations, so the same floats."""
-        xs, a_ys, a_first, a_last, a_n = low.log_lengths, low.log_seconds, low.first, low.last, len(low.log_lengths)
-        zs, b_ys, b_first, b_last, b_n = high.log_lengths, high.log_seconds, high.first, high.last, len(high.log_lengths)
-        log, exp, search, sequence = math.log, math.exp, bisect.bisect_left, self._sequence
-        keep = 1.0 - w
-
-        def both(length: float) -> float:
-            clipped = a_first if length < a_first else a_last if length > a_last else length
-            x = log(clipped)
-            if a_n == 1 or x <= xs[0]:
-                a = a_ys[0]
-            elif x >= xs[-1]:
-                a = a_ys[-1]
-            else:
-                j = search(xs, x)
-                a = a_ys[j - 1] + (x - xs[j - 1]) / (xs[j] - xs[j - 1]) * (a_ys[j] - a_ys[j - 1])
-            if clipped != length:
-                a += log(sequence(length) / sequence(clipped))
-            clipped = b_first if length < b_first else b_last if length > b_last else length
-            x = log(clipped)
-            if b_n == 1 or x <= zs[0]:
-                b = b_ys[0]
-            elif x >= zs[-1]:
-                b = b_ys[-1]
-            else:
-                j = search(zs, x)
-                b = b_ys[j - 1] + (x - zs[j - 1]) / (zs[j] - zs[j - 1]) * (b_ys[j] - b_ys[j - 1])
-            if clipped != length:
-                b += log(sequence(length) / sequence(clipped))
-            return exp(keep * a + w * b) * scale
-
-        return both
-
-    def _line_seconds(self, low: _Row, high: _Row | None, w: float, scale: float) -> Callable[[float], float]:
-        """:meth:`length_seconds` of one row (``high`` None), or of two rows measured at the same lengths, inlined: one
-        clip, logarithm and search serve both rows (a traced decode tick calls it once per tick). Each row's value is
-        the same IEEE operations as :meth:`_scalar_row`'s, so the same floats."""
-        xs, a_ys = low.log_lengths, low.log_seconds
-        b_ys = high.log_seconds if high is not None else a_ys
-        first, last, n, x0, xn = low.first, low.last, len(xs), xs[0], xs[-1]
-        log, exp, search, sequence = math.log, math.exp, bisect.bisect_left, self._sequence
-        keep = 1.0 - w
-
-        def values(length: float) -> tuple[float, float]:
-            clipped = first if length < first else last if length > last else length  # min(max(...)), without calls
-            x = log(clipped)
-            if n == 1 or x <= x0:
-                a, b = a_ys[0], b_ys[0]
-            elif x >= xn:
-                a, b = a_ys[-1], b_ys[-1]
-            else:
-                j = search(xs, x)
-                t = (x - xs[j - 1]) / (xs[j] - xs[j - 1])
-                a = a_ys[j - 1] + t * (a_ys[j] - a_ys[j - 1])
-                b = b_ys[j - 1] + t * (b_ys[j] - b_ys[j - 1])
-            if clipped != length:
-                beyond = log(sequence(length) / sequence(clipped))
-                a, b = a + beyond, b + beyond
-            return a, b
-
-        if high is None:
-            def one(length: float) -> float:
-                clipped = first if length < first else last if length > last else length
-                x = log(clipped)
-                if n == 1 or x <= x0:
-                    a = a_ys[0]
-                elif x >= xn:
-                    a = a_ys[-1]
-                else:
-                    j = search(xs, x)
-                    a = a_ys[j - 1] + (x - xs[j - 1]) / (xs[j] - xs[j - 1]) * (a_ys[j] - a_ys[j - 1])
-                if clipped != length:
-                    a += log(sequence(length) / sequence(clipped))
-                return exp(a) * scale
-
-            return one
-
-        def both(length: float) -> float:
-            a, b = values(length)
-            return exp(keep * a + w * b) * scale
-
-        return both
+            return row_seconds(self.lines[lower if w == 0.0 else upper], batch / b_clip, self._sequence)
+        return blended_rows_seconds(self.lines[lower], self.lines[upper], w, batch / b_clip, self._sequence)
 
     def batch_weights(self, batch: float) -> tuple[int, int, float, float]:
         """(lower row, upper row, weight of the upper, clipped batch) of a batch size: linear in log batch between the
@@ -527,7 +408,7 @@ def phase_curve(grid: AttentionGrid | None, shape: SequenceRoofline, phase: str)
     if not rows:
         return None
     return PhaseCurve(shape, phase, np.array([r[0] for r in rows]), tuple((r[1], r[2]) for r in rows),
-                      tuple(_row(r[1], r[2]) for r in rows), tuple(r[0] for r in rows))
+                      tuple(curve_row(r[1], r[2]) for r in rows), tuple(r[0] for r in rows))
 
 
 ARRAY_LOOKUP_FROM = 8

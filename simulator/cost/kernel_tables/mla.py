@@ -72,9 +72,9 @@ from simulator.cost.kernel_tables.attention import (
     AttentionTable,
     PhaseCurve,
     attention_table,
-    log_linear,
     phase_curve,
 )
+from simulator.cost.kernel_tables.curve_rows import log_linear
 from simulator.cost.kernel_tables.gemm import GemmCurve
 from simulator.cost.kernel_tables.parquet import codes, numbers, read_parquet
 from simulator.cost.kernel_tables.table import TableOrigin, mean_grid, suffix_minimum
