@@ -61,11 +61,18 @@ def same_lengths(low: CurveRow, high: CurveRow) -> bool:
 
 def row_seconds(row: CurveRow, scale: float, sequence: SequenceSeconds) -> Callable[[float], float]:
     """``exp(log seconds of row at length) * scale`` as a function of the length."""
+    log_seconds, exp = row_log_seconds(row, sequence), math.exp
+    return lambda length: exp(log_seconds(length)) * scale
+
+
+def row_log_seconds(row: CurveRow, sequence: SequenceSeconds) -> Callable[[float], float]:
+    """The row's log seconds at a length: :func:`log_linear` inside its lengths, plus the roofline's log ratio
+    beyond them."""
     xs, ys, first, last, n = row.log_lengths, row.log_seconds, row.first, row.last, len(row.log_lengths)
     x0, xn = xs[0], xs[-1]
-    log, exp, search = math.log, math.exp, bisect.bisect_left
+    log, search = math.log, bisect.bisect_left
 
-    def seconds(length: float) -> float:
+    def log_seconds(length: float) -> float:
         clipped = first if length < first else last if length > last else length  # min(max(...)), without calls
         x = log(clipped)
         if n == 1 or x <= x0:
@@ -77,9 +84,9 @@ def row_seconds(row: CurveRow, scale: float, sequence: SequenceSeconds) -> Calla
             a = ys[j - 1] + (x - xs[j - 1]) / (xs[j] - xs[j - 1]) * (ys[j] - ys[j - 1])
         if clipped != length:
             a += log(sequence(length) / sequence(clipped))
-        return exp(a) * scale
+        return a
 
-    return seconds
+    return log_seconds
 
 
 def blended_rows_seconds(low: CurveRow, high: CurveRow, w: float, scale: float,
@@ -87,37 +94,9 @@ def blended_rows_seconds(low: CurveRow, high: CurveRow, w: float, scale: float,
     """``exp((1 - w) * low + w * high) * scale`` of the two rows' log seconds, as a function of the length."""
     if same_lengths(low, high):
         return _alike_rows_seconds(low, high, w, scale, sequence)
-    xs, a_ys, a_first, a_last, a_n = low.log_lengths, low.log_seconds, low.first, low.last, len(low.log_lengths)
-    zs, b_ys, b_first, b_last, b_n = high.log_lengths, high.log_seconds, high.first, high.last, len(high.log_lengths)
-    log, exp, search = math.log, math.exp, bisect.bisect_left
+    low_log, high_log, exp = row_log_seconds(low, sequence), row_log_seconds(high, sequence), math.exp
     keep = 1.0 - w
-
-    def seconds(length: float) -> float:
-        clipped = a_first if length < a_first else a_last if length > a_last else length
-        x = log(clipped)
-        if a_n == 1 or x <= xs[0]:
-            a = a_ys[0]
-        elif x >= xs[-1]:
-            a = a_ys[-1]
-        else:
-            j = search(xs, x)
-            a = a_ys[j - 1] + (x - xs[j - 1]) / (xs[j] - xs[j - 1]) * (a_ys[j] - a_ys[j - 1])
-        if clipped != length:
-            a += log(sequence(length) / sequence(clipped))
-        clipped = b_first if length < b_first else b_last if length > b_last else length
-        x = log(clipped)
-        if b_n == 1 or x <= zs[0]:
-            b = b_ys[0]
-        elif x >= zs[-1]:
-            b = b_ys[-1]
-        else:
-            j = search(zs, x)
-            b = b_ys[j - 1] + (x - zs[j - 1]) / (zs[j] - zs[j - 1]) * (b_ys[j] - b_ys[j - 1])
-        if clipped != length:
-            b += log(sequence(length) / sequence(clipped))
-        return exp(keep * a + w * b) * scale
-
-    return seconds
+    return lambda length: exp(keep * low_log(length) + w * high_log(length)) * scale
 
 
 def _alike_rows_seconds(low: CurveRow, high: CurveRow, w: float, scale: float,
