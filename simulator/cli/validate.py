@@ -50,6 +50,7 @@ Examples:
   simulate validate --csv my-benchmarks.csv --no-rows
   simulate validate --plot validation.png  # predicted vs measured, log-log, one marker per engine
   simulate validate --write-bands          # regenerate validation/error_bands.json
+  simulate validate --ceilings kernels     # ceilings fitted on measured GEMM kernels, none on the table
 
 \b
 Each row is replayed through the serving engine: a static batch under the static
