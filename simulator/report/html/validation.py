@@ -113,7 +113,9 @@ def write_validation_html(v: Validation, json_document: dict[str, Any], path: st
                for name, div, title, unit in PANELS if data["scatter"]["panels"][name]]
     sections = [
         Section("Summary", [f"{data['table']}: {data['rows_total']} rows from {len(data['sources'])} sources; "
-                            f"{data['rows_compared']} replayed and compared out of sample (leave one source out)."],
+                            f"{data['rows_compared']} replayed and compared out of sample "
+                            + ("(leave one source out)." if v.ceilings == "end-to-end" else
+                               "(ceilings fitted on measured GEMM kernels, nothing fitted on the table).")],
                 tables=[_summary_table(data)]),
         Section("Predicted vs measured", figures=figures),
         Section("Error bands", figures=[Figure("chart-bands", _bands(go, data["bands"]),
