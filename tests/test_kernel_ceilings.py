@@ -60,6 +60,9 @@ def test_a_run_says_its_ceilings_came_from_kernels():
     out = run_from_options(dict(options, ceilings="kernels"))
     entry = FILE["gpus"]["A100-SXM4-80GB"]
     assert out["efficiency"]["memory"] == entry["memory"] and out["efficiency"]["fitted_on"] == "kernels (own tables)"
+    # the error bands are the default ceilings': the run says so
+    assert any(w.startswith("--ceilings kernels:") and "error bands" in w for w in out["warnings"])
+    assert not any("--ceilings" in w for w in run_from_options(options)["warnings"])
     # an explicit ceiling still wins over either source
     out = run_from_options(dict(options, ceilings="kernels", memory_efficiency=0.5))
     assert out["efficiency"]["memory"] == 0.5

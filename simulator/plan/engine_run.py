@@ -72,6 +72,10 @@ class EngineRun(Prepared):
                   if self.settings.expert_efficiency is not None and not model.is_moe else [])
         if self.settings.kernel_overlap is not None and not self.deployment.system.time_model.shape:
             unused.append("--kernel-overlap has no effect under --kernel-efficiency flat (the roofline's max)")
+        if self.settings.ceilings != "end-to-end":
+            unused.append("--ceilings kernels: ceilings fitted on measured GEMM kernels; the error bands are those of the "
+                          "default ceilings, and with these the validation table comes out 16-25% too fast in every "
+                          "regime (docs/measured-vs-roofline.md)")
         return [*unused, *self.workload.notes, *admission_notes(self.result, self.capacity.tokens)]
 
 
