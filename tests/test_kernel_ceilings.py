@@ -108,3 +108,27 @@ def test_validate_text_names_the_kernel_ceilings_and_bands_are_refused():
     assert "out-of-sample (nothing fitted here)" in result.output
     result = CliRunner().invoke(main, ["validate", "--csv", str(SMALL), "--ceilings", "kernels", "--write-bands"])
     assert result.exit_code == 2 and "--write-bands" in result.output and "Traceback" not in result.output
+
+
+def test_validate_skips_a_row_whose_gpu_the_kernel_file_does_not_cover(tmp_path):
+    # one row on a GPU YAML of the user's own: skipped with the reason, the others still scored
+    import csv
+
+    spec = load_gpu("h100").model_dump()
+    spec.update(name="My-H100", aliases=[])
+    gpu = tmp_path / "mine.yaml"
+    gpu.write_text(yaml.safe_dump(spec))
+    with SMALL.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    rows[0]["gpu"] = str(gpu)
+    path = tmp_path / "t.csv"
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    result = CliRunner().invoke(main, ["validate", "--csv", str(path), "--json", "--ceilings", "kernels", "--jobs", "1"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    first = data["rows"][0]
+    assert first["predicted_out_of_sample"] is None and "no kernel-fitted parameters for GPU 'My-H100'" in first["skipped"]
+    assert data["out_of_sample"]["rows"] == data["rows_compared"] > 0

@@ -166,10 +166,10 @@ def _kernel_ceilings_used(v: Validation) -> dict[str, dict[str, Any]]:
     for s in v.scored:
         try:
             gpu = load_gpu(s.row.gpu)
-        except InputError:
+            if gpu.name not in used:
+                used[gpu.name] = dict(kernel_fitted(gpu))
+        except InputError:  # an unknown GPU, or one the file does not cover: its rows were skipped, with the reason
             continue
-        if gpu.name not in used:
-            used[gpu.name] = dict(kernel_fitted(gpu))
     return dict(sorted(used.items()))
 
 

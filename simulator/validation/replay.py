@@ -68,6 +68,7 @@ from simulator.engine.metrics import Aggregates
 from simulator.errors import InputError
 from simulator.model import Efficiency, ModelSpec, load_model
 from simulator.model.gpu_family import _gpu
+from simulator.model.kernel_ceilings import with_ceilings
 from simulator.validation.lengths import SCALE_TOLERANCE, dataset_spec, find_lengths
 from simulator.validation.prepared import HOST_OPTION, PreparedRuns
 from simulator.validation.profiles import (
@@ -352,7 +353,7 @@ class Replayer:
             return Replayed(None, skipped=f"replicas = {row.replicas} with a static batch: how the batch was split is not stated")
         try:
             model = _model(row.model)
-            _gpu(row.gpu)
+            with_ceilings(_gpu(row.gpu), eff.ceilings)  # a GPU the chosen ceilings do not cover is skipped, not fatal
         except InputError as exc:
             return Replayed(None, skipped=str(exc))
         profile, profile_note = row.profile
