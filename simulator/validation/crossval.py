@@ -573,7 +573,7 @@ def kernel_efficiencies(row: Row) -> Efficiencies:
     host = HOST_PRIOR if row.profile[0] in HOST_FIT_PROFILES else None
     try:
         gpu = with_ceilings(_gpu(row.gpu), CEILINGS)
-    except InputError:  # an unknown GPU: the replay skips the row and says why
+    except InputError:  # an unknown GPU, or one the file does not cover: the replay skips the row and says why
         return replace(DEFAULT_EFFICIENCIES, host_per_sequence=host, ceilings=CEILINGS)
     return Efficiencies(gpu.efficiency.compute, gpu.efficiency.memory, 1.0, host, CEILINGS)
 
