@@ -163,9 +163,9 @@ def _fit_text(v: Validation) -> str:
 def _kernel_ceilings_used(v: Validation) -> dict[str, dict[str, Any]]:
     """GPU -> the kernel-fitted parameters its rows were predicted with (``--ceilings kernels``)."""
     used: dict[str, dict[str, Any]] = {}
-    for s in v.scored:
+    for name in {s.row.gpu for s in v.scored}:  # each GPU the table names once, not once per row
         try:
-            gpu = load_gpu(s.row.gpu)
+            gpu = load_gpu(name)
             if gpu.name not in used:
                 used[gpu.name] = dict(kernel_fitted(gpu))
         except InputError:  # an unknown GPU, or one the file does not cover: its rows were skipped, with the reason
