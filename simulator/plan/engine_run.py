@@ -37,6 +37,7 @@ from simulator.engine.workload import (
 )
 from simulator.errors import InputError
 from simulator.model.engine_profile import ClientPath, EngineProfile
+from simulator.model.kernel_ceilings import END_TO_END
 from simulator.plan.deployment_planner import engine_from_options
 from simulator.plan.placement import admission_notes, plan_serving
 from simulator.plan.settings import RunSettings, parse_settings
@@ -72,7 +73,7 @@ class EngineRun(Prepared):
                   if self.settings.expert_efficiency is not None and not model.is_moe else [])
         if self.settings.kernel_overlap is not None and not self.deployment.system.time_model.shape:
             unused.append("--kernel-overlap has no effect under --kernel-efficiency flat (the roofline's max)")
-        if self.settings.ceilings != "end-to-end":
+        if self.settings.ceilings != END_TO_END:
             unused.append("--ceilings kernels: ceilings fitted on measured GEMM kernels; the error bands are those of the "
                           "default ceilings, and with these the validation table comes out 16-25% too fast in every "
                           "regime (docs/measured-vs-roofline.md)")

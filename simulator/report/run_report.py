@@ -14,6 +14,7 @@ from simulator.cost.engine_overhead import per_sequence_launches, per_sequence_s
 from simulator.cost.step_cost import OperatorCost
 from simulator.engine.metrics import REJECT_KEYS, REJECT_REASONS
 from simulator.files import atomic_write
+from simulator.model.kernel_ceilings import END_TO_END
 from simulator.plan.error_bands import band_text, error_bands_for_run
 from simulator.plan.placement import queued_counts
 from simulator.plan.result import (
@@ -95,7 +96,7 @@ def time_model_lines(system: Any) -> list[str]:
            if eff.sustained_clock < 1.0 else "")
         + f", memory {eff.memory:.2f}, link {eff.link:.2f}, "
         f"launch {fmt_seconds(eff.kernel_launch_seconds)}/kernel, all-reduce latency {latency}"
-        + (f"; ceilings fitted on measured {eff.fitted_on} (--ceilings kernels)" if eff.fitted_on != "end-to-end" else ""),
+        + (f"; ceilings fitted on measured {eff.fitted_on} (--ceilings kernels)" if eff.fitted_on != END_TO_END else ""),
         f"  engine       {engine.name}{version}: CPU {fmt_seconds(cpu.fixed_seconds)} + "
         f"{fmt_seconds(per_sequence_seconds(engine))}/sequence per iteration{_launches_text(engine)}, "
         f"{100 * cpu.overlap:.0f}% overlapped"

@@ -89,7 +89,7 @@ from simulator.cost.system import System
 from simulator.errors import InputError
 from simulator.model.engine_profile import load_engine_profile
 from simulator.model.gpu_family import FAMILY_PREDECESSOR, GPU_FAMILIES, _gpu
-from simulator.model.kernel_ceilings import CEILINGS, with_ceilings
+from simulator.model.kernel_ceilings import CEILINGS, END_TO_END, with_ceilings
 from simulator.model.operators import ExpertGemm
 from simulator.model.precision import parse_precision
 from simulator.model.step import Step
@@ -561,7 +561,7 @@ class Validation:
     in_sample_fit: Fit
     fold_fits: dict[str, Fit] = field(default_factory=dict)
     engine_runs: int = 0
-    ceilings: str = "end-to-end"
+    ceilings: str = END_TO_END
     """``end-to-end``: the ceilings fitted on the table (rules 1-8); ``kernels``: every row predicted with its GPU's
     kernel-fitted parameters, nothing fitted on the table (:func:`predict_with_kernel_ceilings`)"""
 

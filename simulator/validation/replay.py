@@ -68,7 +68,7 @@ from simulator.engine.metrics import Aggregates
 from simulator.errors import InputError
 from simulator.model import Efficiency, ModelSpec, load_model
 from simulator.model.gpu_family import _gpu
-from simulator.model.kernel_ceilings import with_ceilings
+from simulator.model.kernel_ceilings import END_TO_END, with_ceilings
 from simulator.validation.lengths import SCALE_TOLERANCE, dataset_spec, find_lengths
 from simulator.validation.prepared import HOST_OPTION, PreparedRuns
 from simulator.validation.profiles import (
@@ -105,7 +105,7 @@ class Efficiencies:
     host_per_sequence: float | None = None
     """host seconds per sequence per iteration of the row's engine profile, where fitted (crossval rule 8);
     None: the profile's own"""
-    ceilings: str = "end-to-end"
+    ceilings: str = END_TO_END
     """where the GPU config's other roofline parameters come from (``--ceilings``: its own, or ``kernels``:
     simulator.model.kernel_ceilings); ``compute`` and ``memory`` above override both"""
 
@@ -366,7 +366,7 @@ class Replayer:
         }
         if eff.host_per_sequence is not None:
             options[HOST_OPTION] = eff.host_per_sequence
-        if eff.ceilings != "end-to-end":
+        if eff.ceilings != END_TO_END:
             options["ceilings"] = eff.ceilings
         if row.dp_attention:
             options["dp_attention"] = True

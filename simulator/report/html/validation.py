@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from simulator.model.kernel_ceilings import END_TO_END
 from simulator.report.html.page import Cell, Figure, Section, Table, write_page
 from simulator.report.validation_plot import BAND, validation_plot_data
 from simulator.validation.bands import compute_bands
@@ -114,7 +115,7 @@ def write_validation_html(v: Validation, json_document: dict[str, Any], path: st
     sections = [
         Section("Summary", [f"{data['table']}: {data['rows_total']} rows from {len(data['sources'])} sources; "
                             f"{data['rows_compared']} replayed and compared out of sample "
-                            + ("(leave one source out)." if v.ceilings == "end-to-end" else
+                            + ("(leave one source out)." if v.ceilings == END_TO_END else
                                "(ceilings fitted on measured GEMM kernels, nothing fitted on the table).")],
                 tables=[_summary_table(data)]),
         Section("Predicted vs measured", figures=figures),
