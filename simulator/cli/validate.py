@@ -322,21 +322,28 @@ def validation_dict(v: Validation, table: Path) -> dict[str, Any]:
         "out_of_sample": report_block(v.scored, "out"),
         "beyond_40_percent": dict(zip(("rows", "without_explanation"), far_off(v.scored))),
         "ceilings": v.ceilings,
-        "fit": {"kernel_ceilings": _kernel_ceilings_used(v), "file": str(ceilings_file())} if v.ceilings != END_TO_END else {
-            "in_sample": {family: _fit_dict(f) for family, f in v.in_sample_fit.items()},
-            "folds": {source: {family: _fit_dict(f) for family, f in fits.items()} for source, fits in v.fold_fits.items()},
-            "classes_in_sample": {f"{family}/{engine}": _fit_dict(f) for (family, engine), f in v.in_sample_fit.classes.items()},
-            "ceilings_in_sample": _ceilings(v),
-            "classes_folds": {source: {f"{family}/{engine}": _fit_dict(f) for (family, engine), f in fits.classes.items()}
-                              for source, fits in v.fold_fits.items()},
-            "expert_in_sample": {"value": v.in_sample_fit.expert, "rows": list(v.in_sample_fit.expert_rows),
-                                 "unsolved_rows": list(v.in_sample_fit.expert_unsolved)},
-            "expert_folds": {source: fits.expert for source, fits in v.fold_fits.items()},
-            "host_per_sequence_in_sample": {profile: {"value_seconds": value, "rows": list(v.in_sample_fit.host_rows[profile])}
-                                            for profile, value in v.in_sample_fit.host.items()},
-            "host_per_sequence_folds": {source: dict(fits.host) for source, fits in v.fold_fits.items()},
-        },
+        "fit": _fit_json(v),
         "rows": [_row_dict(s) for s in v.scored],
+    }
+
+
+def _fit_json(v: Validation) -> dict[str, Any]:
+    """The ``fit`` object of ``--json``: the kernel-fitted ceilings used (``--ceilings kernels``), else every fit."""
+    if v.ceilings != END_TO_END:
+        return {"kernel_ceilings": _kernel_ceilings_used(v), "file": str(ceilings_file())}
+    return {
+        "in_sample": {family: _fit_dict(f) for family, f in v.in_sample_fit.items()},
+        "folds": {source: {family: _fit_dict(f) for family, f in fits.items()} for source, fits in v.fold_fits.items()},
+        "classes_in_sample": {f"{family}/{engine}": _fit_dict(f) for (family, engine), f in v.in_sample_fit.classes.items()},
+        "ceilings_in_sample": _ceilings(v),
+        "classes_folds": {source: {f"{family}/{engine}": _fit_dict(f) for (family, engine), f in fits.classes.items()}
+                          for source, fits in v.fold_fits.items()},
+        "expert_in_sample": {"value": v.in_sample_fit.expert, "rows": list(v.in_sample_fit.expert_rows),
+                             "unsolved_rows": list(v.in_sample_fit.expert_unsolved)},
+        "expert_folds": {source: fits.expert for source, fits in v.fold_fits.items()},
+        "host_per_sequence_in_sample": {profile: {"value_seconds": value, "rows": list(v.in_sample_fit.host_rows[profile])}
+                                        for profile, value in v.in_sample_fit.host.items()},
+        "host_per_sequence_folds": {source: dict(fits.host) for source, fits in v.fold_fits.items()},
     }
 
 
