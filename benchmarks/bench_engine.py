@@ -33,6 +33,7 @@ import subprocess
 import sys
 
 from benchmarks.common import machine, report, write_results
+from simulator.model.kernel_ceilings import CEILING_SOURCES, END_TO_END
 
 STREAM_FROM = 10_000_000
 """Sizes from which the records stream to disk."""
@@ -77,7 +78,7 @@ print(json.dumps({
 """
 
 
-def run_size(requests: int, scheduler: str, lengths: str, kernels: str = "roofline", ceilings: str = "end-to-end") -> dict:
+def run_size(requests: int, scheduler: str, lengths: str, kernels: str = "roofline", ceilings: str = END_TO_END) -> dict:
     stream = "1" if requests >= STREAM_FROM else "0"
     completed = subprocess.run([sys.executable, "-c", CHILD, str(requests), scheduler, lengths, stream, kernels, ceilings],
                                capture_output=True, text=True, check=True)
@@ -104,11 +105,11 @@ def main() -> None:
     parser.add_argument("--scheduler", default="continuous", choices=["continuous", "chunked", "prefill-first", "static"])
     parser.add_argument("--lengths", default="fixed", choices=["fixed", "varied"])
     parser.add_argument("--kernels", default="roofline", choices=["roofline", "auto", "measured", "compare"])
-    parser.add_argument("--ceilings", default="end-to-end", choices=["end-to-end", "kernels"])
+    parser.add_argument("--ceilings", default=END_TO_END, choices=CEILING_SOURCES)
     args = parser.parse_args()
     modes = ["roofline", "auto"] if args.kernels == "compare" else [args.kernels]
     label = f"{args.scheduler}, {args.lengths} lengths" + ("" if modes == ["roofline"] else f", kernels {args.kernels}")
-    label += "" if args.ceilings == "end-to-end" else f", ceilings {args.ceilings}"
+    label += "" if args.ceilings == END_TO_END else f", ceilings {args.ceilings}"
     print(f"engine benchmark on {machine()['cpu_count']} CPUs ({label}; load average {os.getloadavg()[0]:.1f})")
     figures = []
     runs: dict[str, dict[int, dict]] = {mode: {} for mode in modes}
