@@ -251,6 +251,32 @@ def test_an_all_reduce_curve_holds_the_latency_below_and_the_bandwidth_above_its
     assert curve.seconds(0.0) == 0.0
 
 
+def _dp_system(kernels: str, tp: int = 8) -> System:
+    return System(load_model("qwen3-30b-a3b"), load_gpu("h100"), parse_precision("fp16", "fp16"), tp,
+                  engine=load_engine_profile("vllm"), kernels=kernels, kernel_efficiency="shape", dp_attention=True)
+
+
+def test_attention_dp_gathers_are_timed_by_the_measured_nccl_collectives():
+    # Qwen3-30B-A3B (48 layers, hidden 2,048) with attention DP over 8 H100s: a decode of 128 sequences gathers
+    # 128 x 2,048 = 262,144 bf16 elements per layer for the MoE block and reduce-scatters as many after it.
+    # NCCL 2.29.2 on 8 H100s (systems/data/h100_sxm/comm/nccl/2.29.2/nccl_perf.parquet, half): all_gather at
+    # 262,144 elements 0.01539 ms, reduce_scatter 0.01233 ms (every larger message is slower, so no smoothing).
+    source = _dp_system("measured").time_model.kernels
+    assert "NCCL 2.29.2" in source.note
+    costs = {op.name: op for op in _dp_system("measured").step_cost(Step.decode(128, 2048)).operators}
+    assert costs["dp_gather"].measured and costs["dp_reduce_scatter"].measured
+    assert costs["dp_gather"].seconds == pytest.approx(48 * 0.01539e-3, rel=1e-9)
+    assert costs["dp_reduce_scatter"].seconds == pytest.approx(48 * 0.01233e-3, rel=1e-9)
+    # 96 sequences: 196,608 elements, between the rows of 131,072 (all_gather 0.0136 ms) and 262,144, linear in
+    # (log bytes, log seconds).
+    w = (math.log(196608) - math.log(131072)) / (math.log(262144) - math.log(131072))
+    expected = math.exp(math.log(0.0136e-3) + w * (math.log(0.01539e-3) - math.log(0.0136e-3)))
+    costs = {op.name: op for op in _dp_system("measured").step_cost(Step.decode(96, 2048)).operators}
+    assert costs["dp_gather"].seconds == pytest.approx(48 * expected, rel=1e-9)
+    roofline = {op.name: op for op in _dp_system("roofline").step_cost(Step.decode(128, 2048)).operators}
+    assert not roofline["dp_gather"].measured
+
+
 def test_a_group_or_dtype_no_table_measures_keeps_the_roofline():
     # 16 GPUs: the tables measure 2, 4 and 8 (one node).
     system = _system("measured", tp=16, model="llama3.1-405b")

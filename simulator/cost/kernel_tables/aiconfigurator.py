@@ -160,3 +160,48 @@ def read_allreduce_curves(path: str) -> dict[int, MessageCurve]:
         if curve is not None:
             out[count] = curve
     return out
+
+
+NCCL_INCLUDES = ("nccl-tests: mean device time of 100 back-to-back out-of-place operations (60 above 16 MiB) "
+                 "after 40 warm-up ones, timed by CUDA events, no CUDA graph")
+NCCL_BYTES_PER_ELEMENT = 2
+"""the NCCL rows read are of half-precision elements (``nccl_dtype`` half); ``message_size`` counts elements"""
+
+NCCL_OPERATIONS: dict[str, str] = {"allgather": "all_gather", "reducescatter": "reduce_scatter"}
+"""memwall's collective -> the database's ``op_name``. ``message_size`` is nccl-tests' size, the buffer that the
+test names: for an all-gather the gathered output, for a reduce-scatter the input that is summed (nccl-tests,
+``AllGatherGetCollByteCount`` and ``ReduceScatterGetCollByteCount``), which are the bytes a memwall all-gather and
+reduce-scatter carry (:class:`simulator.model.operators.AllReduce`)."""
+
+
+@functools.lru_cache(maxsize=16)
+def read_nccl_curves(path: str) -> dict[tuple[str, int], MessageCurve]:
+    """The NCCL all-gather and reduce-scatter curves of one ``nccl_perf.parquet``, by (memwall collective, GPU count).
+
+    What a latency includes, from the collector's code (``collector/network/collect_nccl.py`` of
+    ai-dynamo/aiconfigurator): nccl-tests' out-of-place time (:data:`NCCL_INCLUDES`), latency stored in
+    milliseconds."""
+    if not has_pyarrow():
+        raise InputError(f"--kernels measured: reading {path} needs pyarrow; {EXTRA_HINT}")
+    import numpy as np
+
+    try:
+        table = read_parquet(path)
+        operations = table.column("op_name").to_pylist()
+        dtypes = table.column("nccl_dtype").to_pylist()
+        gpus = numbers(table.column("num_gpus"))
+        elements = numbers(table.column("message_size")).astype(float)
+    except Exception as exc:  # pyarrow raises its own error types for a damaged or foreign file
+        raise InputError(f"{path}: cannot read the NCCL table ({exc})") from None
+    seconds = numbers(table.column("latency")) * 1e-3
+    half = np.array([d == "half" for d in dtypes])
+    out = {}
+    for ours, theirs in NCCL_OPERATIONS.items():
+        of_op = half & np.array([o == theirs for o in operations])
+        for count in sorted(set(int(g) for g in gpus[of_op])):
+            rows = of_op & (gpus == count)
+            curve = message_curve(count, elements[rows] * NCCL_BYTES_PER_ELEMENT, seconds[rows])
+            if curve is not None:
+                out[ours, count] = curve
+    return out
+

@@ -88,6 +88,9 @@ class KernelSource:
     routed experts, so they are looked up over the operator list (:meth:`moe_curves`), not one operator"""
     mla: MlaTables | None = None
     """measured MLA context, generation and batched-matmul tables (simulator.cost.kernel_tables.mla), or None"""
+    gathers: dict[tuple[str, int], MessageCurve] = field(default_factory=dict)
+    """measured NCCL all-gather and reduce-scatter curves (attention data parallelism's collectives), by
+    (collective, GPU count)"""
     _curves: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -102,9 +105,10 @@ class KernelSource:
             return self.mla_curve(op, gpu)
         if type(op) is AllReduce:
             # Only the group sizes and the message dtype measured: a larger group, or one across nodes, is not.
-            # The all-reduce tables time no all-gather or reduce-scatter (attention DP's collectives).
-            if op.activation_bytes_per_element != aiconfigurator.ALLREDUCE_BYTES_PER_ELEMENT or op.collective != "allreduce":
+            if op.activation_bytes_per_element != aiconfigurator.ALLREDUCE_BYTES_PER_ELEMENT:
                 return None
+            if op.collective != "allreduce":  # attention DP's all-gather and reduce-scatter, which NCCL runs
+                return self.gathers.get((op.collective, op.tp))
             return self.allreduce.get(op.tp)
         if not self.gemm or type(op) is not Gemm:
             return None
@@ -244,8 +248,16 @@ def _measured_source(gpu_name: str, engine_name: str, engine_version: str, mode:
     mla, mla_version = measured_mla(root, folder, display, family, version)
     if mla is not None and mla_version != version:
         note = "; ".join(filter(None, [note, f"MLA measured under {family} {mla_version}"]))
+    gathers: dict[tuple[str, int], MessageCurve] = {}
+    nccl_versions = aiconfigurator.measured_versions(root, folder, "comm", "nccl", "nccl_perf.parquet")
+    if nccl_versions:
+        # The engine profiles do not name their NCCL release: the newest measured one, said so.
+        gathers = aiconfigurator.read_nccl_curves(str(root / folder / "comm" / "nccl" / nccl_versions[-1] /
+                                                      "nccl_perf.parquet"))
+        note = "; ".join(filter(None, [note, f"all-gather and reduce-scatter measured with NCCL {nccl_versions[-1]}, "
+                                             "the newest measured (engine profiles name no NCCL release)"]))
     return KernelSource(mode, next(iter(tables.values())).origin if tables else None, tables, allreduce,
-                        allreduce_version, note, attention, moe=moe, mla=mla)
+                        allreduce_version, note, attention, moe=moe, mla=mla, gathers=gathers)
 
 
 def file_source(gpu: GPUSpec, path: str) -> KernelSource:
