@@ -274,9 +274,11 @@ def _same_run(a, b):
 @pytest.mark.parametrize("scheduler", ["static", "continuous", "chunked", "prefill-first"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_the_short_stretch_path_and_traced_costs_change_nothing(system, monkeypatch, scheduler, seed):
-    """Short stretches run in plain Python with traced tick costs; long ones vectorised: the same run, bit for bit,
-    whichever path each stretch takes (random lengths, a tight cache with preemptions, a realistic time model)."""
+    """Short stretches run in plain Python with traced tick costs, remembered by batch and keys attended; long ones
+    vectorised: the same run, bit for bit, whichever path each stretch takes and however much of the memo is kept
+    (random lengths, a tight cache with preemptions, a realistic time model)."""
     import simulator.engine.engine as engine_module
+    import simulator.engine.stretch as stretch_module
 
     rng = np.random.default_rng(seed)
     w = open_loop(60, float(rng.uniform(5.0, 60.0)), LengthSpec("uniform", 10, 300), LengthSpec("uniform", 1, 150),
@@ -294,8 +296,12 @@ def test_the_short_stretch_path_and_traced_costs_change_nothing(system, monkeypa
             patch.setattr(engine_module, "trace_scalar", lambda *args: None)  # ... costed by the cost model itself
             patch.setattr(engine_module, "_TICK_COSTS", OrderedDict())  # (no traces kept from the runs above)
             untraced = simulate(costed_by, w, config, blocks)
+        with monkeypatch.context() as patch:
+            patch.setattr(stretch_module, "TICK_MEMO_MAX", 3)  # ticks remembered, then forgotten every few
+            forgetful = simulate(costed_by, w, config, blocks)
         _same_run(default, vectorised)
         _same_run(default, untraced)
+        _same_run(default, forgetful)
         assert (default.status == DONE).all()
     assert scheduler == "static" or default.total_preemptions > 0 or blocks > 100
 

@@ -194,6 +194,9 @@ class Engine(DecodeStretches):
         # A decode tick's totals as a function of the keys it attends, per batch (simulator.cost.tracing; None:
         # not traceable), shared by every engine costing the same System object (replicas, repeated runs).
         self.tick_costs = _tick_costs_of(system)
+        # Their results by batch and keys attended (pure functions, so a remembered tick is the same floats).
+        self.tick_memo: dict[int, dict[float, tuple[float, ...]]] = {}
+        self.tick_memo_size = 0
         self.first_prefill_step: Step | None = None
         # First and last decode steps, decode-only ones preferred over mixed ones (index 0: decode-only); a
         # decode-only step is kept as (batch, keys attended) and built once the run is over.
