@@ -61,12 +61,25 @@ def test_b200_kv_cache_gains_from_the_capacity_fix() -> None:
     ("b300", "B300", "blackwell", 8), ("gb200", "GB200", "blackwell", 72), ("gb300", "GB300", "blackwell", 72),
     ("h20", "H20", "hopper", 8), ("rtx-pro-6000", "RTX-PRO-6000", "blackwell-rtx", 8),
     ("mi325x", "MI325X", "cdna3", 8), ("mi355x", "MI355X", "cdna4", 8),
+    ("a30", "A30", "ampere", 8), ("a100-pcie", "A100-PCIe-80GB", "ampere", 8),
 ])
 def test_new_gpus_load_by_alias(alias: str, name: str, family: str, nodes: int) -> None:
     gpu = load_gpu(alias)
     assert gpu.name == name
     assert family_of(name) == family
     assert gpu.max_gpus_per_node == nodes
+
+
+def test_the_pcie_ampere_parts_have_their_data_sheets_figures() -> None:
+    # A30: 165 TFLOPS FP16 dense over 933 GB/s = 176.85 FLOP/byte; 24 GiB of HBM2. A100 80GB PCIe: the SXM4
+    # part's 312 TFLOPS over 1,935 GB/s = 161.24 FLOP/byte (the SXM4's 2,039 GB/s: 153.02); 80 GiB.
+    a30, pcie, sxm = load_gpu("a30"), load_gpu("a100-pcie"), load_gpu("a100")
+    assert a30.peak("fp16") / a30.hbm_bandwidth_bytes_per_second == pytest.approx(176.849, rel=1e-5)
+    assert a30.hbm_bytes == 24 * 2**30 and a30.sm_count == 56
+    assert pcie.peak("fp16") / pcie.hbm_bandwidth_bytes_per_second == pytest.approx(161.240, rel=1e-5)
+    assert sxm.peak("fp16") / sxm.hbm_bandwidth_bytes_per_second == pytest.approx(153.016, rel=1e-5)
+    assert pcie.hbm_bytes == 80 * 2**30 and pcie.interconnect == "pcie4" and a30.interconnect == "pcie4"
+    assert "fp8" not in a30.peak_flops and "fp8" not in pcie.peak_flops
 
 
 def test_every_aiconfigurator_system_is_a_shipped_gpu() -> None:

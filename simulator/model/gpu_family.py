@@ -9,7 +9,7 @@ from simulator.model import GPUSpec, load_gpu
 
 # GPU families: the calibrated parameters are per family (GPUSpec.name).
 GPU_FAMILIES: dict[str, tuple[str, ...]] = {
-    "ampere": ("A100-SXM4-80GB", "A100-SXM4-40GB", "A10G", "RTX-3090"),
+    "ampere": ("A100-SXM4-80GB", "A100-SXM4-40GB", "A100-PCIe-80GB", "A30", "A10G", "RTX-3090"),
     "hopper": ("H100-SXM5-80GB", "H100-PCIe-80GB", "H200-SXM-141GB", "H20"),
     "ada": ("L40S", "L4", "RTX-4090"),
     "cdna3": ("MI300X", "MI325X"),
