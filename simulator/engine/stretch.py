@@ -32,12 +32,12 @@ SCALAR_TICKS = 64
 (numpy's per-call overhead dominates arrays this short); a longer one takes the vectorised path. Both
 give the same run bit for bit (tests/test_engine.py)."""
 
-TICK_MEMO_MAX = 1 << 16
-"""Decode ticks' totals remembered by (batch, keys attended) in one run, all batches together (about 20 MB
-at most: tracemalloc of 2^16 float keys and 6-float tuples); past it the memo starts again empty. The same
+TICK_MEMO_MAX = 1 << 17
+"""Decode ticks' totals remembered by (batch, keys attended) in one run, all batches together (about 40 MB
+at most: tracemalloc of 2^17 float keys and 6-float tuples); past it the memo starts again empty. The same
 tick recurs often, as a batch's keys attended are a sum of whole lengths: 90% of the short stretches' ticks
 in ``benchmarks.bench_engine``'s measured run at 10^5 requests are found in it (561,321 of 620,040); with
-varied lengths 15% (59% if nothing were forgotten, at 4 times the entries)."""
+varied lengths 30% (59% if nothing were forgotten, at twice the entries)."""
 
 
 @dataclass(frozen=True)
