@@ -162,8 +162,6 @@ def read_allreduce_curves(path: str) -> dict[int, MessageCurve]:
     return out
 
 
-NCCL_INCLUDES = ("nccl-tests: mean device time of 100 back-to-back out-of-place operations (60 above 16 MiB) "
-                 "after 40 warm-up ones, timed by CUDA events, no CUDA graph")
 NCCL_BYTES_PER_ELEMENT = 2
 """the NCCL rows read are of half-precision elements (``nccl_dtype`` half); ``message_size`` counts elements"""
 
@@ -179,8 +177,8 @@ def read_nccl_curves(path: str) -> dict[tuple[str, int], MessageCurve]:
     """The NCCL all-gather and reduce-scatter curves of one ``nccl_perf.parquet``, by (memwall collective, GPU count).
 
     What a latency includes, from the collector's code (``collector/network/collect_nccl.py`` of
-    ai-dynamo/aiconfigurator): nccl-tests' out-of-place time (:data:`NCCL_INCLUDES`), latency stored in
-    milliseconds."""
+    ai-dynamo/aiconfigurator): nccl-tests' out-of-place time, the mean over 100 back-to-back operations (60 above
+    16 MiB) after 40 warm-up ones, timed by CUDA events, no CUDA graph; stored in milliseconds."""
     if not has_pyarrow():
         raise InputError(f"--kernels measured: reading {path} needs pyarrow; {EXTRA_HINT}")
     import numpy as np
@@ -204,4 +202,3 @@ def read_nccl_curves(path: str) -> dict[tuple[str, int], MessageCurve]:
             if curve is not None:
                 out[ours, count] = curve
     return out
-

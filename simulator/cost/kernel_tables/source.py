@@ -14,9 +14,10 @@ plus the GEMM table for its ``kv_b_proj`` (:mod:`.mla`); an MoE layer's routed-e
 (:mod:`.moe`, through :meth:`KernelSource.moe_curves`, which :func:`simulator.cost.step_cost.system_rates`
 applies); a tensor-parallel all-reduce by the engine's own all-reduce table, attention data parallelism's
 all-gather and reduce-scatter by NCCL's (:mod:`.collective`). The expert-parallel all-to-all keeps the
-roofline: the database's DeepEP collections disagree several-fold (docs/kernel-accuracy.md). An operator whose class or format no table measures (MLA geometries, formats or kernels not measured,
-DSA's sparse MLA, MoE shapes or layouts not measured, weight-only formats the GPU's table lacks, engines without
-tables) is timed by the roofline, and the report says which share of the step time was measured.
+roofline: the database's DeepEP collections disagree several-fold (docs/kernel-accuracy.md). An operator whose
+class or format no table measures (MLA geometries, formats or kernels not measured, DSA's sparse MLA, MoE shapes
+or layouts not measured, weight-only formats the GPU's table lacks, engines without tables) is timed by the
+roofline, and the report says which share of the step time was measured.
 """
 
 from __future__ import annotations
