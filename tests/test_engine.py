@@ -297,8 +297,13 @@ def test_the_short_stretch_path_and_traced_costs_change_nothing(system, monkeypa
             patch.setattr(engine_module, "_TICK_COSTS", OrderedDict())  # (no traces kept from the runs above)
             untraced = simulate(costed_by, w, config, blocks)
         with monkeypatch.context() as patch:
-            patch.setattr(stretch_module, "TICK_MEMO_MAX", 3)  # ticks remembered, then forgotten every few
+            patch.setattr(stretch_module, "TICK_MEMO_MAX", 3)  # ticks remembered, then forgotten every few ...
+            patch.setattr(engine_module, "_TICK_COSTS", OrderedDict())  # ... from an empty memo
+            patch.setattr(engine_module, "_TICK_MEMO_ENTRIES", [0])
             forgetful = simulate(costed_by, w, config, blocks)
+            # One count for every kept system's memo, and it holds the bound.
+            kept = sum(len(ticks) for _, _, memo in engine_module._TICK_COSTS.values() for ticks in memo.values())
+            assert kept == engine_module._TICK_MEMO_ENTRIES[0] <= 3
         _same_run(default, vectorised)
         _same_run(default, untraced)
         _same_run(default, forgetful)

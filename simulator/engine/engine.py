@@ -81,21 +81,37 @@ CHARGED_TOTALS = 6
 """The leading StepTotals fields the engine charges (seconds, FLOPs, bytes, compute-bound, memory-bound and
 communication seconds); the launch wait is in ``seconds``, and the run's host share is what the others leave."""
 
-_TICK_COSTS: OrderedDict[int, tuple[object, dict[int, Callable[[float], tuple[float, ...]] | None]]] = OrderedDict()
+TickCosts = dict[int, Callable[[float], tuple[float, ...]] | None]
+"""A system's traced decode-tick costs by batch (None: not traceable)."""
+TickMemo = dict[int, dict[float, tuple[float, ...]]]
+"""A system's decode ticks' totals by batch, then keys attended (simulator.engine.stretch.TICK_MEMO_MAX)."""
+
+_TICK_COSTS: OrderedDict[int, tuple[object, TickCosts, TickMemo]] = OrderedDict()
+
+_TICK_MEMO_ENTRIES = [0]
+"""Ticks remembered in every kept system's memo together (one count, so that the bound holds per process)."""
 
 TICK_COST_SYSTEMS = 8
 """Systems whose traced decode-tick costs are kept (the most recently used)."""
 
 
-def _tick_costs_of(system: object) -> dict[int, Callable[[float], tuple[float, ...]] | None]:
-    """The traced decode-tick costs of ``system`` by batch (the entry holds the system, so its id stays its own)."""
+def _tick_costs_of(system: object) -> tuple[TickCosts, TickMemo]:
+    """The traced decode-tick costs of ``system`` and their remembered results (the entry holds the system, so its
+    id stays its own): shared by every engine costing the same System object (replicas, repeated runs)."""
     entry = _TICK_COSTS.get(id(system))
     if entry is None or entry[0] is not system:
-        entry = _TICK_COSTS[id(system)] = (system, {})
+        if entry is not None:
+            _drop_memo(entry[2])
+        entry = _TICK_COSTS[id(system)] = (system, {}, {})
         while len(_TICK_COSTS) > TICK_COST_SYSTEMS:
-            _TICK_COSTS.popitem(last=False)
+            _drop_memo(_TICK_COSTS.popitem(last=False)[1][2])
     _TICK_COSTS.move_to_end(id(system))
-    return entry[1]
+    return entry[1], entry[2]
+
+
+def _drop_memo(memo: TickMemo) -> None:
+    _TICK_MEMO_ENTRIES[0] -= sum(len(remembered) for remembered in memo.values())
+
 
 
 class Engine(DecodeStretches):
@@ -192,11 +208,10 @@ class Engine(DecodeStretches):
         self.totals = Totals()
         self.cost_cache: dict[tuple, tuple] = {}
         # A decode tick's totals as a function of the keys it attends, per batch (simulator.cost.tracing; None:
-        # not traceable), shared by every engine costing the same System object (replicas, repeated runs).
-        self.tick_costs = _tick_costs_of(system)
-        # Their results by batch and keys attended (pure functions, so a remembered tick is the same floats).
-        self.tick_memo: dict[int, dict[float, tuple[float, ...]]] = {}
-        self.tick_memo_size = 0
+        # not traceable), and their results by batch and keys attended (pure functions, so a remembered tick is the
+        # same floats): both shared by every engine costing the same System object (replicas, repeated runs).
+        self.tick_costs, self.tick_memo = _tick_costs_of(system)
+        self.tick_memo_entries = _TICK_MEMO_ENTRIES
         self.first_prefill_step: Step | None = None
         # First and last decode steps, decode-only ones preferred over mixed ones (index 0: decode-only); a
         # decode-only step is kept as (batch, keys attended) and built once the run is over.
@@ -356,6 +371,14 @@ class Engine(DecodeStretches):
             self._ticks(ends[start:stop])
             self._finish_decoders(float(ends[stop - 1]))
             start = stop
+
+    def _forget_ticks(self) -> None:
+        """Empty every kept system's tick memo (:data:`~simulator.engine.stretch.TICK_MEMO_MAX` reached), in place:
+        the dicts the engines hold stay theirs."""
+        for _, _, memo in _TICK_COSTS.values():
+            for remembered in memo.values():
+                remembered.clear()
+        _TICK_MEMO_ENTRIES[0] = 0
 
     def _tick_cost(self, batch: int) -> Callable[[float], tuple[float, ...]] | None:
         """The totals of a decode tick of ``batch`` sequences as a function of the keys attended, traced from

@@ -136,6 +136,8 @@ class EngineState:
     totals: Totals
     cost_cache: dict[tuple, tuple]
     tick_costs: dict[int, Callable[[float], tuple[float, ...]] | None]
+    tick_memo: dict[int, dict[float, tuple[float, ...]]]
+    tick_memo_entries: list[int]
     first_prefill_step: Step | None
     first_decode: list[tuple | None]
     last_decode: list[tuple | None]

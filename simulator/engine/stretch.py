@@ -33,8 +33,8 @@ SCALAR_TICKS = 64
 give the same run bit for bit (tests/test_engine.py)."""
 
 TICK_MEMO_MAX = 1 << 17
-"""Decode ticks' totals remembered by (batch, keys attended) in one run, all batches together (about 40 MB
-at most: tracemalloc of 2^17 float keys and 6-float tuples); past it the memo starts again empty. The same
+"""Decode ticks' totals remembered by (System, batch, keys attended) in one process, all together (about 40 MB
+at most: tracemalloc of 2^17 float keys and 6-float tuples); past it every memo starts again empty. The same
 tick recurs often, as a batch's keys attended are a sum of whole lengths: 90% of the short stretches' ticks
 in ``benchmarks.bench_engine``'s measured run at 10^5 requests are found in it (561,321 of 620,040); with
 varied lengths 30% (59% if nothing were forgotten, at twice the entries)."""
@@ -58,9 +58,6 @@ class DecodeStretches(Admission):
     """Planning and the plain-Python path of decode stretches (a part of :class:`~simulator.engine.engine.Engine`)."""
 
     if TYPE_CHECKING:  # defined by Engine (simulator.engine.engine), which holds every call into the cost model
-        tick_memo: dict[int, dict[float, tuple[float, ...]]]
-        tick_memo_size: int
-
         def _iteration(self, env: simpy.Environment, chunks: list[Chunk], decode: bool) -> Generator: ...
 
         def _charge(self, seconds, flops, moved, compute_bound, memory_bound, communication, iterations: int,
@@ -71,6 +68,8 @@ class DecodeStretches(Admission):
         def _note_decode_step(self, step: tuple, mixed: bool) -> None: ...
 
         def _tick_cost(self, batch: int) -> Callable[[float], tuple[float, ...]] | None: ...
+
+        def _forget_ticks(self) -> None: ...
 
     def _horizon(self, limit: int, across_completions: bool) -> tuple[int, list[tuple[int, int]]]:
         """Ticks a stretch may run and the (finish tick, rid) of the decoders finishing within them.
@@ -198,7 +197,7 @@ class DecodeStretches(Admission):
         gone = gone_cached = freed = needed = 0
         k, count = 0, len(leaving)
         next_leave = leave_at[0] if count else horizon + 1
-        cost_batch, cost, memo = -1, None, self.tick_memo
+        cost_batch, cost, memo, entries = -1, None, self.tick_memo, self.tick_memo_entries
         seen: dict[float, tuple[float, ...]] = {}
         first_context = last_context = 0.0
         phase = (-clock) % bs  # decoders in this block phase need a new block at the tick
@@ -234,11 +233,9 @@ class DecodeStretches(Admission):
                 totals = seen.get(context)
                 if totals is None:
                     totals = seen[context] = cost(context)
-                    self.tick_memo_size += 1
-                    if self.tick_memo_size > TICK_MEMO_MAX:
-                        for remembered in memo.values():
-                            remembered.clear()  # in place: ``seen`` stays this batch's
-                        self.tick_memo_size = 0
+                    entries[0] += 1
+                    if entries[0] > TICK_MEMO_MAX:
+                        self._forget_ticks()  # in place: ``seen`` stays this batch's
                 tick_seconds, tick_flops, tick_bytes, tick_compute, tick_memory, tick_communication = totals
             else:
                 tick_seconds, tick_flops, tick_bytes, tick_compute, tick_memory, tick_communication = self._cost_scalar(
