@@ -251,6 +251,34 @@ def test_stretches_equal_stepping_one_iteration_at_a_time(system, monkeypatch, s
     assert fast.totals.flops == pytest.approx(slow.totals.flops, rel=1e-12)
 
 
+def test_measured_ticks_take_the_plain_python_path_and_give_the_same_run(monkeypatch):
+    """Where measured kernel tables time the decode ticks, every stretch is costed tick by tick (traced and
+    remembered) instead of in one array call: the same run, bit for bit, as the vectorised path gives."""
+    import simulator.engine.engine as engine_module
+    from simulator.cost.system import System
+    from simulator.model.engine_profile import load_engine_profile
+
+    system = System(load_model("llama3-8b"), load_gpu("h100"), Precision(), tp=1, engine=load_engine_profile("vllm"),
+                    kernels="measured", kernel_efficiency="shape")
+    # Long decodes at a low rate: stretches far longer than SCALAR_TICKS.
+    w = open_loop(30, 2.0, LengthSpec("uniform", 10, 300), LengthSpec("uniform", 200, 600), seed=3)
+    config = SchedulerConfig("continuous", max_num_seqs=16)
+    vectorised_calls = []
+    original = engine_module.Engine._stretch_costs
+    monkeypatch.setattr(engine_module.Engine, "_stretch_costs",
+                        lambda self, *args: vectorised_calls.append(1) or original(self, *args))
+    engine = engine_module.Engine(system, w, config, BLOCKS)
+    assert engine.measured_ticks
+    by_tick = engine.run()
+    assert not vectorised_calls
+    engine = engine_module.Engine(system, w, config, BLOCKS)
+    engine.measured_ticks = False  # as a roofline system: long stretches in one array call
+    by_array = engine.run()
+    assert vectorised_calls
+    _same_run(by_tick, by_array)
+    assert (by_tick.status == DONE).all()
+
+
 def _realistic_system():
     """A time model with every term the tracer must follow: vLLM host time and graphs, tp=2 all-reduce, GEMM shapes."""
     from simulator.cost.system import System

@@ -138,6 +138,7 @@ class EngineState:
     tick_costs: dict[int, Callable[[float], tuple[float, ...]] | None]
     tick_memo: dict[int, dict[float, tuple[float, ...]]]
     tick_memo_entries: list[int]
+    measured_ticks: bool
     first_prefill_step: Step | None
     first_decode: list[tuple | None]
     last_decode: list[tuple | None]
