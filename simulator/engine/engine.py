@@ -115,7 +115,6 @@ def _drop_memo(memo: TickMemo) -> None:
     _TICK_MEMO_ENTRIES[0] -= sum(len(remembered) for remembered in memo.values())
 
 
-
 class Engine(DecodeStretches):
     """State of one serving run; :meth:`run` drives it with simpy and returns an :class:`EngineResult`."""
 

@@ -29,8 +29,9 @@ STRETCH_MAX = 4096
 
 SCALAR_TICKS = 64
 """A decode stretch planned at most this many ticks long is planned, costed and replayed in plain Python
-(numpy's per-call overhead dominates arrays this short); a longer one takes the vectorised path. Both
-give the same run bit for bit (tests/test_engine.py)."""
+(numpy's per-call overhead dominates arrays this short); a longer one takes the vectorised path, unless
+measured kernel tables time the ticks (``Engine.measured_ticks``: then every stretch is costed tick by tick).
+Both give the same run bit for bit (tests/test_engine.py)."""
 
 TICK_MEMO_MAX = 1 << 17
 """Decode ticks' totals remembered by (System, batch, keys attended) in one process, all together; past it every
