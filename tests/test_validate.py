@@ -88,8 +88,14 @@ def test_repeated_ids_and_bad_distributions_are_refused(tmp_path):
         table(tmp_path, row(), row())
     with pytest.raises(InputError, match="column 'input_dist': cannot read 'uniform:9:3'"):
         table(tmp_path, row(input_dist="uniform:9:3"))
-    with pytest.raises(InputError, match="column 'measured': must be finite and > 0"):
+    with pytest.raises(InputError, match="column 'measured': must be finite and at least 1e-09"):
         table(tmp_path, row(measured="nan"))
+    # A subnormal measurement would overflow the relative error (8.7e-3 / 1e-320 is inf): refused, as is any value
+    # below a nanosecond or 1e-9 per second.
+    for tiny in ("1e-320", "5e-10"):
+        with pytest.raises(InputError, match=f"column 'measured': must be finite and at least 1e-09 .*got {tiny}"):
+            table(tmp_path, row(measured=tiny))
+    assert table(tmp_path, row(measured="1e-9"))
 
 
 def test_metric_kinds():

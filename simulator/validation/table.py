@@ -53,6 +53,11 @@ CLOSED_LOOP_WORDS = ("concurren", "closed loop", "virtual users")
 
 REGIMES = ("decode_b1", "decode_batch", "long_context", "prefill", "serving")
 
+MEASURED_MIN = 1e-9
+"""The smallest measured value read, in the table's units (seconds, tokens/s, requests/s): no serving
+measurement lies below a nanosecond or a token in 30 years, so a smaller value is a unit slip; it also keeps
+every relative error (predicted - measured) / measured finite (a subnormal measurement overflows it)."""
+
 
 STATIC_METRICS: tuple[str, ...] = (
     "ttft_seconds", "tpot_seconds", "e2e_seconds", "output_tokens_per_second", "total_tokens_per_second",
@@ -256,8 +261,9 @@ def _row(raw: dict[str, str | None], where: str, lengths_dirs: tuple[Path, ...])
         measured = float(cell["measured"])
     except ValueError:
         raise InputError(f"{where}: column 'measured': expected a number (got {cell['measured']!r})") from None
-    if not (math.isfinite(measured) and measured > 0):
-        raise InputError(f"{where}: column 'measured': must be finite and > 0 (got {cell['measured']})")
+    if not (math.isfinite(measured) and measured >= MEASURED_MIN):
+        raise InputError(f"{where}: column 'measured': must be finite and at least {MEASURED_MIN:g} in the row's unit "
+                         f"(seconds, tokens/s or requests/s; got {cell['measured']})")
     rate: float | None = None
     if cell["request_rate"]:
         try:

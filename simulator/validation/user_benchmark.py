@@ -38,7 +38,7 @@ from simulator.model import load_gpu, load_model
 from simulator.model.gpu_family import family_of
 from simulator.validation.crossval import ErrorSummary, Validation, cross_validate, summarise
 from simulator.validation.replay import Efficiencies, Replayer
-from simulator.validation.table import Row, load_table
+from simulator.validation.table import MEASURED_MIN, Row, load_table
 
 
 @dataclass(frozen=True)
@@ -184,12 +184,12 @@ def rows_from_serving(data: dict[str, Any], path: Path, setup: BenchmarkSetup, w
             key = f"{stat}_{stem}_ms"
             if key in data and data[key] is not None:
                 value = _number(data, key, path) / 1e3
-                if value > 0:
+                if value >= MEASURED_MIN:  # 0 (or a subnormal) is no measurement: the summary had no such gaps
                     rows.append(_row(setup, source, len(rows) + 1, metric=f"{ours}_{our_stat}_seconds", measured=value,
                                      unit="seconds", **common))
     for key, metric in (("output_throughput", "output_tokens_per_second"), ("total_token_throughput", "total_tokens_per_second"),
                         ("request_throughput", "request_throughput")):
-        if key in data and data[key] is not None and _number(data, key, path) > 0:
+        if key in data and data[key] is not None and _number(data, key, path) >= MEASURED_MIN:
             rows.append(_row(setup, source, len(rows) + 1, metric=metric, measured=_number(data, key, path),
                              unit="per second", **common))
     return rows
@@ -202,7 +202,7 @@ def rows_from_throughput(data: dict[str, Any], path: Path, setup: BenchmarkSetup
         raise InputError(f"--from-benchmark: {path} (benchmark_throughput) states no lengths: give --input-tokens and --output-tokens")
     requests = int(_number(data, "num_requests", path, low=1, high=MAX_REQUESTS, whole=True))
     for key in ("requests_per_second", "tokens_per_second"):
-        _number(data, key, path, low=1e-12)
+        _number(data, key, path, low=MEASURED_MIN)
     common = {"input_tokens": setup.input_tokens, "output_tokens": setup.output_tokens, "request_rate": math.inf,
                   "num_prompts": requests}
     source = path.name
