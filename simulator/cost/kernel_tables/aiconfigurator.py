@@ -153,10 +153,16 @@ def read_allreduce_curves(path: str) -> dict[int, MessageCurve]:
         keep &= np.array([str(b).endswith("_graph") for b in table.column("backend").to_pylist()])
     if "allreduce_dtype" in names:
         keep &= np.array([d == "bfloat16" for d in table.column("allreduce_dtype").to_pylist()])
+    return _curves_by_gpu_count(gpus, elements * ALLREDUCE_BYTES_PER_ELEMENT, seconds, keep)
+
+
+def _curves_by_gpu_count(gpus, message_bytes, seconds, keep) -> dict[int, MessageCurve]:
+    """One message curve per GPU count over the rows ``keep`` (a boolean array) selects, from arrays of the table's
+    GPU counts, message bytes and seconds (a count with fewer than two sizes has none)."""
     out = {}
     for count in sorted(set(int(g) for g in gpus[keep])):
         rows = keep & (gpus == count)
-        curve = message_curve(count, elements[rows] * ALLREDUCE_BYTES_PER_ELEMENT, seconds[rows])
+        curve = message_curve(count, message_bytes[rows], seconds[rows])
         if curve is not None:
             out[count] = curve
     return out
@@ -193,12 +199,9 @@ def read_nccl_curves(path: str) -> dict[tuple[str, int], MessageCurve]:
         raise InputError(f"{path}: cannot read the NCCL table ({exc})") from None
     seconds = numbers(table.column("latency")) * 1e-3
     half = np.array([d == "half" for d in dtypes])
-    out = {}
+    out: dict[tuple[str, int], MessageCurve] = {}
     for ours, theirs in NCCL_OPERATIONS.items():
         of_op = half & np.array([o == theirs for o in operations])
-        for count in sorted(set(int(g) for g in gpus[of_op])):
-            rows = of_op & (gpus == count)
-            curve = message_curve(count, elements[rows] * NCCL_BYTES_PER_ELEMENT, seconds[rows])
-            if curve is not None:
-                out[ours, count] = curve
+        for count, curve in _curves_by_gpu_count(gpus, elements * NCCL_BYTES_PER_ELEMENT, seconds, of_op).items():
+            out[ours, count] = curve
     return out
