@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Callable, Generator
 import numpy as np
 import simpy
 
+from simulator.cost.kernel_tables.source import source_of
 from simulator.cost.system import System
 from simulator.cost.tracing import trace_scalar
 from simulator.engine.engine_result import EngineResult, Totals
@@ -215,8 +216,8 @@ class Engine(DecodeStretches):
         self.tick_memo_entries = _TICK_MEMO_ENTRIES
         # Measured kernel tables time this system's ticks (PipelineSystem: never): their array lookups repeat the
         # scalar arithmetic entry by entry, so a vectorised stretch saves nothing over traced, remembered ticks.
-        kernels = getattr(getattr(system, "time_model", None), "kernels", None)
-        self.measured_ticks = bool(getattr(kernels, "measured", False))
+        kernels = source_of(system)
+        self.measured_ticks = kernels is not None and kernels.measured
         self.first_prefill_step: Step | None = None
         # First and last decode steps, decode-only ones preferred over mixed ones (index 0: decode-only); a
         # decode-only step is kept as (batch, keys attended) and built once the run is over.

@@ -8,6 +8,7 @@ import numpy as np
 
 from simulator.cost.client_path import breakdown
 from simulator.cost.engine_overhead import per_sequence_seconds
+from simulator.cost.kernel_tables.source import source_of
 from simulator.cost.step_cost import StepCost
 from simulator.engine.metrics import REJECT_REASONS, REJECTED, STATE_NAMES
 from simulator.errors import InputError
@@ -59,8 +60,7 @@ def _step_rows(system, step, tp: int) -> tuple[StepCost | None, list[dict[str, A
 def kernels_dict(system: Any, costs: dict[str, StepCost | None]) -> dict[str, Any]:
     """What timed the operators (``--kernels``): the measured tables and their origin, or why the roofline did;
     per step (``costs`` by name), the share of the operators' GPU time a table measured and each kind's source."""
-    time_model = getattr(system, "time_model", None)
-    source = getattr(time_model, "kernels", None)
+    source = source_of(system)
     origin = getattr(source, "origin", None)
     steps = {}
     for name, cost in costs.items():

@@ -188,6 +188,12 @@ class KernelSource:
 ROOFLINE = KernelSource("roofline", note="--kernels roofline")
 
 
+def source_of(system: object) -> KernelSource | None:
+    """The tables that time ``system``'s operators (its time model's), or None for a system without one (a
+    :class:`~simulator.cost.pipeline.PipelineSystem`)."""
+    return getattr(getattr(system, "time_model", None), "kernels", None)
+
+
 def check_mode(mode: str) -> None:
     if mode not in KERNEL_MODES:
         raise InputError(f"--kernels: '{mode}' is not one of {', '.join(KERNEL_MODES)}")
