@@ -44,6 +44,7 @@ from simulator.plan.run import prepare, run_from_options
 from simulator.engine.engine import simulate
 from simulator.engine.metrics import aggregate
 from simulator.plan.result import engine_run_dict
+from simulator.cost.kernel_tables.source import source_of
 
 n, scheduler, lengths, stream, kernels, ceilings = (int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1",
                                                     sys.argv[5], sys.argv[6])
@@ -60,7 +61,8 @@ if stream:
         result = simulate(system, prep.workload, prep.config, prep.capacity.blocks, records=folder)
         metrics = aggregate(result, system.tp, system.peak_flops, system.gpu.hbm_bandwidth_bytes_per_second)
         iterations, completed = result.totals.iterations, metrics.completed
-    source = system.model.kernels.describe()
+    tables = source_of(system)
+    source = tables.describe() if tables is not None else "roofline"
 else:
     out = run_from_options(options)
     iterations, completed = out["time"]["iterations"], out["requests"]["completed"]
