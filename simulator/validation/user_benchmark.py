@@ -189,9 +189,8 @@ def rows_from_serving(data: dict[str, Any], path: Path, setup: BenchmarkSetup, w
                                      unit="seconds", **common))
     for key, metric in (("output_throughput", "output_tokens_per_second"), ("total_token_throughput", "total_tokens_per_second"),
                         ("request_throughput", "request_throughput")):
-        if key in data and data[key] is not None and _number(data, key, path) >= MEASURED_MIN:
-            rows.append(_row(setup, source, len(rows) + 1, metric=metric, measured=_number(data, key, path),
-                             unit="per second", **common))
+        if key in data and data[key] is not None and (value := _number(data, key, path)) >= MEASURED_MIN:
+            rows.append(_row(setup, source, len(rows) + 1, metric=metric, measured=value, unit="per second", **common))
     return rows
 
 
