@@ -235,8 +235,10 @@ def _measured_source(gpu_name: str, engine_name: str, engine_version: str, mode:
     path = root / folder / "gemm" / family / version / "gemm_perf.parquet"
     tables = aiconfigurator.read_gemm_tables(str(path), display, family, version)
     stated = ".".join(str(v) for v in wanted) if wanted else "unstated"
-    note = (f"the {engine_name} profile's release ({stated}) is timed by the nearest measured one, {family} {version}"
-            if wanted is None or aiconfigurator.release(version)[: len(wanted)] != wanted else "")
+    notes = []  # what the run's tables depart from: the profile's release, or one class's own release
+    if wanted is None or aiconfigurator.release(version)[: len(wanted)] != wanted:
+        notes.append(f"the {engine_name} profile's release ({stated}) is timed by the nearest measured one, "
+                     f"{family} {version}")
     allreduce: dict[int, MessageCurve] = {}
     allreduce_version = ""
     comm_versions = aiconfigurator.measured_versions(root, folder, "comm", family, "custom_allreduce_perf.parquet")
@@ -247,26 +249,26 @@ def _measured_source(gpu_name: str, engine_name: str, engine_version: str, mode:
                                                              "custom_allreduce_perf.parquet"))
         if comm != version:
             allreduce_version = comm
-            note = "; ".join(filter(None, [note, f"all-reduce measured under {family} {comm}"]))
+            notes.append(f"all-reduce measured under {family} {comm}")
     attention, attention_version = measured_attention(root, folder, display, family, version)
     if attention is not None and attention_version != version:
-        note = "; ".join(filter(None, [note, f"attention measured under {family} {attention_version}"]))
+        notes.append(f"attention measured under {family} {attention_version}")
     moe, moe_version = measured_moe(root, folder, display, family, version)
     if moe is not None and moe_version != version:
-        note = "; ".join(filter(None, [note, f"MoE experts measured under {family} {moe_version}"]))
+        notes.append(f"MoE experts measured under {family} {moe_version}")
     mla, mla_version = measured_mla(root, folder, display, family, version)
     if mla is not None and mla_version != version:
-        note = "; ".join(filter(None, [note, f"MLA measured under {family} {mla_version}"]))
+        notes.append(f"MLA measured under {family} {mla_version}")
     gathers: dict[tuple[str, int], MessageCurve] = {}
     nccl_versions = aiconfigurator.measured_versions(root, folder, "comm", "nccl", "nccl_perf.parquet")
     if nccl_versions:
         # The engine profiles do not name their NCCL release: the newest measured one, said so.
         gathers = aiconfigurator.read_nccl_curves(str(root / folder / "comm" / "nccl" / nccl_versions[-1] /
                                                       "nccl_perf.parquet"))
-        note = "; ".join(filter(None, [note, f"all-gather and reduce-scatter measured with NCCL {nccl_versions[-1]}, "
-                                             "the newest measured (engine profiles name no NCCL release)"]))
+        notes.append(f"all-gather and reduce-scatter measured with NCCL {nccl_versions[-1]}, the newest measured "
+                     "(engine profiles name no NCCL release)")
     return KernelSource(mode, next(iter(tables.values())).origin if tables else None, tables, allreduce,
-                        allreduce_version, note, attention, moe=moe, mla=mla, gathers=gathers)
+                        allreduce_version, "; ".join(notes), attention, moe=moe, mla=mla, gathers=gathers)
 
 
 def file_source(gpu: GPUSpec, path: str) -> KernelSource:
