@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
@@ -24,6 +25,7 @@ from simulator.calibrate.overlay import (
     token_buckets,
     write_overlay,
 )
+from simulator.calibrate.timeline import summarise
 from simulator.calibrate.timing import CpuTimer, calls_per_repeat
 from simulator.calibrate.work import (
     attention_work,
@@ -326,6 +328,72 @@ def test_cli_check_text_has_a_row_per_case_and_the_summary(tmp_path):
     assert result.output.count("decode  batch   1  ctx     4") == 2
     assert "|error| with shipped efficiencies:  median" in result.output
     assert "skipped: does not fit" in result.output
+
+
+def _event(name, device="CPU", device_us=0.0, cpu_us=0.0):
+    return SimpleNamespace(name=name, device_type=SimpleNamespace(name=device), device_time_total=device_us,
+                           cpu_time_total=cpu_us)
+
+
+def test_a_profile_on_a_device_sums_kernels_and_each_operator_range_per_forward():
+    events = [
+        _event("memwall::qkv_proj", device_us=100.0), _event("memwall::qkv_proj", device_us=200.0),
+        _event("memwall::attention", device_us=600.0),
+        _event("aten::mm", device_us=900.0),  # a CPU op: its kernels are the device events below, counted once
+        _event("gemm kernel", "CUDA", 100.0), _event("gemm kernel", "CUDA", 200.0),
+        _event("flash kernel", "CUDA", 600.0), _event("Memset (Device)", "CUDA", 100.0),
+    ]
+    found = summarise(events, on_device=True, forwards=2)
+    assert found["kernel_seconds"] == pytest.approx((100 + 200 + 600 + 100) / 2 * 1e-6)
+    assert found["kernels"] == 2  # 4 device events over 2 forwards
+    assert found["operators"] == pytest.approx({"attention": 300e-6, "qkv_proj": 150e-6})
+
+
+def test_a_profile_on_cpu_times_the_operator_ranges():
+    events = [_event("memwall::qkv_proj", cpu_us=40.0), _event("memwall::attention", cpu_us=60.0),
+              _event("aten::mm", cpu_us=35.0)]
+    found = summarise(events, on_device=False, forwards=2)
+    assert found["operators"] == pytest.approx({"attention": 30e-6, "qkv_proj": 20e-6})
+    assert found["kernel_seconds"] == pytest.approx(50e-6) and found["kernels"] is None
+
+
+def _profiled_timings() -> dict:
+    timings = _check_timings()
+    timings["endtoend"]["model"]["num_layers"] = 2
+    timings["endtoend"]["cases"] = [{"phase": "decode", "batch": 1, "context": 4, "seconds": 1e-3}]
+    timings["gemm"].append({"dtype": "fp16", "model": "hand", "op": "qkv_proj", "tokens": 1, "k": 8, "n": 24,
+                            "flops": 384, "bytes": 432, "seconds": 1e-4})
+    timings["timeline"] = [{"phase": "decode", "batch": 1, "context": 4, "forwards": 3, "kernel_seconds": 8e-4,
+                            "kernels": 30, "operators": {"qkv_proj": 1.5e-4, "attention": 2e-4}}]
+    return timings
+
+
+def test_check_sets_the_profiled_step_against_the_step_and_the_gemm_alone(tmp_path):
+    path = tmp_path / "timings.json"
+    save_measurements(path, _profiled_timings())
+    result = CliRunner().invoke(main, ["calibrate", "--check", "--measurements", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    (row,) = _json_of(result.output)["timeline"]
+    assert row["busy"] == pytest.approx(0.8)  # 0.8 ms of kernels in a 1 ms step
+    operators = {op["name"]: op for op in row["operators"]}
+    # 150 us in the step (both layers) against 100 us alone for one layer, x 2 layers
+    assert operators["qkv_proj"]["in_step_over_alone"] == pytest.approx(0.75)
+    assert operators["attention"]["alone_seconds"] is None  # the gemm section times no attention
+    assert operators["qkv_proj"]["predicted_seconds"] > 0
+    text = CliRunner().invoke(main, ["calibrate", "--check", "--measurements", str(path)]).output
+    assert "busy 80% of the step" in text and "30 kernels" in text
+    assert text.splitlines()[-1].startswith("|error| with measured efficiencies")  # the summary stays last
+
+
+def test_timings_without_a_profile_still_load_and_a_bad_profile_is_refused(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_check_timings()))  # saved before the timeline section existed
+    assert load_measurements(path)["timeline"] == []
+    timings = _profiled_timings()
+    timings["timeline"][0]["kernel_seconds"] = -1.0
+    path.write_text(json.dumps(timings))
+    with pytest.raises(InputError, match="kernel_seconds"):
+        load_measurements(path)
 
 
 def test_cli_without_torch_says_how_to_install_it(tmp_path, monkeypatch):

@@ -118,8 +118,8 @@ def tiny_run():
 
 
 def test_tiny_run_checkpoints_after_every_section(tiny_run):
-    # per-kernel cost, bandwidth, elementwise, gemm fp16, attention, end to end, gemm bf16
-    assert len(CHECKPOINTS) == 7
+    # per-kernel cost, bandwidth, elementwise, gemm fp16, attention, end to end, timeline, gemm bf16
+    assert len(CHECKPOINTS) == 8
     assert CHECKPOINTS[3] == 16 and CHECKPOINTS[-1] == 32  # 4 projections x 4 token counts per dtype
 
 
@@ -161,3 +161,19 @@ def test_cli_on_cpu_writes_overlay_timings_and_a_row_per_case(tmp_path):
     assert load_gpu(str(out)).measured["plan"] == "tiny"
     saved = json.loads((tmp_path / "measured" / "cpu.measurements.json").read_text())
     assert saved["base_gpu"] == "H100-SXM5-80GB"
+
+
+def test_tiny_run_profiles_each_timeline_case_operator_by_operator(tiny_run):
+    from simulator.calibrate.timeline import PROFILED_FORWARDS
+
+    profiled = tiny_run["timeline"]
+    assert [(c["phase"], c["batch"], c["context"]) for c in profiled] == list(tiny_plan().timeline_cases)
+    # every operator the decoder runs, named as `simulate layers` names them, plus the KV-cache write
+    names = {"embedding", "attn_norm", "qkv_proj", "rotary", "kv_write", "attention", "o_proj", "attn_residual",
+             "mlp_norm", "gate_up_proj", "activation", "down_proj", "mlp_residual", "final_norm", "lm_head"}
+    for case in profiled:
+        assert set(case["operators"]) == names
+        assert all(seconds > 0 for seconds in case["operators"].values())
+        # on CPU the ranges together are the forward, and no device kernel is counted
+        assert case["kernel_seconds"] == pytest.approx(sum(case["operators"].values()))
+        assert case["kernels"] is None and case["forwards"] == PROFILED_FORWARDS

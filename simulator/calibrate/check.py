@@ -4,7 +4,8 @@ The timed decoder (:mod:`endtoend`) runs every elementwise step as its own kerne
 attention through SDPA, so each case is predicted for ``attention_kernel='flash'``,
 ``fusion='none'``, tp = 1, weights and KV cache in the run's dtype, twice: on the base GPU
 with its shipped efficiencies, and on the measured overlay. Error % = 100 x (predicted -
-measured) / measured; the summary gives the median and max of |error %|.
+measured) / measured; the summary gives the median and max of |error %|. Where the timings hold profiled
+steps (:mod:`simulator.calibrate.timeline`), their table comes before the summary, which stays last.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Final
 
+from simulator.calibrate.timeline import TimelineRow, timeline_dicts, timeline_rows, timeline_text
 from simulator.cost.system import System
 from simulator.model import GPUSpec, ModelSpec, Precision, load_gpu
 from simulator.model.step import Step
@@ -98,6 +100,17 @@ def check_rows(measurements: dict[str, Any], shipped: GPUSpec, overlay: GPUSpec)
     return rows
 
 
+def profiled_rows(measurements: dict[str, Any], shipped: GPUSpec) -> list[TimelineRow]:
+    """The profiled steps (:mod:`simulator.calibrate.timeline`), each operator beside its shipped prediction."""
+    model, dtype = endtoend_model(measurements), measurements["dtype"]
+    system = check_system(model, shipped, dtype)
+
+    def predicted(phase: str, batch: int, context: int) -> dict[str, float]:
+        return {op.name: float(op.seconds) for op in system.step_cost(case_step(phase, batch, context)).operators}
+
+    return timeline_rows(measurements, model.num_layers, predicted)
+
+
 def summary(rows: list[CheckRow]) -> dict[str, float]:
     """Median and max |error %| with shipped and with measured efficiencies (empty when no rows)."""
     if not rows:
@@ -130,8 +143,9 @@ def check_dict(measurements: dict[str, Any], rows: list[CheckRow], shipped: GPUS
             }
             for r in rows
         ],
-        "skipped": [s for s in measurements["skipped"] if s["section"] == "endtoend"],
+        "skipped": [s for s in measurements["skipped"] if s["section"] in ("endtoend", "timeline")],
         "summary": summary(rows),
+        "timeline": timeline_dicts(profiled_rows(measurements, shipped)),
     }
 
 
@@ -155,6 +169,10 @@ def check_text(measurements: dict[str, Any], rows: list[CheckRow], shipped: GPUS
     for s in measurements["skipped"]:
         if s["section"] == "endtoend":
             lines.append(f"{s['case']:<30} skipped: {s['reason']}")
+    lines += timeline_text(profiled_rows(measurements, shipped), case_label)
+    for s in measurements["skipped"]:
+        if s["section"] == "timeline":
+            lines.append(f"profile {s['case']}: skipped: {s['reason']}")
     stats = summary(rows)
     if stats:
         lines += [

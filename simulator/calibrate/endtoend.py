@@ -15,7 +15,8 @@ sequence of ``context`` prompt tokens (``Step.prefill(1, context)``).
 
 from __future__ import annotations
 
-from typing import Any
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, Callable
 
 from simulator.calibrate.bench import Bench
 from simulator.model import ModelSpec
@@ -30,6 +31,10 @@ ACTIVATION_HEADROOM_BYTES = 4 * 2**30
 def kv_cache_bytes(model: ModelSpec, batch: int, context: int, dtype: str) -> float:
     """K and V of every layer for ``batch`` sequences of ``context`` tokens."""
     return 2.0 * model.num_layers * batch * context * model.num_kv_heads * model.head_dim * DTYPE_BYTES[dtype]
+
+
+def _unmarked(name: str) -> AbstractContextManager[Any]:
+    return nullcontext()
 
 
 class RandomDecoder:
@@ -80,8 +85,13 @@ class RandomDecoder:
             for _ in range(m.num_layers)
         ]
 
-    def forward(self, ids: Any, cache: list[tuple[Any, Any]], start: int, rotation: Any) -> Any:
-        """Logits of the last position of each sequence, for ``ids`` (batch, tokens) placed at ``start``."""
+    def forward(self, ids: Any, cache: list[tuple[Any, Any]], start: int, rotation: Any,
+                mark: Callable[[str], AbstractContextManager[Any]] = _unmarked) -> Any:
+        """Logits of the last position of each sequence, for ``ids`` (batch, tokens) placed at ``start``.
+
+        ``mark(name)`` wraps each operator, named as ``simulate layers`` names it (a profiler range, in
+        :mod:`simulator.calibrate.timeline`; nothing by default).
+        """
         torch, m = self.torch, self.model
         F_ = torch.nn.functional
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -89,29 +99,46 @@ class RandomDecoder:
         H, n, g, d = m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim
         B, T = ids.shape
         extra = {"enable_gqa": True} if g != n else {}
-        x = F_.embedding(ids, self.embedding)
+        with mark("embedding"):
+            x = F_.embedding(ids, self.embedding)
         for layer, (k_cache, v_cache) in zip(self.layers, cache):
-            h = F_.rms_norm(x, (H,), layer["attn_norm"], RMS_EPS)
-            qkv = h @ layer["qkv"]
-            qk = qkv[..., : (n + g) * d].reshape(B, T, n + g, d // 2, 2).float()
-            qk = torch.view_as_real(torch.view_as_complex(qk) * rotation).flatten(3).to(x.dtype)
+            with mark("attn_norm"):
+                h = F_.rms_norm(x, (H,), layer["attn_norm"], RMS_EPS)
+            with mark("qkv_proj"):
+                qkv = h @ layer["qkv"]
+            with mark("rotary"):
+                qk = qkv[..., : (n + g) * d].reshape(B, T, n + g, d // 2, 2).float()
+                qk = torch.view_as_real(torch.view_as_complex(qk) * rotation).flatten(3).to(x.dtype)
             q, k = qk[:, :, :n].transpose(1, 2), qk[:, :, n:].transpose(1, 2)
             v = qkv[..., (n + g) * d :].reshape(B, T, g, d).transpose(1, 2)
-            k_cache[:, :, start : start + T] = k
-            v_cache[:, :, start : start + T] = v
+            with mark("kv_write"):
+                k_cache[:, :, start : start + T] = k
+                v_cache[:, :, start : start + T] = v
             if T == 1:
                 keys, values, causal = k_cache[:, :, : start + 1], v_cache[:, :, : start + 1], False
             else:
                 keys, values, causal = k, v, True
-            with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
+            with mark("attention"), sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                                                 SDPBackend.MATH]):
                 attn = F_.scaled_dot_product_attention(q, keys, values, is_causal=causal, **extra)
-            x = x + attn.transpose(1, 2).reshape(B, T, n * d) @ layer["o"]
-            h = F_.rms_norm(x, (H,), layer["mlp_norm"], RMS_EPS)
-            gate, up = (h @ layer["gate_up"]).chunk(2, dim=-1)
-            x = x + (F_.silu(gate) * up) @ layer["down"]
-        last = F_.rms_norm(x[:, -1], (H,), self.final_norm, RMS_EPS)
-        return last @ self.lm_head
-
+            with mark("o_proj"):
+                out = attn.transpose(1, 2).reshape(B, T, n * d) @ layer["o"]
+            with mark("attn_residual"):
+                x = x + out
+            with mark("mlp_norm"):
+                h = F_.rms_norm(x, (H,), layer["mlp_norm"], RMS_EPS)
+            with mark("gate_up_proj"):
+                gate, up = (h @ layer["gate_up"]).chunk(2, dim=-1)
+            with mark("activation"):
+                act = F_.silu(gate) * up
+            with mark("down_proj"):
+                out = act @ layer["down"]
+            with mark("mlp_residual"):
+                x = x + out
+        with mark("final_norm"):
+            last = F_.rms_norm(x[:, -1], (H,), self.final_norm, RMS_EPS)
+        with mark("lm_head"):
+            return last @ self.lm_head
 
 def free_device_bytes(bench: Bench) -> float | None:
     """Free device memory in bytes (None on CPU, where the plan is tiny)."""

@@ -22,6 +22,7 @@ from simulator.calibrate.endtoend import measure_endtoend
 from simulator.calibrate.gemm import measure_gemms
 from simulator.calibrate.overlay import SCHEMA
 from simulator.calibrate.plan import Budget, Plan
+from simulator.calibrate.timeline import measure_timeline
 from simulator.calibrate.timing import CudaTimer, make_timer
 from simulator.errors import InputError
 from simulator.model import GPUSpec, list_gpus
@@ -145,6 +146,7 @@ def run_calibration(
         "gemm": [],
         "attention": [],
         "endtoend": {"model": plan.endtoend_model.model_dump(), "cases": []},
+        "timeline": [],
         "skipped": bench.skipped,
         "elapsed_seconds": 0.0,
     }
@@ -186,6 +188,8 @@ def run_calibration(
     section("end to end", lambda: measure_endtoend(
         bench, plan.endtoend_model, dtype, plan.decode_batches, plan.decode_contexts, plan.prefill_tokens),
         lambda cases: result["endtoend"].__setitem__("cases", cases))
+    section("timeline", lambda: measure_timeline(bench, plan.endtoend_model, dtype, plan.timeline_cases),
+            put("timeline"))
     for other in plan.gemm_dtypes[1:]:
         section(f"gemm {other}", lambda: measure_gemms(bench, plan.gemm_models, plan.gemm_tokens, other),
                 lambda rows: result["gemm"].extend(rows))

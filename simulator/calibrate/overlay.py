@@ -265,6 +265,15 @@ class _EndToEnd(_Part):
     cases: list[_EndToEndCase]
 
 
+class _TimelineCase(_Part):
+    phase: Literal["prefill", "decode"]
+    batch: Annotated[int, Field(ge=1, le=2**16)]
+    context: Annotated[int, Field(ge=1, le=MAX_CONTEXT)]
+    kernel_seconds: Seconds
+    kernels: Annotated[int, Field(ge=0)] | None = None
+    operators: dict[str, Seconds]
+
+
 class _Skipped(_Part):
     section: str
     case: str
@@ -288,9 +297,11 @@ class Measurements(_Part):
     attention: list[_Case]
     endtoend: _EndToEnd
     skipped: list[_Skipped]
+    timeline: list[_TimelineCase] = []
+    """Profiled steps (simulator.calibrate.timeline); absent from timings saved before it existed."""
 
 
-REQUIRED_KEYS = tuple(info.alias or name for name, info in Measurements.model_fields.items())
+REQUIRED_KEYS = tuple(info.alias or name for name, info in Measurements.model_fields.items() if info.is_required())
 
 
 def load_measurements(path: Path) -> dict[str, Any]:

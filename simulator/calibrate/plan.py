@@ -46,6 +46,9 @@ class Plan:
     decode_batches: tuple[int, ...]
     decode_contexts: tuple[int, ...]
     prefill_tokens: tuple[int, ...]
+    timeline_cases: tuple[tuple[str, int, int], ...] = ()
+    """End-to-end cases (phase, batch, context) whose forward is also profiled kernel by kernel (a subset of the
+    end-to-end cases, so that each has its step time, at token counts the gemm section times alone)."""
     peak_matmul_size: int = 0
     """CPU only: side of the square matmul whose FLOP/s stands in for the compute peak."""
     warmup: int = 3
@@ -82,6 +85,7 @@ def full_plan() -> Plan:
         decode_batches=(1, 8, 32, 128),
         decode_contexts=(512, 2048, 8192),
         prefill_tokens=(512, 2048),
+        timeline_cases=(("decode", 1, 2048), ("decode", 32, 2048), ("prefill", 1, 2048)),
     )
 
 
@@ -137,6 +141,7 @@ def tiny_plan() -> Plan:
         decode_batches=(1, 2),
         decode_contexts=(16, 32),
         prefill_tokens=(16, 32),
+        timeline_cases=(("decode", 1, 16), ("prefill", 1, 16)),
         peak_matmul_size=128,
         warmup=1,
         repeats=3,
