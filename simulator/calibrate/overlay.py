@@ -332,9 +332,10 @@ def save_measurements(path: Path, measurements: dict[str, Any]) -> None:
     atomic_write(path, text, f"--save-measurements {path}")
 
 
-CALIBRATE_INCLUDES = ("PyTorch matmul (cuBLAS/hipBLASLt) timed by device events over back-to-back calls, weights "
-                      "rotated through copies larger than the L2 so they come from HBM; no CUDA graph, so each "
-                      "latency holds the kernel's launch")
+CALIBRATE_INCLUDES = ("PyTorch matmul (cuBLAS/hipBLASLt) timed by device events around CUDA-graph replays of "
+                      "back-to-back calls (eager calls where a capture fails: the timings' graph_capture_failures), "
+                      "weights rotated through copies larger than the L2 so they come from HBM; each latency holds "
+                      "a graph node's launch, not the host's")
 
 
 def kernel_table_rows(measurements: dict[str, Any]) -> list[tuple[str, int, int, int, float]]:
