@@ -7,10 +7,6 @@ blocks, per-layer MLP widths, experts, hyper-connections, attention residuals), 
 those fields belong beside them: one concept, kept in one place.
 
 A ``config.json`` is read from a local path only; nothing is ever fetched from a hub.
-
-Why this module is over 600 lines: ``ModelSpec`` holds the fields of every architecture family the cost model
-represents (MLA, DSA, sliding windows, Gated DeltaNet, Mamba-2 blocks, DeepSeek-V4's compressed attention and
-hyper-connections, MoE layouts) with the checks that keep each family's fields consistent, in one validated model.
 """
 
 from __future__ import annotations
