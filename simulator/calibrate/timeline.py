@@ -85,6 +85,7 @@ def measure_timeline(bench: Bench, model: ModelSpec, dtype: str,
     def mark(name: str) -> AbstractContextManager[Any]:
         return record_function(LABEL_PREFIX + name)
 
+    bench.release()  # the end-to-end decoder's memory, back to the driver: the fit checks below ask the driver
     on_device = bench.device == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_device else [])
     decoder = RandomDecoder(bench, model, dtype)
