@@ -440,6 +440,32 @@ def test_log_columns_take_rows_as_lists_arrays_or_one_value_for_every_row():
     assert log["prefill_tokens"].dtype == np.int64 and log["blocks_used"].tolist() == [3, 4, 4, 5]
 
 
+def test_a_log_read_is_a_read_only_view_and_rows_added_after_it_leave_it_as_it_was(tmp_path):
+    """A read shares the column's memory (a long run's log is not copied to be summarised) and cannot be written;
+    rows appended while it is held, one at a time or several, go to a copy of the column that the next read sees."""
+    from simulator.engine.metrics import iteration_log
+
+    log = iteration_log()
+    log.add(0.5, 0.5, 100, 0, 3, 2)
+    held = log["end"]
+    assert not held.flags.owndata and not held.flags.writeable
+    with pytest.raises(ValueError):
+        held[0] = 9.0
+    log.add(1.0, 0.5, 0, 2, 3, 2)  # one row: every column grows, the viewed one by way of a copy
+    log.append(end=[1.5, 2.0], seconds=np.array([0.5, 0.5]), prefill_tokens=0, decode_seqs=2,
+               blocks_used=np.array([4, 4]), running=2)
+    also = log["decode_seqs"]
+    log.append(end=np.array([2.5]), seconds=[0.5], prefill_tokens=[0], decode_seqs=2, blocks_used=5, running=2)
+    assert held.tolist() == [0.5] and also.tolist() == [0, 2, 2, 2]
+    assert log["end"].tolist() == [0.5, 1.0, 1.5, 2.0, 2.5] and log["decode_seqs"].tolist() == [0, 2, 2, 2, 2]
+    assert log["blocks_used"].tolist() == [3, 3, 4, 4, 5]
+    log.spill_to(tmp_path)
+    still = log["seconds"]  # a mapped file now; the in-memory columns are emptied, views held or not
+    log.spill()
+    log.add(3.0, 0.5, 0, 1, 2, 1)
+    assert still.tolist() == [0.5] * 5 and log["end"].tolist() == [0.5, 1.0, 1.5, 2.0, 2.5, 3.0]
+
+
 def test_percentiles_interpolate_linearly_and_a_sample_of_one_value_has_it_at_each():
     """[1, 2, 3, 4]: the q-th percentile sits at index q/100 x 3, between its neighbours: p50 at 1.5 is 2.5, p90 at
     2.7 is 3.7, p99 at 2.97 is 3.97. Seven requests of one static batch share their TTFT, 0.1234 s: every percentile

@@ -42,14 +42,16 @@ _TYPECODES = {np.dtype(np.float64): "d", np.dtype(np.int64): "q"}
 class Columns:
     """Growable columns of float64 / int64 values, appended to row by row or in slices, read as numpy arrays.
 
-    Kept as :class:`array.array` (a Python-level append costs ~50 ns, a numpy slice assignment ~1 us);
-    a column read is copied into a numpy array once per size (the copy is cached until the next append).
+    Kept as :class:`array.array` (a Python-level append costs ~50 ns, a numpy slice assignment ~1 us). A read
+    is a read-only numpy view of the column's buffer, not a copy (a long run's log is read whole when it is
+    summarised, and a copy would double it); an array that numpy views cannot grow, so an append after a
+    read that is still held first copies that column (:meth:`_unshared`), and the reader's view stays as it was.
     """
 
     def __init__(self, dtypes: dict[str, type], capacity: int = 0) -> None:
         self._names = tuple(dtypes)
         self._dtypes = tuple(np.dtype(dtype) for dtype in dtypes.values())
-        self._columns = tuple(array(_TYPECODES[dtype]) for dtype in self._dtypes)
+        self._columns = [array(_TYPECODES[dtype]) for dtype in self._dtypes]
         self._read: dict[str, tuple[int, np.ndarray]] = {}
         self._folder: Path | None = None
         self._spilled = 0
@@ -66,20 +68,34 @@ class Columns:
         """Append the rows held in memory to the column files (if :meth:`spill_to` named a folder) and drop them."""
         if self._folder is None or not len(self._columns[0]):
             return
-        for name, column in zip(self._names, self._columns):
+        for index, (name, column) in enumerate(zip(self._names, self._columns)):
             with open(self._folder / f"{name}.bin", "ab") as file:
                 column.tofile(file)
-            del column[:]
+            try:
+                del column[:]
+            except BufferError:  # a reader still holds a view of it: leave that to the reader
+                self._columns[index] = array(column.typecode)
         self._spilled = (self._folder / f"{self._names[0]}.bin").stat().st_size // self._dtypes[0].itemsize
 
     @property
     def size(self) -> int:
         return self._spilled + len(self._columns[0])
 
+    def _unshared(self, index: int) -> array:
+        """Column ``index`` in a buffer of its own, so that it can grow: a copy replaces it (a reader's view keeps
+        the old buffer alive and unchanged)."""
+        column = self._columns[index]
+        self._columns[index] = copy = array(column.typecode, column)
+        return copy
+
     def add(self, *row) -> None:
         """Append one row: one value per column, in the columns' order."""
-        for column, value in zip(self._columns, row):
-            column.append(value)
+        columns = self._columns
+        for index, value in enumerate(row):
+            try:
+                columns[index].append(value)
+            except BufferError:
+                self._unshared(index).append(value)
 
     def add_rows(self, *columns) -> None:
         """Append rows: per column (in order) a list or array of equal length, or one value for every row."""
@@ -88,13 +104,18 @@ class Columns:
             if type(values) is list or isinstance(values, np.ndarray):
                 count = len(values)
                 break
-        for column, dtype, values in zip(self._columns, self._dtypes, columns):
-            if type(values) is list:
-                column.extend(values)
-            elif isinstance(values, np.ndarray):
-                column.frombytes(np.ascontiguousarray(values, dtype=dtype).tobytes())
-            else:
-                column.extend(array(column.typecode, [values]) * count)  # repeated in C, not through a list
+        for index, (dtype, values) in enumerate(zip(self._dtypes, columns)):
+            raw = isinstance(values, np.ndarray)
+            if raw:
+                values = np.ascontiguousarray(values, dtype=dtype).tobytes()
+            elif type(values) is not list:
+                values = array(self._columns[index].typecode, [values]) * count  # repeated in C, not a list
+            try:
+                column = self._columns[index]
+                column.frombytes(values) if raw else column.extend(values)
+            except BufferError:
+                column = self._unshared(index)
+                column.frombytes(values) if raw else column.extend(values)
 
     def append(self, **values) -> None:
         """Append one row (scalars) or several (equal-length arrays or lists; scalars broadcast), by column name."""
@@ -114,7 +135,8 @@ class Columns:
                 self.spill()  # read-only map of the column's file: the OS pages it in and out
                 column = np.memmap(self._folder / f"{name}.bin", dtype=self._dtypes[index], mode="r", shape=(size,))
             else:
-                column = np.frombuffer(self._columns[index], dtype=self._dtypes[index]).copy()
+                column = np.frombuffer(self._columns[index], dtype=self._dtypes[index])
+                column.flags.writeable = False
             cached = self._read[name] = (size, column)
         return cached[1]
 
