@@ -330,9 +330,9 @@ def test_cli_check_text_has_a_row_per_case_and_the_summary(tmp_path):
     assert "skipped: does not fit" in result.output
 
 
-def _event(name, device="CPU", device_us=0.0, cpu_us=0.0):
+def _event(name, device="CPU", device_us=0.0, cpu_us=0.0, annotation=False):
     return SimpleNamespace(name=name, device_type=SimpleNamespace(name=device), device_time_total=device_us,
-                           cpu_time_total=cpu_us)
+                           cpu_time_total=cpu_us, is_user_annotation=annotation)
 
 
 def test_a_profile_on_a_device_sums_kernels_and_each_operator_range_per_forward():
@@ -342,11 +342,28 @@ def test_a_profile_on_a_device_sums_kernels_and_each_operator_range_per_forward(
         _event("aten::mm", device_us=900.0),  # a CPU op: its kernels are the device events below, counted once
         _event("gemm kernel", "CUDA", 100.0), _event("gemm kernel", "CUDA", 200.0),
         _event("flash kernel", "CUDA", 600.0), _event("Memset (Device)", "CUDA", 100.0),
+        # the qkv range mirrored on the device's timeline: its span (kernels and gaps), neither kernel nor operator
+        _event("memwall::qkv_proj", "CUDA", 450.0, annotation=True),
     ]
     found = summarise(events, on_device=True, forwards=2)
     assert found["kernel_seconds"] == pytest.approx((100 + 200 + 600 + 100) / 2 * 1e-6)
     assert found["kernels"] == 2  # 4 device events over 2 forwards
     assert found["operators"] == pytest.approx({"attention": 300e-6, "qkv_proj": 150e-6})
+
+
+def test_a_profile_with_activity_types_counts_only_the_device_work():
+    def event(name, kind, device="CUDA", device_us=0.0):
+        return SimpleNamespace(name=name, device_type=SimpleNamespace(name=device), device_time_total=device_us,
+                               cpu_time_total=0.0, activity_type=kind)
+
+    events = [event("memwall::down_proj", "user_annotation", "CPU", 70.0),
+              event("memwall::down_proj", "gpu_user_annotation", device_us=90.0),  # span: kernel and gap
+              event("gemm kernel", "kernel", device_us=70.0), event("Memcpy DtoD", "gpu_memcpy", device_us=5.0),
+              event("Memset (Device)", "gpu_memset", device_us=1.0), event("sync wait", "cuda_sync", device_us=40.0),
+              event("cudaLaunchKernel", "cuda_runtime", "CPU", 3.0)]
+    found = summarise(events, on_device=True, forwards=1)
+    assert found["kernel_seconds"] == pytest.approx(76e-6) and found["kernels"] == 3
+    assert found["operators"] == pytest.approx({"down_proj": 70e-6})
 
 
 def test_a_profile_on_cpu_times_the_operator_ranges():

@@ -48,23 +48,38 @@ def _device_seconds(event: Any) -> float:
     return float(total or 0.0) * 1e-6  # the profiler counts microseconds
 
 
+DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
+"""Kineto's activity types of work on the device; its others there are not (``gpu_user_annotation``: a range's
+mirror on the device's timeline, spanning its kernels and the gaps between them)."""
+
+
+def _device_work(event: Any, on_cpu: bool) -> bool:
+    """A kernel, copy or memset, by kineto's activity type; where the event has none (an older torch), any device
+    event but a range's mirror."""
+    kind = getattr(event, "activity_type", None)
+    if isinstance(kind, str) and kind:
+        return kind in DEVICE_WORK
+    return not on_cpu and not getattr(event, "is_user_annotation", False)
+
+
 def summarise(events: Iterable[Any], on_device: bool, forwards: int) -> dict[str, Any]:
     """Kernel time, kernel count and per-operator time of one forward, from a profile of ``forwards`` forwards.
 
-    ``events``: the profiler's events (``prof.events()``: each with ``name``, ``device_type`` and device and CPU
-    times in microseconds). On a device the kernels are the events that ran on it, and an operator's time is its
-    range's device time (the kernels launched inside it); on CPU there are no device events, an operator's time
-    is its range's CPU time, and the ranges together are the forward.
+    ``events``: the profiler's events (``prof.events()``: each with ``name``, ``device_type``, ``activity_type``
+    and device and CPU times in microseconds). On a device the kernels are its work (:func:`_device_work`) and an
+    operator's time is its CPU range's device time (the kernels launched inside it); on CPU there are no device
+    events, an operator's time is its range's CPU time, and the ranges together are the forward.
     """
     operators: dict[str, float] = {}
     kernel_seconds, kernels = 0.0, 0
     for event in events:
+        on_cpu = str(getattr(event.device_type, "name", event.device_type)) == "CPU"
         name = str(event.name)
-        if name.startswith(LABEL_PREFIX):
+        if on_cpu and name.startswith(LABEL_PREFIX):
             seconds = _device_seconds(event) if on_device else float(event.cpu_time_total) * 1e-6
             operator = name[len(LABEL_PREFIX):]
             operators[operator] = operators.get(operator, 0.0) + seconds
-        elif on_device and str(getattr(event.device_type, "name", event.device_type)) != "CPU":
+        elif on_device and _device_work(event, on_cpu):
             kernel_seconds += _device_seconds(event)
             kernels += 1
     if not on_device:
