@@ -366,6 +366,12 @@ def test_a_profile_with_activity_types_counts_only_the_device_work():
     assert found["operators"] == pytest.approx({"down_proj": 70e-6})
 
 
+def test_a_device_profile_without_kernels_is_an_error_not_zero_seconds():
+    with pytest.raises(RuntimeError, match="no device kernel"):
+        summarise([_event("memwall::qkv_proj", cpu_us=10.0), _event("aten::mm", cpu_us=9.0)], on_device=True,
+                  forwards=1)
+
+
 def test_a_profile_on_cpu_times_the_operator_ranges():
     events = [_event("memwall::qkv_proj", cpu_us=40.0), _event("memwall::attention", cpu_us=60.0),
               _event("aten::mm", cpu_us=35.0)]

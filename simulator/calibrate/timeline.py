@@ -82,6 +82,9 @@ def summarise(events: Iterable[Any], on_device: bool, forwards: int) -> dict[str
         elif on_device and _device_work(event, on_cpu):
             kernel_seconds += _device_seconds(event)
             kernels += 1
+    if on_device and not kernels:
+        # Not zero seconds: a profile that saw no kernel measured nothing, and the case is listed as skipped.
+        raise RuntimeError("the profile holds no device kernel (is CUPTI available to torch.profiler?)")
     if not on_device:
         kernel_seconds = sum(operators.values())
     return {
