@@ -49,7 +49,7 @@ def _device_seconds(event: Any) -> float:
 
 
 DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
-"""Kineto's activity types of work on the device; its others there are not (``gpu_user_annotation``: a range's
+"""Kineto's activity types of work on the device (libkineto ActivityType.cpp); its others there are not (``gpu_user_annotation``: a range's
 mirror on the device's timeline, spanning its kernels and the gaps between them)."""
 
 
@@ -58,7 +58,7 @@ def _device_work(event: Any, on_cpu: bool) -> bool:
     event but a range's mirror."""
     kind = getattr(event, "activity_type", None)
     if isinstance(kind, str) and kind:
-        return kind in DEVICE_WORK
+        return kind.lower() in DEVICE_WORK  # some builds spell it "Kernel"
     return not on_cpu and not getattr(event, "is_user_annotation", False)
 
 
