@@ -49,8 +49,8 @@ def _device_seconds(event: Any) -> float:
 
 
 DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
-"""Kineto's activity types of work on the device (libkineto ActivityType.cpp); its others there are not (``gpu_user_annotation``: a range's
-mirror on the device's timeline, spanning its kernels and the gaps between them)."""
+"""Kineto's activity types of work on the device (libkineto's ActivityType.cpp); its others there are not
+(``gpu_user_annotation``: a range's mirror on the device's timeline, spanning its kernels and the gaps between)."""
 
 
 def _device_work(event: Any, on_cpu: bool) -> bool:
