@@ -180,6 +180,9 @@ def test_the_release_nearest_the_profile_is_chosen_and_named():
     assert aiconfigurator.nearest_release(["0.14.0", "0.24.0"], (0, 8)) == "0.14.0"
     assert aiconfigurator.nearest_release(["1.0.0", "1.3.0rc20"], (1, 0)) == "1.0.0"
     assert aiconfigurator.nearest_release(["1.3.0rc20"], (1, 0)) == "1.3.0rc20"
+    # 1.4.6 and 1.6.4 are equally far from 1.5.5 in every component (and their components sum alike): the newer
+    assert aiconfigurator.nearest_release(["1.4.6", "1.6.4"], (1, 5, 5)) == "1.6.4"
+    assert aiconfigurator.nearest_release(["0.10.0", "0.12.0"], (0, 11)) == "0.12.0"
     kernels = _system("auto", engine="vllm").time_model.kernels
     assert kernels.origin.version == "0.24.0" and "nearest measured one, vllm 0.24.0" in kernels.note
 

@@ -94,8 +94,9 @@ def nearest_release(versions: list[str], wanted: tuple[int, ...] | None) -> str:
     def distance(version: str) -> tuple:
         have = release(version)
         width = max(len(have), len(wanted))
-        padded = [(have + (0,) * width)[i] - (wanted + (0,) * width)[i] for i in range(width)]
-        return (*(abs(d) for d in padded), -sum(have))
+        have_padded, wanted_padded = have + (0,) * (width - len(have)), wanted + (0,) * (width - len(wanted))
+        # Equally near: the newer release, compared component by component (1.6.4 before 1.4.6).
+        return (*(abs(h - w) for h, w in zip(have_padded, wanted_padded)), *(-h for h in have_padded))
 
     return min(versions, key=distance)
 
