@@ -130,3 +130,12 @@ def test_scenario_files_take_dataset(tmp_path, tiny):
     scenario.write_text("name: s\nbase: {model: llama3-8b, gpu: h100}\nsweep: {grid: {dataset: [sharegpt, nope]}}\n")
     with pytest.raises(InputError, match=r"sweep\.grid\.dataset\[1\]: no shipped dataset 'nope'"):
         load_scenario(str(scenario))
+
+
+def test_the_rows_drawn_and_the_client_jitter_are_different_streams_of_the_seed():
+    """Both derive from the run's seed; drawn from one stream, a request's place in the shuffle would fix its jitter."""
+    from simulator.engine.datasets import sample_rows
+
+    for seed in range(5):
+        jitter_stream = np.random.default_rng(np.random.SeedSequence(seed).spawn(4)[3])  # closed_loop.with_client_path
+        assert not np.array_equal(sample_rows(50, 1000, seed), jitter_stream.permutation(1000)[:50])

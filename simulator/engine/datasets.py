@@ -123,8 +123,9 @@ def read_dataset(spec: str, skip_output_check: bool = False) -> Dataset:
 
 def sample_rows(n: int, rows: int, seed: int) -> np.ndarray:
     """Row indices of ``n`` requests from ``rows`` rows: a seeded shuffle, its first ``n``, then random draws."""
-    # A stream of its own (the fourth child of the run's seed): the arrivals and other lengths do not move.
-    rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(4)[3])
+    # A stream of its own (the fifth child of the run's seed; the first three are the arrivals and lengths, the
+    # fourth the client path's jitter, simulator.engine.closed_loop), so the rows drawn do not follow the jitter.
+    rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(5)[4])
     order = rng.permutation(rows)
     if n <= rows:
         return order[:n]
