@@ -4,7 +4,8 @@
 for pandas, whose import takes 0.3 to 0.5 s of a first measured run: more than the reads
 themselves. ``ParquetFile.read`` reads the same columns without the dataset layer, and
 :func:`numbers` views a numeric column's buffers as numpy arrays (copying only where a column has
-nulls or a type numpy does not share, through pyarrow's own conversion).
+nulls or a type numpy does not share, through pyarrow's own conversion, or comes in several chunks, which
+are joined).
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ class TableOrigin:
     gpu: str
     """the measured GPU as its source names it (e.g. "H100 SXM")"""
     engine: str
-    """the engine whose kernels were timed: trtllm, vllm or sglang"""
+    """the engine whose kernels were timed: trtllm, vllm or sglang for AIConfigurator's tables; a kernel-table
+    file's ``# engine:`` line as written (``torch`` for ``simulate calibrate``'s, ``unstated`` where it has none)"""
     version: str
     """the engine release the kernels come from"""
     path: str
@@ -87,7 +88,8 @@ class GemmTable:
 
 def gemm_table(origin: TableOrigin, dtype: str, m: np.ndarray, n: np.ndarray, k: np.ndarray,
                seconds: np.ndarray) -> GemmTable:
-    """A :class:`GemmTable` from rows (m, n, k, seconds): duplicates averaged, then non-decreasing in m."""
+    """A :class:`GemmTable` from rows (m, n, k, seconds): duplicates averaged, then non-decreasing along m, n
+    and k (a suffix minimum over each axis)."""
     if dtype not in GEMM_DTYPES:
         raise InputError(f"{origin.path}: GEMM dtype '{dtype}' is not one of {', '.join(GEMM_DTYPES)}")
     m, n, k = (np.asarray(a, dtype=np.int64) for a in (m, n, k))
