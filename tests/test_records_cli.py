@@ -44,3 +44,19 @@ def test_an_output_file_name_the_file_system_refuses_is_a_clear_error():
 def test_a_nul_in_an_output_name_is_a_clear_error(tmp_path):
     result = CliRunner().invoke(main, [*ARGS, "--records", str(tmp_path / "a\x00b")])
     assert result.exit_code == 2 and "--records:" in result.output and "NUL" in result.output
+
+
+def test_a_run_held_in_memory_beyond_the_machine_is_refused_and_records_stream_it(tmp_path, monkeypatch):
+    from simulator.engine import workload
+
+    # A machine of 40 x 1,536 bytes: 40 requests held in memory fit, 41 do not; streamed, 41 run.
+    monkeypatch.setattr(workload, "_physical_memory_bytes", lambda: 40 * workload.HELD_BYTES_PER_REQUEST)
+    args = ["--model", "llama3-8b", "--gpu", "h100", "--qps", "10", "--ctx", "64", "--gen", "4"]
+    assert CliRunner().invoke(main, [*args, "--requests", "40"]).exit_code == 0
+    refused = CliRunner().invoke(main, [*args, "--requests", "41"])
+    assert refused.exit_code == 2
+    assert "41 requests (--requests, --batch or --trace) held in memory need about" in refused.output
+    assert "give --records DIR" in refused.output
+    assert "simulate at most 40 requests" in refused.output
+    streamed = CliRunner().invoke(main, [*args, "--requests", "41", "--records", str(tmp_path / "records")])
+    assert streamed.exit_code == 0, streamed.output

@@ -35,7 +35,8 @@ from simulator.engine.traces import (
 from simulator.errors import InputError
 
 __all__ = [
-    "BYTES_PER_REQUEST", "MAX_REQUESTS", "LengthSpec", "Trace", "Workload", "arrival_times", "check_request_count",
+    "BYTES_PER_REQUEST", "HELD_BYTES_PER_REQUEST", "MAX_REQUESTS", "LengthSpec", "Trace", "Workload", "arrival_times",
+    "check_held_in_memory", "check_request_count",
     "closed_batch", "open_loop", "parse_length_spec", "read_trace", "trace_workload",
 ]
 
@@ -43,10 +44,19 @@ MAX_LENGTH = MAX_TOKENS_EXCLUSIVE - 1
 """Longest prompt or output a length spec may give, tokens (2^31 - 1)."""
 
 BYTES_PER_REQUEST = 256
-"""Memory one simulated request holds, bytes: the workload's arrival (float64) and two lengths
-(int64), 24 B; the engine's per-request arrays (engine.Engine: 5 float64 times, 8 int64
-counters, 2 int64 length copies, int32 preemptions, 2 int8 codes), 126 B; the metrics'
-per-request latencies and masks, about 100 B. Rounded up to a power of two."""
+"""The least memory one simulated request holds, bytes, in a run that streams its records (``--records``):
+the workload's arrival (float64) and two lengths (int64), 24 B, its share of the iteration log and the
+inter-token gaps, which stream to files, and of the window of requests in flight. Measured: a streamed run of
+10^7 requests (benchmarks.bench_engine) peaks at 1,707 MB, 171 B a request. A run held in memory needs
+:data:`HELD_BYTES_PER_REQUEST`."""
+
+HELD_BYTES_PER_REQUEST = 1536
+"""Memory one simulated request holds, bytes, in a run held in memory (no ``--records``): the engine's
+per-request state (25 values in Python lists, simulator.engine.engine_state.PER_REQUEST), its share of the
+iteration log (48 B a row) and of the inter-token gaps (16 B a row), and the result's arrays. Measured
+(benchmarks.bench_engine, peak memory from 10^5 to 10^6 requests): 729 B a request with the roofline,
+1,254 B with measured kernels, whose shorter steps log 2.7x the iterations; rounded up. More iterations per
+request (long outputs at small batches) need more."""
 
 MAX_REQUESTS = 2**27
 """Most requests one run simulates (134,217,728: 32 GiB at BYTES_PER_REQUEST), whatever the memory."""
@@ -63,7 +73,8 @@ class Workload:
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
     kind: str
-    """'closed', 'poisson', 'gamma' or 'trace'"""
+    """'closed', 'poisson', 'gamma', 'trace', 'closed-loop' (simulator.engine.closed_loop) or 'sessions'
+    (simulator.engine.sessions)"""
     description: str
     notes: tuple[str, ...] = field(default=())
     prefix_id: np.ndarray | None = None
@@ -188,6 +199,19 @@ def check_request_count(n: int, option: str = "--requests") -> None:
             f"{option}: {n:,} requests need about {n * BYTES_PER_REQUEST / 2**30:,.1f} GiB "
             f"({BYTES_PER_REQUEST} bytes each), beyond {why}; simulate at most {limit:,} requests"
         )
+
+
+def check_held_in_memory(n: int) -> None:
+    """InputError when a run of ``n`` requests held in memory would need more than this machine's memory."""
+    memory = _physical_memory_bytes()
+    if memory is None or n * HELD_BYTES_PER_REQUEST <= memory:
+        return
+    raise InputError(
+        f"{n:,} requests (--requests, --batch or --trace) held in memory need about {n * HELD_BYTES_PER_REQUEST / 2**30:,.1f} GiB "
+        f"({HELD_BYTES_PER_REQUEST} bytes each: per-request state, the iteration log, the inter-token gaps), beyond "
+        f"this machine's {memory / 2**30:.1f} GiB; give --records DIR to stream them to disk, or simulate at most "
+        f"{memory // HELD_BYTES_PER_REQUEST:,} requests"
+    )
 
 
 def _generators(seed: int) -> tuple[np.random.Generator, np.random.Generator, np.random.Generator]:

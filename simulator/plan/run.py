@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+from simulator.engine.workload import check_held_in_memory
 from simulator.errors import InputError
 from simulator.plan.disaggregated_run import simulate_disaggregated
 from simulator.plan.engine_run import EngineRun, as_settings, prepare, simulate_prepared
@@ -40,6 +41,8 @@ def simulate_settings(
     if settings.disaggregate is not None:
         return simulate_disaggregated(settings, progress)
     prep = prepare(settings)
+    if records is None:
+        check_held_in_memory(len(prep.workload))
     if settings.speculative is not None:
         return simulate_speculative(prep, progress)
     return simulate_prepared(prep, progress, records)
