@@ -10,11 +10,12 @@ attends ``p + k`` keys (itself included) and emits token k + 1. A sequence holdi
 cached tokens holds ceil(t / block_size) KV blocks. A preempted request is recomputed: its
 prompt and the tokens it has emitted are prefilled again, which emits its next token.
 
-Decode *stretches*: while no sequence joins or leaves, every decode iteration has the same
-batch and a context sum that grows by the batch size per iteration, so the engine plans up
-to :data:`STRETCH_MAX` iterations at once, stopping at the next completion, the first
-iteration that would need a block that is not free, and (when a new arrival could be
-admitted) the first iteration boundary after the next arrival. A stretch of at most
+Decode *stretches*: while no sequence joins, every decode iteration has the same batch (less the
+decoders that finished) and a context sum that grows by the batch size per iteration, so the engine
+plans up to :data:`STRETCH_MAX` iterations at once, stopping at the first iteration that would need a
+block that is not free, (when a new arrival could be admitted) the first iteration boundary after the
+next arrival, and at the next completion where a waiting request might take the freed slot (with
+nobody waiting, a stretch runs on across completions: ``across_completions``). A stretch of at most
 :data:`SCALAR_TICKS` ticks is planned, costed and replayed in plain Python, each tick costed
 by a function traced from the cost model (:mod:`simulator.cost.tracing`) and remembered
 (:data:`~simulator.engine.stretch.TICK_MEMO_MAX`); a longer one is costed in one vectorised

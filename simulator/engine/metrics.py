@@ -1,7 +1,7 @@
 """Per-request records, the per-iteration log, and the aggregates of a run.
 
-Per-request times are seconds since the start of the run, in preallocated numpy arrays
-(one entry per request, NaN until the event happens). Latencies:
+Per-request times are seconds since the start of the run, one entry per request (NaN until the event
+happens; Python lists during the run, numpy arrays in its result). Latencies:
 
 - queueing delay = first scheduled - arrival
 - TTFT = first token - arrival

@@ -179,8 +179,9 @@ MOONCAKE_BLOCK_TOKENS = 512
 def with_hash_prefixes(trace: Trace) -> Trace:
     """A Mooncake trace (simulator.engine.traces, format ``Mooncake``) with its ``hash_ids`` read as conversations.
 
-    Request j continues the conversation of the latest earlier request i whose whole ``hash_ids`` list starts
-    j's (a later turn's prompt holds the earlier turn's prompt, so its block hashes begin with them): j's prefix
+    Request j continues the conversation of the earlier request i with the longest whole ``hash_ids`` list that
+    starts j's (the latest such request where two are as long; a later turn's prompt holds the earlier turn's
+    prompt, so its block hashes begin with them): j's prefix
     is that conversation (its id) and ``512 * len(hash_ids of i)`` tokens of it (at most j's prompt). A request
     that continues none starts a conversation of its own; blocks it shares with another conversation only in
     part (a common system prompt) are not credited, since a request has one prefix here. Rows with 0 tokens

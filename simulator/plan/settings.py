@@ -325,11 +325,13 @@ class ServingSettings(BaseModel):
         "[default: the engine profile's; vllm: chunked]",
     )
     max_num_seqs: Annotated[Int | None, Field(ge=1, le=MAX_BATCH)] = Field(
-        default=None, description="Most sequences running at once. [default: the engine profile's; vllm: 256]",
+        default=None, description="Most sequences running at once. [default: the engine profile's on the GPU; vllm: "
+        "256, 1,024 on GPUs of 70 GiB or more but A100 (H100, H200, B200, MI300X), as `vllm serve`]",
     )
     max_batched_tokens: Annotated[Int | None, Field(ge=1, le=MAX_CONTEXT_TOKENS)] = Field(
         default=None, description="Token budget per iteration (static: prompts prefill in passes of at most this "
-        "many). [default: the engine profile's for its own scheduler (vllm: 2048); 2048 for chunked otherwise, 8192 for "
+        "many). [default: the engine profile's for its own scheduler on the GPU (vllm: 2048, 8192 on GPUs of 70 GiB or "
+        "more but A100); 2048 for chunked otherwise, 8192 for "
         "prefill-first; none for continuous and static, but a profile's pass size (llamacpp: 512) caps static, chunked "
         "and prefill-first]",
         json_schema_extra={"flags": ["--max-batched-tokens", "--max-num-batched-tokens"]},
