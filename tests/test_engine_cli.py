@@ -95,3 +95,17 @@ def test_bad_engine_input_is_one_line_and_exit_2(args, message):
     assert message in result.output
     assert "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_run_whose_every_request_is_rejected_says_its_zeros_measure_nothing():
+    """llama2-7b holds 4,096 tokens: a 5,000-token prompt is rejected, and the run's zeros come with a warning;
+    a 3,000-token prompt and its 128 generated tokens fit, and the run has none."""
+    base = ["--model", "llama2-7b", "--gpu", "a100", "--json"]
+    out = CliRunner().invoke(main, [*base, "--prompt-tokens", "5000"])
+    assert out.exit_code == 0, out.output
+    run = json.loads(out.stdout)
+    assert run["requests"]["completed"] == 0 and run["requests"]["rejected_reasons"]["max_context"] == 1
+    (warning,) = [w for w in run["warnings"] if w.startswith("no request completed")]
+    assert "maximum context of 4,096 tokens" in warning and "zeros, not measurements" in warning
+    fits = json.loads(CliRunner().invoke(main, [*base, "--prompt-tokens", "3000"]).stdout)
+    assert fits["requests"]["completed"] == 1 and not any(w.startswith("no request") for w in fits["warnings"])

@@ -21,7 +21,7 @@ from simulator.engine.datasets import read_dataset, with_dataset
 from simulator.engine.engine_result import EngineResult
 from simulator.engine.kv_offload import offload_tier, parse_offload
 from simulator.engine.kvcache import KVCapacity, kv_capacity
-from simulator.engine.metrics import Aggregates, aggregate
+from simulator.engine.metrics import REJECT_KEYS, REJECT_REASONS, Aggregates, aggregate
 from simulator.engine.prefix_cache import with_shared_prefix, with_trace_prefixes
 from simulator.engine.scheduler import SchedulerConfig
 from simulator.engine.sessions import as_sessions, is_sessions, session_workload, with_hash_prefixes
@@ -77,7 +77,19 @@ class EngineRun(Prepared):
             unused.append("--ceilings kernels: ceilings fitted on measured GEMM kernels; the error bands are those of the "
                           "default ceilings, and with these the validation table comes out 16-25% too fast in every "
                           "regime (docs/measured-vs-roofline.md)")
-        return [*unused, *self.workload.notes, *admission_notes(self.result, self.capacity.tokens)]
+        return [*unused, *self.workload.notes, *admission_notes(self.result, self.capacity.tokens),
+                *nothing_completed_notes(self.metrics, model.max_context)]
+
+
+def nothing_completed_notes(metrics: Aggregates, max_context_tokens: int) -> list[str]:
+    """A warning when no request completed: the latencies and rates are then zeros, which measure nothing."""
+    if metrics.completed or not metrics.rejected:
+        return []
+    why = "; ".join(f"{count:,} {REJECT_REASONS[REJECT_KEYS.index(key)]}"
+                    + (f" of {max_context_tokens:,} tokens" if key == "max_context" else "")
+                    for key, count in metrics.rejected_by_reason.items() if count)
+    return [f"no request completed: all {metrics.rejected:,} were rejected ({why}); the latencies, throughput and "
+            "utilisation reported are zeros, not measurements"]
 
 
 def _lengths(settings: RunSettings) -> tuple[LengthSpec | None, LengthSpec | None]:
