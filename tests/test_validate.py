@@ -78,6 +78,11 @@ def test_a_bad_value_names_the_file_line_and_column(tmp_path):
         table(tmp_path, row(), row(id="2", batch="many"))
 
 
+def test_a_row_of_no_prompt_tokens_is_refused_not_replayed_as_one(tmp_path):
+    with pytest.raises(InputError, match=r"t\.csv:3: column 'input_tokens': must be >= 1 \(got 0\)"):
+        table(tmp_path, row(), row(id="2", input_tokens="0"))
+
+
 def test_a_serving_metric_in_a_static_row_lists_the_allowed_ones(tmp_path):
     with pytest.raises(InputError, match="'ttft_p99_seconds' is not a static metric; allowed: ttft_seconds"):
         table(tmp_path, row(metric="ttft_p99_seconds"))

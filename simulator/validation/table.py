@@ -284,7 +284,7 @@ def _row(raw: dict[str, str | None], where: str, lengths_dirs: tuple[Path, ...])
         tp=_int(cell["tp"], "tp", where, 1, False),  # type: ignore[arg-type]
         weights=cell["weights"].lower(), kv=cell["kv"].lower(), mode=mode, regime=regime,
         batch=_int(cell["batch"], "batch", where, 1, True),
-        input_tokens=max(1, _int(cell["input_tokens"], "input_tokens", where, 0, False) or 1),
+        input_tokens=_int(cell["input_tokens"], "input_tokens", where, 1, False),  # type: ignore[arg-type]
         output_tokens=_int(cell["output_tokens"], "output_tokens", where, 1, False),  # type: ignore[arg-type]
         metric=metric, measured=measured, engine_version=cell["engine_version"],
         replicas=_int(cell["replicas"], "replicas", where, 1, True) or 1,
