@@ -260,3 +260,26 @@ def test_shipped_configs_match_published_parameter_counts(name, total, active, d
     if active is not None:
         ours = counts.active if convention == "compute" else counts.active_with_embedding
         assert near_published(ours, active, digit), counts
+
+
+def _edited_llama(tmp_path: Path, text_edit=None, **fields) -> Path:
+    config = json.loads((FIXTURES / "Llama-3.1-8B.json").read_text())
+    config.update(fields)
+    text = json.dumps(config)
+    path = tmp_path / "config.json"
+    path.write_text(text_edit(text) if text_edit else text)
+    return path
+
+
+def test_config_values_that_cannot_be_sizes_are_refused_by_name(tmp_path):
+    # A flag where a count belongs would be read as 1 layer; 0 key-value heads as MHA (32 heads).
+    with pytest.raises(InputError, match="field 'num_layers': expected a whole number, not a true/false flag"):
+        load_model_file(_edited_llama(tmp_path, num_hidden_layers=True))
+    with pytest.raises(InputError, match=r"key-value heads .* are 0; allowed: a whole number >= 1 that divides "
+                                         r"num_attention_heads \(32\)"):
+        load_model_file(_edited_llama(tmp_path, num_key_value_heads=0))
+    # NaN is read as missing (Python writes non-finite floats so); the refusal says which value it was
+    nan = _edited_llama(tmp_path, text_edit=lambda text: text.replace('"hidden_size": 4096', '"hidden_size": NaN'))
+    with pytest.raises(InputError, match=r"lacks hidden_size .*\(hidden_size in the file: NaN or Infinity"):
+        load_model_file(nan)
+    assert load_model_file(_edited_llama(tmp_path)).num_kv_heads == 8

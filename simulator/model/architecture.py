@@ -12,10 +12,11 @@ A ``config.json`` is read from a local path only; nothing is ever fetched from a
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from simulator.errors import InputError
 from simulator.files import is_file, is_folder
@@ -59,6 +60,15 @@ class ModelSpec(BaseModel):
     """A decoder-only transformer. Sizes are element counts; ``max_context`` is in tokens."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_flag_as_a_count(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic reads true as 1 for an int field; in a config a flag where a size belongs is a mistake.
+        if isinstance(value, bool) and info.field_name is not None:
+            if cls.model_fields[info.field_name].annotation in (int, int | None):
+                raise ValueError("expected a whole number, not a true/false flag")
+        return value
 
     name: str = Field(min_length=1)
     aliases: list[str] = Field(default_factory=list)
@@ -775,7 +785,7 @@ def load_model_file(path: Path) -> ModelSpec:
         if not is_file(path / "config.json", "--model"):
             raise InputError(f"--model: folder {path} has no config.json (a model folder needs its HuggingFace config)")
         path = path / "config.json"
-    data = _read_config(path)
+    data, non_finite = _read_config(path)
     if "num_layers" not in data and ("num_hidden_layers" in data or "n_layer" in data or "model_type" in data
                                      or "text_config" in data):
         # A folder's config.json is named after its folder; a loose file after itself.
@@ -784,23 +794,28 @@ def load_model_file(path: Path) -> ModelSpec:
         try:
             data = from_hf_config(data, str(name))
         except InputError as exc:
+            read_as = (f" ({', '.join(non_finite)} in the file: NaN or Infinity, read as missing)" if non_finite
+                       else "")
             if str(exc).startswith(f"{fallback}:"):
-                raise
-            raise InputError(f"{path}: {exc}") from None  # name the file, not only the model's own name
+                raise InputError(f"{exc}{read_as}") from None
+            raise InputError(f"{path}: {exc}{read_as}") from None  # name the file, not only the model's own name
         except (TypeError, ValueError, AttributeError, ArithmeticError) as exc:
             # The mapping does arithmetic on the file's fields; a field of the wrong type lands here.
             raise InputError(f"{path}: a config.json field has a value of the wrong type or range ({exc})") from None
     return validate(ModelSpec, data, str(path), plausible=True)
 
 
-def _read_config(path: Path) -> dict[str, Any]:
-    """A model file's mapping; a HuggingFace config.json with a ModelOpt ``hf_quant_config.json`` beside it gets
-    that file's ``quantization`` as its ``quantization_config`` (NVIDIA's quantised checkpoints keep it there).
+def _read_config(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """A model file's mapping, and the top-level keys whose values were NaN or Infinity; a HuggingFace config.json
+    with a ModelOpt ``hf_quant_config.json`` beside it gets that file's ``quantization`` as its
+    ``quantization_config`` (NVIDIA's quantised checkpoints keep it there).
 
     Python's json module writes a non-finite float as ``Infinity`` (Nemotron-H's ``time_step_limit``), which
     strict JSON refuses; such a config.json is read with those values as None (no field the cost model reads
-    is ever infinite, so nothing is lost and the file gets its real answer, not a parse error).
+    is ever infinite, so nothing is lost and the file gets its real answer, not a parse error), and the keys
+    are named where the file is then refused.
     """
+    non_finite: list[str] = []
     try:
         data = read_mapping(path)
     except InputError as exc:
@@ -812,6 +827,8 @@ def _read_config(path: Path) -> dict[str, Any]:
             raise exc from None
         if not isinstance(data, dict):
             raise exc from None
+        loose = json.loads(path.read_text(encoding="utf-8"))  # Python's reader takes NaN and Infinity as floats
+        non_finite = [key for key, value in loose.items() if isinstance(value, float) and not math.isfinite(value)]
     sibling = _quant_config_path(path)
     if sibling is not None and "quantization_config" not in data and isinstance(data.get("model_type"), str):
         quant = read_mapping(sibling)
@@ -819,7 +836,7 @@ def _read_config(path: Path) -> dict[str, Any]:
         if isinstance(section, dict):
             data = {**data, "quantization_config": {"producer": quant.get("producer") or {"name": "modelopt"},
                                                     "quant_method": "modelopt", **section}}
-    return data
+    return data, non_finite
 
 
 def _quant_config_path(path: Path) -> Path | None:

@@ -471,6 +471,10 @@ def from_hf_config(raw: dict[str, Any], name: str) -> dict[str, Any]:
         )
     else:
         kv_heads = _first(config, "num_key_value_heads", default=heads)
+    if isinstance(kv_heads, int) and not isinstance(kv_heads, bool) and kv_heads < 1:
+        # memwall's own YAML reads 0 as "as many as the query heads"; transformers has no such value.
+        raise InputError(f"{name}: the key-value heads (num_key_value_heads, or num_kv_heads / n_head_kv) are "
+                         f"{kv_heads}; allowed: a whole number >= 1 that divides num_attention_heads ({heads})")
     ffn = _first(config, "intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size")
     if ffn is None:
         ffn = 4 * hidden if isinstance(hidden, int) else hidden  # a malformed width is reported by validation
