@@ -68,6 +68,21 @@ def test_attention_data_parallelism_needs_an_moe_model_on_several_gpus():
         simulate_settings({"model": "mixtral-8x7b", "gpu": "h100", "tp": 1, "dp_attention": True, "batch": 1})
 
 
+def test_without_tp_attention_data_parallelism_takes_the_smallest_degree_of_two_or_more():
+    # Qwen3-30B-A3B's 61 GB of bf16 weights fit one H200: a plain run takes 1 GPU, --dp-attention 2.
+    plain = simulate_settings({"model": "qwen3-30b-a3b", "gpu": "h200", "batch": 1})
+    split = simulate_settings({"model": "qwen3-30b-a3b", "gpu": "h200", "batch": 1, "dp_attention": True})
+    assert plain.deployment.system.tp == 1 and split.deployment.system.tp == 2
+    assert "--dp-attention splits the sequences" in split.deployment.note
+
+
+def test_an_ep_that_cannot_be_the_tensor_parallel_degree_is_named_as_ep():
+    # With --ep and no --tp the degree is ep's: Mixtral's 32 heads cannot be split 3 ways, and --ep is what was given.
+    with pytest.raises(InputError, match=r"^--ep 3 \(with no --tp the tensor-parallel degree is the expert-parallel "
+                                         r"one\): 3 does not divide the 32 attention heads"):
+        simulate_settings({"model": "mixtral-8x7b", "gpu": "h100", "ep": 3, "batch": 1})
+
+
 def test_each_rank_runs_the_host_loop_and_captures_graphs_for_its_own_sequences():
     ds, h200, fp8 = load_model("deepseek-v3"), load_gpu("h200"), parse_precision("fp8", "fp8")
     vllm = load_engine_profile("vllm")  # V1: 300 us + 20 us per sequence + 20 ns per token, nothing overlapped

@@ -49,7 +49,7 @@ def test_a_name_the_file_system_refuses_is_an_input_error_not_an_os_error(tmp_pa
 @pytest.mark.parametrize("args, expected", [
     (["--model", LONG, "--gpu", "h100"], f"Error: --model: unknown model '{LONG}'"),
     (["--model", "llama3-8b", "--gpu", "h100", "--speculative", f"draft:{LONG}", "--acceptance", "0.7",
-      "--num-speculative-tokens", "3"], f"Error: --model: unknown model '{LONG}'"),
+      "--num-speculative-tokens", "3"], f"Error: --speculative draft:{LONG}: unknown model '{LONG}'"),
     (["--model", "llama3-8b", "--gpu", "h100", "--trace", LONG], "Error: --trace: cannot use 'aaaa"),
     (["--model", f"/tmp/{LONG}.yaml", "--gpu", "h100"], "Error: --model: cannot use '/tmp/aaaa"),
     (["--model", "llama3-8b", "--gpu", "h100", "--engine", f"{LONG}.yaml"], "Error: --engine: cannot use 'aaaa"),

@@ -49,6 +49,9 @@ class Deployment:
                 f"smallest tensor-parallel degree whose KV cache holds all {self.memory.sequences:,} sequences at once: "
                 f"--tp {self.system.tp} (give --tp {self.fewest_gpus} for the fewer GPUs)"
             )
+        if self.system.dp_attention:  # one GPU was never a candidate: there is nothing to split the sequences over
+            return (f"using the smallest tensor-parallel degree of 2 or more (--dp-attention splits the sequences over "
+                    f"the GPUs) that fits: --tp {self.system.tp}")
         return (
             f"does not fit on one {self.system.gpu.name}; using the smallest tensor-parallel degree "
             f"that fits: --tp {self.system.tp}"

@@ -94,14 +94,20 @@ def plan_deployment(
                            dp_attention=dp_attention)
         return Deployment(system, plan, auto_tp=tp is None)
 
-    if tp is None and ep_degree > 1:
+    implied = tp is None and ep_degree > 1
+    if implied:
         tp = ep_degree
     if tp is not None:
-        deployment = build(tp)
+        try:
+            deployment = build(tp)
+        except InputError as exc:
+            raise (as_ep_error(exc, ep_degree) if implied else exc) from None
         if require_fit and not deployment.memory.fits:
             raise InputError(f"{model.name} on {tp}x {gpu.name} does not fit: {deployment.memory.shortfall_message()}")
         return deployment
     candidates = tensor_parallel_candidates(model, gpu, ep_degree)
+    if dp_attention:  # attention data parallelism splits the sequences over two GPUs at least
+        candidates = [degree for degree in candidates if degree >= 2] or candidates
     largest: Deployment | None = None
     for degree in candidates:
         largest = build(degree)
@@ -156,6 +162,15 @@ def gpu_from_options(options: dict[str, Any]) -> GPUSpec:
         link=options.get("link_efficiency"),
         kernel_launch_seconds=options.get("launch_overhead"),
     )
+
+
+def as_ep_error(exc: InputError, ep: int) -> InputError:
+    """A ``--tp`` error where the user gave ``--ep`` and no ``--tp`` (the degree is then ep's): named as --ep's."""
+    text = str(exc)
+    if not text.startswith("--tp: "):
+        return exc
+    return InputError(f"--ep {ep} (with no --tp the tensor-parallel degree is the expert-parallel one): "
+                      f"{text.removeprefix('--tp: ')}")
 
 
 def deployment_from_options(options: dict[str, Any], batch: int, ctx: int, require_fit: bool = True) -> Deployment:

@@ -38,7 +38,7 @@ from simulator.engine.workload import (
 from simulator.errors import InputError
 from simulator.model.engine_profile import ClientPath, EngineProfile
 from simulator.model.kernel_ceilings import END_TO_END
-from simulator.plan.deployment_planner import engine_from_options
+from simulator.plan.deployment_planner import as_ep_error, engine_from_options
 from simulator.plan.placement import admission_notes, plan_serving
 from simulator.plan.settings import RunSettings, parse_settings
 
@@ -206,7 +206,12 @@ def prepare(settings: RunSettings | dict[str, Any]) -> Prepared:
     # No more than max_num_seqs sequences ever run at once, so no more are planned to fit at once.
     planned_batch = min(planned_batch, config.max_num_seqs)
     # Only the weights and one ctx-token sequence must fit; the paged cache queues the rest (plan/placement.py).
-    deployment = plan_serving(settings.model_dump(), planned_batch, settings.ctx, config, settings.gpu_memory_utilization)
+    try:
+        deployment = plan_serving(settings.model_dump(), planned_batch, settings.ctx, config,
+                                  settings.gpu_memory_utilization)
+    except InputError as exc:  # a pool names its own flags (disaggregated_run.in_pool_words); a plain run, --ep
+        implied = settings.tp is None and (settings.ep or 1) > 1
+        raise (as_ep_error(exc, settings.ep or 1) if implied else exc) from None
     capacity = kv_capacity(
         deployment, config.block_size, settings.gpu_memory_utilization, config.max_batched_tokens,
         config.max_num_seqs, settings.kv_blocks,

@@ -104,6 +104,8 @@ def _layouts(options: dict[str, Any]) -> tuple[list[tuple[int, int]], bool]:
     gpu = load_gpu(options["gpu"])
     ep = options.get("ep") or 1
     degrees = [ep] if ep > 1 else tensor_parallel_candidates(model, gpu, ep)
+    if options.get("dp_attention"):  # attention data parallelism splits the sequences over two GPUs at least
+        degrees = [degree for degree in degrees if degree >= 2] or degrees
     if pp is not None:
         return [(degree, pp) for degree in degrees], True
     largest = degrees[-1] if degrees else 1

@@ -115,7 +115,11 @@ def draft_system(settings: SpeculativeSettings, target: System | PipelineSystem)
     method, name = parse_method(settings.speculative)
     base = target.stage if isinstance(target, PipelineSystem) else target
     model = target.model
-    draft = draft_model_for(method, load_model(name) if name else None, model)
+    try:
+        named = load_model(name) if name else None
+    except InputError as exc:  # the draft was named by --speculative, not --model
+        raise InputError(f"--speculative {settings.speculative}: {str(exc).removeprefix('--model: ')}") from None
+    draft = draft_model_for(method, named, model)
     if method == "draft":
         try:
             check_tensor_parallel(draft, base.tp)
