@@ -217,3 +217,20 @@ def test_without_speculation_keeps_the_rest():
     plain = without_speculation(settings)
     assert plain.speculative is None and plain.qps == 2.0
     assert plain.acceptance is None and plain.num_speculative_tokens is None
+
+
+def test_the_memory_used_counts_the_draft_model_beside_the_target():
+    """llama2-13b drafting for llama2-7b on one A100: the draft's KV is 2 x 40 layers x 40 heads x 128 x 2 bytes =
+    819,200 bytes a token, 2,048 tokens of one planned sequence, beside its weights; the target's own plan is
+    that of the run without a draft."""
+    from simulator.plan.result import engine_run_dict
+    from simulator.plan.run import simulate_settings
+
+    base = {"model": "llama2-7b", "gpu": "a100", "batch": 1, "ctx": 2048, "gen": 16}
+    plain = engine_run_dict(simulate_settings(base))
+    drafted = engine_run_dict(simulate_settings({**base, "speculative": "draft:llama2-13b", "acceptance": 0.8,
+                                                 "num_speculative_tokens": 2}))
+    draft = drafted["memory"]["draft_bytes_per_gpu"]
+    assert draft == pytest.approx(drafted["speculative"]["draft_weights_bytes_per_gpu"] + 819_200 * 2048)
+    assert drafted["memory"]["needed_bytes_per_gpu"] == pytest.approx(plain["memory"]["needed_bytes_per_gpu"] + draft)
+    assert plain["memory"]["draft_bytes_per_gpu"] == 0

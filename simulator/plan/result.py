@@ -194,7 +194,8 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
             "kv_bytes_per_gpu": memory.kv_bytes_per_gpu,
             "workspace_bytes_per_gpu": memory.workspace_bytes_per_gpu,
             "reserved_bytes_per_gpu": memory.reserved_bytes_per_gpu,
-            "needed_bytes_per_gpu": memory.needed_bytes_per_gpu,
+            "draft_bytes_per_gpu": draft_bytes_per_gpu(run),
+            "needed_bytes_per_gpu": memory.needed_bytes_per_gpu + draft_bytes_per_gpu(run),
             "capacity_bytes": memory.capacity_bytes * dep.pp,
             "fits": memory.fits,
         },
@@ -329,6 +330,17 @@ def gpus_of(run: "EngineRun") -> int:
 
 def _summary(summary: Any) -> dict[str, float]:
     return summary.as_dict()
+
+
+def draft_bytes_per_gpu(run: "EngineRun") -> float:
+    """Bytes per GPU the speculative draft holds beside the target's plan: its weights and the KV cache of the
+    planned sequences (0 without speculative decoding)."""
+    stats = run.result.extra.get("speculative")
+    if stats is None:
+        return 0.0
+    memory = run.deployment.memory
+    return (stats.draft_weights_bytes_per_gpu
+            + stats.draft_kv_bytes_per_token_per_gpu * memory.sequences * memory.context_tokens)
 
 
 def speculative_dict(run: "EngineRun") -> dict[str, Any] | None:

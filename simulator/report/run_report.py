@@ -19,6 +19,7 @@ from simulator.plan.error_bands import band_text, error_bands_for_run
 from simulator.plan.placement import queued_counts
 from simulator.plan.result import (
     architecture_dict,
+    draft_bytes_per_gpu,
     kernels_dict,
     per_request_arrays,
     planned_decode_step,
@@ -208,6 +209,7 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
     """The human report of the main command run through the engine."""
     dep, result, m, opts = run.deployment, run.result, run.metrics, run.settings
     system, memory, cap = dep.system, dep.memory, run.capacity
+    draft = draft_bytes_per_gpu(run)
     gpu, model, prec = system.gpu, system.model, system.precision
     tp = system.tp
     ridge = gpu.ridge_point(prec.compute_dtype)
@@ -257,8 +259,9 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
         f"total {fmt_bytes(memory.kv_bytes)})",
         f"  workspace    {fmt_bytes(memory.workspace_bytes_per_gpu)}",
         f"  runtime      {fmt_bytes(memory.reserved_bytes_per_gpu)}",
-        f"  used         {fmt_bytes(memory.needed_bytes_per_gpu)} of {fmt_bytes(memory.hbm_bytes_per_gpu)} "
-        f"({100 * memory.needed_bytes_per_gpu / memory.hbm_bytes_per_gpu:.0f}%)",
+        *([f"  draft        {fmt_bytes(draft)}  (weights and the planned sequences' KV)"] if draft else []),
+        f"  used         {fmt_bytes(memory.needed_bytes_per_gpu + draft)} of {fmt_bytes(memory.hbm_bytes_per_gpu)} "
+        f"({100 * (memory.needed_bytes_per_gpu + draft) / memory.hbm_bytes_per_gpu:.0f}%)",
         "",
         "Paged KV cache",
         f"  capacity     {_count(cap.blocks, 'block')} of {_count(cap.block_size, 'token')} = {_count(cap.tokens, 'token')} "
