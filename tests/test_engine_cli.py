@@ -109,3 +109,13 @@ def test_a_run_whose_every_request_is_rejected_says_its_zeros_measure_nothing():
     assert "maximum context of 4,096 tokens" in warning and "zeros, not measurements" in warning
     fits = json.loads(CliRunner().invoke(main, [*base, "--prompt-tokens", "3000"]).stdout)
     assert fits["requests"]["completed"] == 1 and not any(w.startswith("no request") for w in fits["warnings"])
+
+
+def test_requests_longer_than_the_planned_ctx_are_warned_about():
+    """--ctx 1024 plans for 1,024-token sequences; prompts of 3,000 and 500 output tokens make 3,500."""
+    base = ["--model", "llama2-7b", "--gpu", "a100", "--json", "--prompt-tokens", "3000", "--output-tokens", "500"]
+    conflicting = json.loads(CliRunner().invoke(main, [*base, "--ctx", "1024", "--gen", "64"]).stdout)
+    (warning,) = [w for w in conflicting["warnings"] if w.startswith("--ctx 1,024 sizes the deployment")]
+    assert "requests of up to 3,500" in warning and "give --ctx 3500" in warning
+    derived = json.loads(CliRunner().invoke(main, base).stdout)  # ctx = 3,500 and gen = 500 derived from them
+    assert not any(w.startswith("--ctx") for w in derived["warnings"])

@@ -77,8 +77,21 @@ class EngineRun(Prepared):
             unused.append("--ceilings kernels: ceilings fitted on measured GEMM kernels; the error bands are those of the "
                           "default ceilings, and with these the validation table comes out 16-25% too fast in every "
                           "regime (docs/measured-vs-roofline.md)")
-        return [*unused, *self.workload.notes, *admission_notes(self.result, self.capacity.tokens),
-                *nothing_completed_notes(self.metrics, model.max_context)]
+        return [*unused, *self.workload.notes, *self._longer_than_planned(),
+                *admission_notes(self.result, self.capacity.tokens), *nothing_completed_notes(self.metrics, model.max_context)]
+
+    def _longer_than_planned(self) -> list[str]:
+        """A warning when --prompt-tokens/--output-tokens make requests longer than --ctx, which sizes the plan."""
+        settings, workload = self.settings, self.result.workload
+        if (settings.prompt_tokens is None and settings.output_tokens is None) or not len(workload):
+            return []
+        longest = int(np.max(workload.prompt_tokens + workload.output_tokens))
+        if longest <= settings.ctx:
+            return []
+        return [f"--ctx {settings.ctx:,} sizes the deployment (tensor-parallel degree, memory plan) for sequences of "
+                f"that many tokens, but --prompt-tokens/--output-tokens make requests of up to {longest:,}: the plan "
+                f"and the planned decode step understate them; give --ctx {longest} (or leave --ctx and --gen out "
+                "with fixed lengths)"]
 
 
 def nothing_completed_notes(metrics: Aggregates, max_context_tokens: int) -> list[str]:
