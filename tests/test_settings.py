@@ -74,6 +74,15 @@ def test_an_alias_and_its_field_disagreeing_is_an_error():
         parse(num_prompts=3, requests=4)
 
 
+def test_request_rate_inf_with_a_qps_is_a_contradiction_and_a_rate_must_be_one():
+    # inf is no rate (every request at t = 0): with qps 5 the two say different things, as 3 and 5 would
+    with pytest.raises(InputError, match="request_rate: inf sends every request at t = 0, but qps is also given"):
+        parse(request_rate=math.inf, qps=5)
+    for bad in ("abc", math.nan, 0, -1, True):
+        with pytest.raises(InputError, match="request_rate: expected requests/s > 0 or inf"):
+            parse(request_rate=bad)
+
+
 def test_every_setting_has_a_cli_option_and_every_cli_option_a_setting():
     params = {p.name for p in main.params}
     presentation = {"top", "as_json", "as_csv", "result_format", "save_result", "metric_percentiles",

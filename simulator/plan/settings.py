@@ -601,8 +601,19 @@ def _vllm_kv_dtype(value: Any) -> dict[str, Any]:
     return {"kv": text}
 
 
+def _request_rate(value: Any) -> float:
+    """vLLM's --request-rate: requests/s, or inf (every request at t = 0)."""
+    try:
+        rate = float(_reject_bool(value))
+    except (TypeError, ValueError):
+        rate = math.nan
+    if not rate > 0:  # NaN too
+        raise InputError(f"request_rate: expected requests/s > 0 or inf (got {value!r})")
+    return rate
+
+
 def _vllm_request_rate(value: Any) -> dict[str, Any]:
-    rate = float(value)
+    rate = _request_rate(value)
     return {} if rate == math.inf else {"qps": rate}
 
 
@@ -632,6 +643,10 @@ def resolve_aliases(data: dict[str, Any]) -> dict[str, Any]:
     for alias, translate in VLLM_ALIASES.items():
         if alias not in data or data[alias] is None:
             continue
+        if alias == "request_rate" and out.get("qps") is not None and _request_rate(data[alias]) == math.inf:
+            # inf means no arrival rate at all (a closed batch at t = 0), which a qps contradicts as much as 3 would
+            raise InputError(f"request_rate: inf sends every request at t = 0, but qps is also given as "
+                             f"{out['qps']!r}; give one")
         for key, value in translate(data[alias]).items():
             if key in out and out[key] is not None and out[key] != value:
                 raise InputError(f"{alias}: sets {key} to {value!r}, but {key} is also given as {out[key]!r}; give one")
