@@ -182,3 +182,9 @@ def test_help_teaches_with_examples():
     output = invoke(["--help"]).output
     assert "simulate --model llama2-70b --gpu a100 --batch 64 --ctx 4096" in output
     assert "--attention" in output and "mha|mqa|gqa:N" in output
+
+
+@pytest.mark.parametrize("command", [[], ["layers"], ["compare"]])
+def test_json_and_csv_together_are_refused_by_every_command_that_has_both(command):
+    result = CliRunner().invoke(main, [*command, "--model", "llama2-7b", "--gpu", "a100", "--json", "--csv"])
+    assert result.exit_code == 2 and result.output.strip() == "Error: --json and --csv: choose one output format"

@@ -19,6 +19,7 @@ from simulator.cli.listing import engines_command, gpus_command, models_command
 from simulator.cli.options import (
     VLLM_OPTIONS,
     apply_options,
+    one_output_format,
     reports_input_errors,
     settings_from_cli,
     settings_options,
@@ -93,8 +94,7 @@ def main(click_ctx: click.Context, **values: Any) -> None:
                              "`simulate models` and `simulate gpus` list them)")
         click.echo(click_ctx.get_help())
         return
-    if shown["as_json"] and shown["as_csv"]:
-        raise InputError("--json and --csv: choose one output format")
+    one_output_format(shown["as_json"], shown["as_csv"])
     percentiles = parse_percentiles(shown["metric_percentiles"])
     for option, path, suffixes in (("--per-request", shown["per_request"], (".csv",)), ("--save-result", shown["save_result"], (".json",))):
         if path:

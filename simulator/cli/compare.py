@@ -8,6 +8,7 @@ import click
 
 from simulator.cli.options import (
     apply_options,
+    one_output_format,
     reports_input_errors,
     settings_from_cli,
     settings_options,
@@ -96,6 +97,7 @@ def compare_command(contexts: str, batch: int, as_json: bool, as_csv: bool, **op
     everything else equal; each is evaluated at every --ctx. All rows use one
     tensor-parallel degree (--tp, or the smallest at which every row fits one sequence).
     """
+    one_output_format(as_json, as_csv)
     variants = options.pop("attention")
     settings = settings_from_cli(DeploymentSettings, options)
     model = load_model(settings.model)

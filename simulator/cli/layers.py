@@ -9,6 +9,7 @@ import click
 from simulator.cli.options import (
     STEP_ONLY_EXCLUDED,
     apply_options,
+    one_output_format,
     reports_input_errors,
     settings_from_cli,
     settings_options,
@@ -40,6 +41,7 @@ def layers_command(phase: str, as_json: bool, as_csv: bool, **options: Any) -> N
     Example:
       simulate layers --model llama2-7b --gpu a100 --batch 1 --ctx 1024 --phase decode
     """
+    one_output_format(as_json, as_csv)
     settings = settings_from_cli(StepSettings, options)
     batch, ctx_tokens, gen = settings.batch, settings.ctx, settings.gen
     deployment = deployment_from_options(settings.model_dump(), batch, ctx_tokens)

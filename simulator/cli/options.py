@@ -38,6 +38,12 @@ def reports_input_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def one_output_format(as_json: bool, as_csv: bool) -> None:
+    """``--json`` and ``--csv`` are two formats of one output: a command prints one."""
+    if as_json and as_csv:
+        raise InputError("--json and --csv: choose one output format")
+
+
 def _base_types(annotation: Any) -> list[Any]:
     """The concrete types inside Optional/Union/Annotated layers of a field's annotation."""
     origin = typing.get_origin(annotation)
