@@ -1,6 +1,7 @@
 """Trace files: every format read to the exact arrays worked out from the file, both CSV readers alike,
 every bad cell reported with file, line and column."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -272,3 +273,17 @@ def test_bad_json_cells(tmp_path):
 def test_time_cap_is_a_physical_bound():
     # 1e12 s is ~31,700 years: any real trace is inside, a Unix time in ms (1.7e12) is not.
     assert MAX_TIME_SECONDS / (365.25 * 86400) == pytest.approx(31_688, rel=1e-4)
+
+
+def test_requests_take_the_first_of_a_replayed_trace_and_more_than_it_holds_is_refused(tmp_path):
+    from click.testing import CliRunner
+
+    from simulator.cli import main
+
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_seconds,prompt_tokens,output_tokens\n0,100,10\n1,120,10\n2,140,10\n")
+    args = ["--model", "llama2-7b", "--gpu", "a100", "--trace", str(path), "--json"]
+    two = json.loads(CliRunner().invoke(main, [*args, "--requests", "2"]).stdout)
+    assert two["requests"]["total"] == 2 and two["workload"]["prompt_tokens_mean"] == 110  # (100 + 120) / 2
+    refused = CliRunner().invoke(main, [*args, "--requests", "4"])
+    assert refused.exit_code == 2 and "--requests 4: t.csv holds 3 requests" in refused.output

@@ -369,8 +369,10 @@ def trace_workload(
     max_tokens: int = MAX_LENGTH,
     start_seconds: float = 0.0,
     duration_seconds: float | None = None,
+    requests: int | None = None,
 ) -> Workload:
-    """Replay ``trace``, or its window [start, start + duration) in trace seconds, ``speedup`` times faster.
+    """Replay ``trace``, or its window [start, start + duration) in trace seconds, ``speedup`` times faster;
+    ``requests``: only the first that many of them (an InputError where the window holds fewer).
 
     Arrival times are rebased to the window start then divided by ``speedup``: a request at
     trace second t arrives at (t - start_seconds) / speedup. Unsorted arrivals are sorted
@@ -384,6 +386,12 @@ def trace_workload(
         moved = int(np.count_nonzero(order != np.arange(len(order))))
         notes.append(f"{trace.path}: arrivals were not sorted; sorted them by time ({moved} requests moved)")
     chosen, label = _window(trace, start_seconds, duration_seconds)
+    if requests is not None:
+        if requests > len(chosen):
+            where = f"the window {label.removeprefix(', window ')} of " if label else ""
+            raise InputError(f"--requests {requests:,}: {where}{trace.path.name} holds {len(chosen):,} requests; give at "
+                             "most that many, or --qps to draw more arrivals with the trace's lengths")
+        chosen = chosen[:requests]
     check_request_count(len(chosen), "--trace")
     with np.errstate(over="ignore"):
         arrivals = (trace.arrival_seconds[chosen] - start_seconds) / speedup

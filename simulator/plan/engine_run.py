@@ -129,7 +129,7 @@ def build_workload(settings: RunSettings, max_tokens: int) -> Workload:
                                seed, max_tokens)
         if settings.qps is None:
             replay = trace_workload(trace, settings.trace_speedup, prompt, output, seed, max_tokens,
-                                    settings.trace_start, settings.trace_duration)
+                                    settings.trace_start, settings.trace_duration, settings.requests)
             # A Mooncake trace's conversations: each turn's blocks stay cached for the next (simulator.engine.sessions).
             return as_sessions(replay) if trace.format == MOONCAKE else replay
         n = settings.requests or len(trace.arrival_seconds)

@@ -280,7 +280,8 @@ class ServingSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     requests: Annotated[Int | None, Field(ge=1, le=MAX_REQUESTS)] = Field(
-        default=None, description="Requests to simulate. [default: 1000 with --qps, the trace's with --trace, else --batch]",
+        default=None, description="Requests to simulate (with --trace alone: its first N, at most the trace's). "
+        "[default: 1000 with --qps, the trace's with --trace, else --batch]",
         json_schema_extra={"flags": ["--requests", "--num-prompts"]},
     )
     qps: Annotated[Float | None, Field(ge=1e-6, le=1e7)] = Field(
