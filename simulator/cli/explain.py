@@ -41,8 +41,9 @@ def explain_command(as_json: bool, **options: Any) -> None:
     The levers (bigger batch, fewer KV heads, lower precision, more GPUs, the model's sliding
     window where the engine ignores it, speculative decoding, disaggregated prefill) are measured
     with the cost model, not guessed;
-    --speculative/--acceptance choose the speculation measured (default: a one-layer
-    draft head, k 1, acceptance 0.85). Below the paragraph: attention bytes per layer for
+    --speculative with --acceptance (and --num-speculative-tokens for one rate) choose the
+    speculation measured (without --speculative: a one-layer draft head, k 1, acceptance 0.85).
+    Below the paragraph: attention bytes per layer for
     both attention kernels, and kernels and activation bytes per layer for each fusion level.
     """
     settings = settings_from_cli(ExplainSettings, options)
