@@ -474,3 +474,14 @@ def test_rows_beyond_40_percent_are_counted_and_the_unexplained_named(tmp_path):
     assert _far_off_text(scored) == ("Rows beyond 40% out of sample: 3 of 4; 2 without an explanation in the table (3, 5)")
     explained = tuple(s for s in scored if s.row.id in ("1", "2"))
     assert _far_off_text(explained) == "Rows beyond 40% out of sample: 1 of 2, each with an explanation in the table"
+
+
+def test_a_table_whose_every_row_is_skipped_is_an_error_after_the_report(tmp_path):
+    """An unknown GPU skips each row, with its reason in the report; a validation that replayed nothing fails."""
+    path = write_table(tmp_path / "t.csv", [row(gpu="nosuchgpu"), row(id="2", gpu="nosuchgpu")])
+    result = CliRunner().invoke(main, ["validate", "--csv", str(path), "--no-rows", "--jobs", "1"])
+    assert result.exit_code == 2
+    assert "unknown GPU 'nosuchgpu'" in result.output and "no row could be replayed; every one was skipped" in result.output
+    replayed = CliRunner().invoke(main, ["validate", "--csv", str(write_table(tmp_path / "ok.csv", [row(), row(id="2", gpu="nosuchgpu")])),
+                                         "--no-rows", "--jobs", "1"])
+    assert replayed.exit_code == 0, replayed.output

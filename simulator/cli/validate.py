@@ -477,7 +477,11 @@ def validate_command(table: Path | None, as_json: bool, no_rows: bool, plot_path
         click.echo(f"wrote {html_path}", err=True)
     if as_json:
         click.echo(to_json(validation_dict(v, table), indent=1))
-        return
-    click.echo(_text(v, table, seconds, no_rows))
+    else:
+        click.echo(_text(v, table, seconds, no_rows))
+    if not any(s.error_in is not None or s.error_out is not None for s in v.scored):
+        # The report above lists why each row was skipped; a validation of no row is not a pass.
+        raise InputError(f"--csv {table}: no row could be replayed; every one was skipped (the reasons are listed in "
+                         "the report)")
 
 
