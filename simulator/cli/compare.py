@@ -51,7 +51,11 @@ COMPARE_OPTIONS = settings_options(DeploymentSettings, exclude=("attention",)) +
 def comparison_text(comparison: Comparison) -> str:
     model, gpu, precision = comparison.model, comparison.gpu, comparison.precision
     batch = comparison.rows[0].batch
-    tp_note = " (smallest degree at which every row fits one sequence)" if comparison.tp_auto else ""
+    tp_note = ""
+    if comparison.tp_auto:
+        tp_note = (" (the largest degree tried: not every row fits one sequence even there)"
+                   if any(row.max_batch == 0 for row in comparison.rows)
+                   else " (smallest degree at which every row fits one sequence)")
     lines = [
         f"memwall compare: {model.name} on {comparison.tp}x {gpu.name}{tp_note}",
         f"{precision.label()}; decode step at batch {batch}, and at the largest batch that fits",
