@@ -105,9 +105,5 @@ def test_cli_table_json_and_warning():
 
 def test_the_headline_does_not_claim_a_fit_no_row_has():
     """10^8 tokens of llama2-70b's KV (327,680 bytes each: 32.8 TB) fit no A100 at any degree."""
-    from click.testing import CliRunner
-
-    from simulator.cli import main
-
     out = CliRunner().invoke(main, ["compare", "--model", "llama2-70b", "--gpu", "a100", "--ctx", "100000000"]).output
     assert "(the largest degree tried: not every row fits one sequence even there)" in out.splitlines()[0]
