@@ -283,3 +283,9 @@ def test_config_values_that_cannot_be_sizes_are_refused_by_name(tmp_path):
     with pytest.raises(InputError, match=r"lacks hidden_size .*\(hidden_size in the file: NaN or Infinity"):
         load_model_file(nan)
     assert load_model_file(_edited_llama(tmp_path)).num_kv_heads == 8
+
+
+def test_an_unmodelled_quantisation_warns_with_the_format_the_run_takes(tmp_path):
+    model = load_model_file(_edited_llama(tmp_path, quantization_config={"quant_method": "weird", "bits": 4}))
+    (warning,) = [w for w in model.warnings if "quant_method 'weird' is not modelled" in w]
+    assert "weights taken as fp16" in warning and model.default_weights is None  # so the run's default, fp16

@@ -273,7 +273,8 @@ def quantisation_fields(config: dict[str, Any], spec: dict[str, Any], warnings: 
     if found is None:
         algo = qc.get("quant_algo")
         what = f"quant_method '{method}'" + (f" (quant_algo '{algo}')" if algo else "")
-        warnings.append(f"quantization_config {what} is not modelled: weights taken as {default} unless --weights "
+        # Nothing is set, so the run takes the unquantised default (fp16, plan.deployment_planner.weights_format).
+        warnings.append(f"quantization_config {what} is not modelled: weights taken as fp16 unless --weights "
                         "says otherwise (allowed: fp8, fbgemm_fp8, mxfp4, compressed-tensors, modelopt NVFP4/FP8, "
                         "awq, gptq)")
         return {}
