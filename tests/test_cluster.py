@@ -134,3 +134,15 @@ def test_min_replicas_search_steps_down_or_doubles_then_bisects():
     tried.clear()
     assert bisect_min_int(at_least_7, 9, 1024) == 7 and tried == [9, 8, 7, 6]
     assert bisect_min_int(lambda r: False, 3, 16) is None
+
+
+def test_the_kv_high_water_of_replicas_is_read_against_all_their_blocks():
+    """Two replicas: kv_cache.blocks is one replica's cache, the high water the two together, against twice it."""
+    from simulator.plan.result import engine_run_dict
+    from simulator.plan.run import simulate_settings
+
+    run = engine_run_dict(simulate_settings({"model": "llama3-8b", "gpu": "h100", "qps": 10, "requests": 200,
+                                             "replicas": 2, "seed": 1}))
+    cache = run["kv_cache"]
+    assert cache["high_water_of_blocks"] == 2 * cache["blocks"]
+    assert cache["high_water_fraction"] == pytest.approx(cache["high_water_blocks"] / (2 * cache["blocks"]))

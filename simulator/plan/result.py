@@ -209,6 +209,7 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
             "blocks_overridden": cap.overridden,
             "high_water_blocks": m.kv_high_water_blocks,
             "high_water_fraction": m.kv_high_water_fraction,
+            "high_water_of_blocks": m.kv_blocks,
         },
         "workload": {
             "kind": workload.kind,

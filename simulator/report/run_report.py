@@ -270,8 +270,9 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
            else f" at {cap.gpu_memory_utilization:g} of the memory left after weights, workspace and runtime, "
                 f"as the engine sizes it)" if cap.of_free
            else f" at --gpu-memory-utilization {cap.gpu_memory_utilization:g})"),
-        f"  high water   {_count(m.kv_high_water_blocks, 'block')} ({100 * m.kv_high_water_fraction:.1f}%), "
-        f"{_count(m.max_running, 'sequence')} running at most",
+        f"  high water   {_count(m.kv_high_water_blocks, 'block')}"
+        + ("" if m.kv_blocks == cap.blocks else f" of the {m.kv_blocks:,} in every replica together")
+        + f" ({100 * m.kv_high_water_fraction:.1f}%), {_count(m.max_running, 'sequence')} running at most",
         "",
         "Requests",
         f"  completed    {m.completed:,} of {m.requests:,} in {fmt_seconds(m.duration_seconds)} "
