@@ -295,3 +295,20 @@ def test_api_errors_name_the_keyword_not_the_flag(options, setting):
 def test_the_cli_keeps_naming_flags():
     result = CliRunner().invoke(main, ["--model", "llama2-7b", "--gpu", "a100", "--tp", "3"])
     assert result.exit_code == 2 and "--tp: 3 does not divide" in result.output
+
+
+def test_an_operator_s_share_is_of_the_whole_step_even_in_a_top_few_table():
+    from simulator.cost.system import System
+    from simulator.model import load_gpu, load_model
+    from simulator.model.precision import parse_precision
+    from simulator.model.step import Step
+    from simulator.report.run_report import operator_table
+
+    system = System(load_model("llama2-7b"), load_gpu("a100"), parse_precision("fp16", "fp16"), 1)
+    cost = system.step_cost(Step.decode(8, 1024))
+    slowest = sorted(cost.operators, key=lambda o: float(o.seconds), reverse=True)[:2]
+    lines = operator_table(cost.operators, top=2, overhead_seconds=float(cost.overhead_seconds),
+                           launch_wait_seconds=float(cost.launch_wait_seconds))
+    shares = [float(line.split()[-1].rstrip("%")) for line in lines[2:4]]
+    step = float(cost.seconds)
+    assert shares == [pytest.approx(100 * float(o.seconds) / step, abs=0.05) for o in slowest]

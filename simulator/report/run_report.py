@@ -45,7 +45,7 @@ def _table(headers: list[str], rows: list[list[str]], align_right: set[int]) -> 
 
 def operator_table(costs: Iterable[OperatorCost], tp: int = 1, top: int | None = None,
                    overhead_seconds: float = 0.0, launch_wait_seconds: float = 0.0) -> list[str]:
-    """Terminal table of operators, slowest first when ``top`` is given.
+    """Terminal table of operators, slowest first when ``top`` is given; each one's share of the whole step.
 
     ``launch``: the part of an operator's time spent launching its kernels on the GPU (a CUDA-graph
     node's or a launch's fixed cost). ``launch_wait_seconds``: the time the GPU waits for the host
@@ -53,9 +53,10 @@ def operator_table(costs: Iterable[OperatorCost], tp: int = 1, top: int | None =
     per iteration. Each is shown as its own row (they are in no operator).
     """
     ops = list(costs)
+    # Shares of the whole step, the rows not shown included: the top rows' shares then sum to what they take.
+    total = (sum(float(o.seconds) for o in ops) + float(overhead_seconds) + float(launch_wait_seconds)) or 1.0
     if top is not None:
         ops = sorted(ops, key=lambda o: float(o.seconds), reverse=True)[:top]
-    total = (sum(float(o.seconds) for o in ops) + float(overhead_seconds) + float(launch_wait_seconds)) or 1.0
     rows = [
         [
             o.name,
