@@ -103,3 +103,20 @@ def test_json_reports_pp_and_counts_every_gpu():
     assert (data["tp"], data["pp"], data["replicas"], data["gpus"]) == (2, 2, 2, 8)
     assert data["pipeline"]["layers_per_stage"] == 16 and data["pipeline"]["bubble_fraction"] == pytest.approx(1 / 3)
     assert data["requests"]["completed"] == 20
+
+
+def test_a_pipelined_run_reports_the_whole_model_and_every_gpu():
+    """llama2-70b on tp 2 x pp 2: 68.98 G parameters as without a pipeline (a stage holds half), on 4 GPUs."""
+    from click.testing import CliRunner
+
+    from simulator.cli import main
+    from simulator.plan.result import engine_run_dict
+    from simulator.plan.run import simulate_settings
+
+    base = {"model": "llama2-70b", "gpu": "a100", "batch": 16, "ctx": 2048}
+    piped = engine_run_dict(simulate_settings({**base, "tp": 2, "pp": 2}))
+    whole = engine_run_dict(simulate_settings({**base, "tp": 4}))
+    assert piped["params"] == whole["params"] and piped["active_params"] == whole["active_params"]
+    title = CliRunner().invoke(main, ["--model", "llama2-70b", "--gpu", "a100", "--batch", "16", "--ctx", "2048",
+                                      "--tp", "2", "--pp", "2", "--quiet"]).output.splitlines()[0]
+    assert title == "memwall: llama2-70b on 4x A100-SXM4-80GB (tp 2 x pp 2)"

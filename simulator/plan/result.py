@@ -9,10 +9,11 @@ import numpy as np
 from simulator.cost.client_path import breakdown
 from simulator.cost.engine_overhead import per_sequence_seconds
 from simulator.cost.kernel_tables.source import source_of
+from simulator.cost.pipeline import PipelineSystem
 from simulator.cost.step_cost import StepCost
 from simulator.engine.metrics import REJECT_REASONS, REJECTED, STATE_NAMES
 from simulator.errors import InputError
-from simulator.model.parameters import moe_facts, parameter_counts
+from simulator.model.parameters import model_parameters, moe_facts, parameter_counts
 from simulator.model.step import Step
 from simulator.plan.disaggregated_run import disaggregation_summary
 from simulator.plan.engine_run import EngineRun
@@ -89,8 +90,10 @@ def kernels_dict(system: Any, costs: dict[str, StepCost | None]) -> dict[str, An
 
 
 def architecture_dict(system: Any, tokens: float) -> dict[str, Any]:
-    """Parameters (total, active per token), the architecture line and MoE facts at a step of ``tokens`` tokens."""
-    counts = parameter_counts(system.operators)
+    """Parameters (total, active per token), the architecture line and MoE facts at a step of ``tokens`` tokens.
+
+    Of the whole model: a pipeline's operators are one stage's, so its counts come from the whole model."""
+    counts = model_parameters(system.model) if isinstance(system, PipelineSystem) else parameter_counts(system.operators)
     facts = moe_facts(system.model, system.operators, tokens)
     return {
         "architecture": system.model.describe_architecture(),
@@ -447,7 +450,7 @@ def sessions_dict(run: "EngineRun") -> dict[str, Any] | None:
 
 def pipeline_dict(run: "EngineRun") -> dict[str, Any] | None:
     """Pipeline parallelism (simulator.cost.pipeline): stages, layers per stage, micro-batches, bubble, stage link."""
-    from simulator.cost.pipeline import PipelineSystem, bubble_fraction
+    from simulator.cost.pipeline import bubble_fraction
 
     dep = run.deployment
     system = dep.system

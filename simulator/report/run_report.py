@@ -225,7 +225,8 @@ def engine_run_text(run: "EngineRun", top: int = 6) -> str:
     first_step = result.first_prefill_step
     _, queued_for_kv = queued_counts(result)
     lines = [
-        f"memwall: {model.name} on {tp}x {gpu.name}",
+        f"memwall: {model.name} on " + (f"{opts.replicas} replicas of " if opts.replicas > 1 else "")
+        + f"{dep.gpus}x {gpu.name}" + (f" (tp {tp} x pp {dep.pp})" if dep.pp > 1 else ""),
         "",
         "Setup",
         f"  model        {model.name}: {model.num_layers} layers, hidden {model.hidden_size}, "
