@@ -261,3 +261,13 @@ def test_plot_without_matplotlib_says_how_to_install_it_before_running(tmp_path,
     result = CliRunner().invoke(main, ["sweep", str(scenario_file), "--out", str(out), "--plot", str(tmp_path / "x.png")])
     assert result.exit_code == 2 and "pip install -e '.[plot]'" in result.output
     assert not out.exists()  # refused before any point ran
+
+
+def test_a_disaggregated_run_is_priced_pool_by_pool():
+    from simulator.sweep.sweep import usd_per_hour
+
+    prices = {"H100-SXM5-80GB": 1.0, "B200": 100.0}
+    split = {"prefill": {"gpu": "B200", "gpus": 2}, "decode": {"gpu": "H100-SXM5-80GB", "gpus": 2}}
+    assert usd_per_hour({"gpu": "H100-SXM5-80GB", "gpus": 4, "disaggregation": split}, prices) == 2 * 100.0 + 2 * 1.0
+    assert usd_per_hour({"gpu": "H100-SXM5-80GB", "gpus": 4}, prices) == 4 * 1.0
+    assert usd_per_hour({"gpu": "A30", "gpus": 1}, prices) is None  # no price: no cost, not a wrong one

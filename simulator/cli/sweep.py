@@ -440,7 +440,7 @@ def summary_text(scenario: Scenario, outcome: SweepOutcome, where: str, limit: i
             "search.min_gpus_for_qps.gpus": "GPUs for target QPS",
         }
         extra = ["$/hour"] if "search.min_gpus_for_qps.gpus" in searched else []
-        headers = ["point", *axes, "GPUs/replica", *(labels[k] for k in searched), *extra]
+        headers = ["point", *axes, "GPUs", *(labels[k] for k in searched), *extra]
         table = [
             _point_cells(r, axes)
             + [fmt_value(r.get("gpus"), "")]

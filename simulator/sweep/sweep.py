@@ -167,10 +167,10 @@ def metric_columns(result: dict[str, Any], task: PointTask) -> dict[str, Any]:
         row.update(chance_columns(result, task.slo, "slo."))
         if task.confidence is not None:
             row["slo.confidence"] = task.confidence
-    price = task.usd_per_gpu_hour.get(str(result.get("gpu")))
-    if price is not None:
-        row["cost.usd_per_gpu_hour"] = price
-        row["cost.usd_per_hour"] = price * gpus
+    hourly = usd_per_hour(result, task.usd_per_gpu_hour)
+    if hourly is not None:
+        row["cost.usd_per_gpu_hour"] = hourly / gpus  # the mean over the run's GPUs where its pools' GPUs differ
+        row["cost.usd_per_hour"] = hourly
         row[COST_KEY] = _cost_per_million(result, task)
     row.update({key: _scalar(value) for key, value in flatten(result).items()})
     warnings = result.get("warnings")
@@ -208,12 +208,28 @@ def bisect_max_float(passes: Callable[[float], bool], low: float, high: float, t
     return good
 
 
+def usd_per_hour(result: dict[str, Any], usd_per_gpu_hour: dict[str, float]) -> float | None:
+    """Dollars an hour of every GPU of a run, a disaggregated run's pools each at its own GPU's price; None where
+    a GPU of it has no price."""
+    split = result.get("disaggregation")
+    pools = ([(split[role]["gpu"], int(split[role]["gpus"])) for role in ("prefill", "decode")] if split
+             else [(result.get("gpu"), gpus_used(result))])
+    total = 0.0
+    for gpu, count in pools:
+        price = usd_per_gpu_hour.get(str(gpu))
+        if price is None:
+            return None
+        total += price * count
+    return total
+
+
 def _cost_per_million(result: dict[str, Any], task: PointTask) -> float | None:
-    price = task.usd_per_gpu_hour.get(str(result.get("gpu")))
+    hourly = usd_per_hour(result, task.usd_per_gpu_hour)
     tokens_per_second = result.get("throughput", {}).get("output_tokens_per_second")
-    if price is None or not tokens_per_second:
+    if hourly is None or not tokens_per_second:
         return None
-    return usd_per_million_output_tokens(price, gpus_used(result), float(tokens_per_second))
+    gpus = gpus_used(result)
+    return usd_per_million_output_tokens(hourly / gpus, gpus, float(tokens_per_second))
 
 
 def max_batch_columns(task: PointTask, low: int, high: int) -> dict[str, Any]:
