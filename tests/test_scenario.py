@@ -224,3 +224,27 @@ def test_missing_scenario_file_exits_2(tmp_path):
 def test_shipped_scenarios_validate(name):
     scenario = load_scenario(SCENARIOS / f"{name}.yaml")
     assert scenario.points()
+
+
+@pytest.mark.parametrize("grid, expected", [
+    # a vLLM spelling beside its setting: two axes of tp (tp 1 and 2 would never run)
+    ("{tp: [1, 2], tensor_parallel_size: [4, 8]}", "sweep.grid.tensor_parallel_size: sweeps tp, as another axis"),
+    ("{batch: [1, 1, 4]}", "sweep.grid.batch: repeats 1: a point would run twice"),
+    ("{batch: {start: 0, stop: 1.0e300, step: 1.0e-300}}", "sweep.grid.batch: more than 100,000 values"),
+    ("{batch: {start: 1.0e308, stop: -1.0e308, step: -1.0e308}}", "more than 100,000 values"),
+    ("{batch: {start: true, stop: 4, step: 1}}", "sweep.grid.batch.start: expected a finite number (got True)"),
+    # three axes of 100,000 values: 10^15 points
+    ("{batch: {start: 1, stop: 100000, step: 1}, ctx: {start: 1000, stop: 100999, step: 1},"
+     " gen: {start: 1, stop: 100000, step: 1}}", "sweep: 1,000,000,000,000,000 points; at most 1,000,000"),
+])
+def test_a_sweep_that_cannot_run_as_written_is_refused_at_load(tmp_path, grid, expected):
+    message = error_of(tmp_path, f"base: {{model: llama2-7b, gpu: a100}}\nsweep:\n  grid: {grid}\n")
+    assert expected in message
+
+
+def test_zipped_axes_may_repeat_a_value_but_not_a_whole_row(tmp_path):
+    base = "base: {model: llama2-70b}\n"
+    ok = "sweep:\n  zip:\n    gpu: [a100, a100, h100]\n    tp: [4, 8, 4]\n"
+    assert len(load_scenario(write(tmp_path, base + ok)).points()) == 3
+    twice = "sweep:\n  zip:\n    gpu: [a100, h100, a100]\n    tp: [4, 8, 4]\n"
+    assert "sweep.zip: row 2 repeats row 0 in every zipped axis" in error_of(tmp_path, base + twice)

@@ -50,6 +50,10 @@ DEFAULT_USD_PER_GPU_HOUR: dict[str, float] = {
 # The file's shape (pydantic)
 
 
+MAX_POINTS = 1_000_000
+"""Most points one scenario may list (each is at least one simulation; a grid of three 10^5-value ranges would
+name 10^15 and never start)."""
+
 class _Strict(BaseModel):
     # No NaN or infinity anywhere in a scenario's blocks (SLO limits, search bounds, ranges).
     model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
@@ -299,13 +303,18 @@ def expand_values(spec: Any, path: str) -> list[Any]:
 
 
 def _step_range(spec: dict[str, Any], rng: _StepRange, path: str) -> list[Any]:
+    for key in ("start", "stop", "step"):
+        if isinstance(spec[key], bool) or not math.isfinite(getattr(rng, key)):
+            raise FieldError(f"{path}.{key}", f"expected a finite number (got {spec[key]!r})")
     if rng.step == 0:
         raise FieldError(f"{path}.step", "step must not be 0")
     if (rng.stop - rng.start) * rng.step < 0:
         raise FieldError(f"{path}.step", f"step {rng.step:g} never goes from start {rng.start:g} to stop {rng.stop:g}")
-    count = math.floor((rng.stop - rng.start) / rng.step + 1e-9) + 1
-    if count > 100_000:
-        raise FieldError(path, f"{count} values; at most 100000 per axis")
+    span = (rng.stop - rng.start) / rng.step  # inf where the difference overflows or the step is tiny
+    if not span < 100_000:
+        many = f"{math.floor(span + 1e-9) + 1:,}" if math.isfinite(span) else "more than 100,000"
+        raise FieldError(path, f"{many} values; at most 100,000 per axis")
+    count = math.floor(span + 1e-9) + 1
     integral = all(isinstance(spec[k], int) and not isinstance(spec[k], bool) for k in ("start", "stop", "step"))
     if integral:
         return [int(spec["start"]) + i * int(spec["step"]) for i in range(count)]
@@ -341,7 +350,7 @@ def _base_options(given: dict[str, Any]) -> dict[str, Any]:
 
 
 def _axes(block: dict[str, Any], where: str) -> tuple[Axis, ...]:
-    axes = []
+    axes: list[Axis] = []
     for name, spec in block.items():
         path = f"{where}.{name}"
         field_name = str(name) if str(name) in VLLM_ALIASES else _check_name(str(name), path)
@@ -356,6 +365,12 @@ def _axes(block: dict[str, Any], where: str) -> tuple[Axis, ...]:
                                                  f"({', '.join(sorted(translated)) or 'none for this value'})")
                 (field_name, value), = translated.items()
             values.append(convert_value(field_name, value, value_path))
+        seen = [a for a in axes if a.name == field_name]
+        if seen:  # a vLLM spelling beside its setting (tensor_parallel_size and tp): two axes of one setting
+            raise FieldError(path, f"sweeps {field_name}, as another axis of {where} already does; sweep it once")
+        repeated = sorted({repr(v) for v in values if values.count(v) > 1}) if where.endswith("grid") else []
+        if repeated:  # (a zipped axis repeats values in rows that differ elsewhere: its rows are checked whole)
+            raise FieldError(path, f"repeats {', '.join(repeated)}: a point would run twice; give each value once")
         axes.append(Axis(field_name, tuple(values)))
     return tuple(axes)
 
@@ -493,6 +508,14 @@ def _build(source: Path, raw: dict[str, Any], out: str | None) -> Scenario:
                     f"sweep.zip.{axis.name}",
                     f"{len(axis.values)} value(s) but sweep.zip.{first.name} has {len(first.values)}; zipped axes go in step",
                 )
+    rows = list(zip(*(axis.values for axis in zipped)))
+    twice = sorted({i for i, row in enumerate(rows) if rows.index(row) != i})
+    if twice:
+        raise FieldError("sweep.zip", f"row {twice[0]} repeats row {rows.index(rows[twice[0]])} in every zipped axis: "
+                                      "a point would run twice; give each row once")
+    points = (len(rows) if zipped else 1) * math.prod(len(axis.values) for axis in grid)
+    if points > MAX_POINTS:
+        raise FieldError("sweep", f"{points:,} points; at most {MAX_POINTS:,} (each is a simulation): sweep fewer values")
     axis_names = {axis.name for axis in zipped + grid}
     _check_configs(base, zipped + grid, {a.name for a in zipped})
     search = _check_search(data, axis_names)
