@@ -547,3 +547,17 @@ def test_cuda_timer_falls_back_to_eager_calls_when_capture_fails():
     assert timer(cuda.kernel(5e-4)) == pytest.approx(5e-4)
     assert timer.graph_failures == 1
     assert "RuntimeError" in timer.failures[0]
+
+
+def test_gemm_rows_without_the_harness_s_model_and_op_keys_time_no_operator(tmp_path):
+    # The schema checks a gemm row's dtype, tokens, flops, bytes and seconds; model and op are optional (fuzz find).
+    timings = _profiled_timings()
+    for case in timings["gemm"]:
+        case.pop("model", None)
+        case.pop("op", None)
+    path = tmp_path / "timings.json"
+    save_measurements(path, timings)
+    result = CliRunner().invoke(main, ["calibrate", "--check", "--measurements", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    (row,) = _json_of(result.output)["timeline"]
+    assert all(op["alone_seconds"] is None for op in row["operators"])

@@ -190,8 +190,10 @@ def timeline_rows(measurements: dict[str, Any], layers: int,
     """
     steps = {(c["phase"], c["batch"], c["context"]): c["seconds"] for c in measurements["endtoend"]["cases"]}
     model, dtype = measurements["endtoend"]["model"]["name"], measurements["dtype"]
-    alone = {(g["op"], g["tokens"]): g["seconds"] for g in measurements["gemm"]
-             if g["model"] == model and g["dtype"] == dtype}
+    # A gemm row's model and op are the harness's own keys, which a timings file need not hold (the schema
+    # checks dtype, tokens, flops, bytes and seconds only): a row without them times no operator here.
+    alone = {(g.get("op"), g["tokens"]): g["seconds"] for g in measurements["gemm"]
+             if g.get("model") == model and g["dtype"] == dtype}
     rows = []
     for case in measurements.get("timeline", []):
         phase, batch, context = case["phase"], case["batch"], case["context"]
