@@ -561,3 +561,14 @@ def test_gemm_rows_without_the_harness_s_model_and_op_keys_time_no_operator(tmp_
     assert result.exit_code == 0, result.output
     (row,) = _json_of(result.output)["timeline"]
     assert all(op["alone_seconds"] is None for op in row["operators"])
+
+
+def test_timings_without_end_to_end_cases_check_to_an_empty_table_not_a_traceback(tmp_path):
+    """The made-up timings have GEMMs and no end-to-end case (and an empty model): nothing to predict."""
+    path = tmp_path / "timings.json"
+    save_measurements(path, _measurements())
+    for extra in ([], ["--json"]):
+        result = CliRunner().invoke(main, ["calibrate", "--check", "--measurements", str(path), *extra])
+        assert result.exit_code == 0, result.output
+    table = _json_of(result.output)
+    assert table["rows"] == [] and table["timeline"] == [] and table["model"] is None

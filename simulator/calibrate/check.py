@@ -87,7 +87,9 @@ def check_system(model: ModelSpec, gpu: GPUSpec, dtype: str) -> System:
 
 
 def check_rows(measurements: dict[str, Any], shipped: GPUSpec, overlay: GPUSpec) -> list[CheckRow]:
-    """A row per measured end-to-end case."""
+    """A row per measured end-to-end case (none, and no model read, where the timings hold none)."""
+    if not measurements["endtoend"]["cases"]:
+        return []
     model, dtype = endtoend_model(measurements), measurements["dtype"]
     shipped_system, overlay_system = check_system(model, shipped, dtype), check_system(model, overlay, dtype)
     rows = []
@@ -102,6 +104,8 @@ def check_rows(measurements: dict[str, Any], shipped: GPUSpec, overlay: GPUSpec)
 
 def profiled_rows(measurements: dict[str, Any], shipped: GPUSpec) -> list[TimelineRow]:
     """The profiled steps (:mod:`simulator.calibrate.timeline`), each operator beside its shipped prediction."""
+    if not measurements.get("timeline"):
+        return []
     model, dtype = endtoend_model(measurements), measurements["dtype"]
     system = check_system(model, shipped, dtype)
 
@@ -129,7 +133,7 @@ def check_dict(measurements: dict[str, Any], rows: list[CheckRow], shipped: GPUS
     """The ``--check --json`` contract (SI units)."""
     return {
         "device": measurements["device"]["name"],
-        "model": measurements["endtoend"]["model"]["name"],
+        "model": measurements["endtoend"]["model"].get("name"),
         "dtype": measurements["dtype"],
         "attention_kernel": ATTENTION_KERNEL,
         "fusion": FUSION,
@@ -151,7 +155,7 @@ def check_dict(measurements: dict[str, Any], rows: list[CheckRow], shipped: GPUS
 
 def check_text(measurements: dict[str, Any], rows: list[CheckRow], shipped: GPUSpec, overlay: GPUSpec) -> str:
     """The predicted-vs-measured table for a terminal."""
-    model = measurements["endtoend"]["model"]["name"]
+    model = measurements["endtoend"]["model"].get("name") or "no end-to-end model"
     lines = [
         f"Calibration check: {model}, {measurements['dtype']}, tp 1, {ATTENTION_KERNEL} attention, "
         f"fusion {FUSION} (plain PyTorch), on {measurements['device']['name']}",

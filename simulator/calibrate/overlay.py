@@ -320,7 +320,7 @@ def load_measurements(path: Path) -> dict[str, Any]:
     if checked.dtype not in checked.peaks.flops:
         have = ", ".join(checked.peaks.flops) or "none"
         raise InputError(f"{where}: field 'dtype': peaks.flops has no entry for '{checked.dtype}' (it has: {have})")
-    if checked.endtoend.cases:  # the check predicts each case with this model
+    if checked.endtoend.cases or checked.timeline:  # the check predicts each case with this model
         validate(ModelSpec, checked.endtoend.model, f"{where}: endtoend.model")
     return checked.model_dump(by_alias=True)
 
