@@ -232,7 +232,8 @@ def test_shipped_scenarios_validate(name):
     ("{batch: [1, 1, 4]}", "sweep.grid.batch: repeats 1: a point would run twice"),
     ("{batch: {start: 0, stop: 1.0e300, step: 1.0e-300}}", "sweep.grid.batch: more than 100,000 values"),
     ("{batch: {start: 1.0e308, stop: -1.0e308, step: -1.0e308}}", "more than 100,000 values"),
-    ("{batch: {start: true, stop: 4, step: 1}}", "sweep.grid.batch.start: expected a finite number (got True)"),
+    ("{batch: {start: true, stop: 4, step: 1}}", "sweep.grid.batch.start: Value error, expected a number, not a "
+                                                 "true/false flag"),
     # three axes of 100,000 values: 10^15 points
     ("{batch: {start: 1, stop: 100000, step: 1}, ctx: {start: 1000, stop: 100999, step: 1},"
      " gen: {start: 1, stop: 100000, step: 1}}", "sweep: 1,000,000,000,000,000 points; at most 1,000,000"),
@@ -248,3 +249,23 @@ def test_zipped_axes_may_repeat_a_value_but_not_a_whole_row(tmp_path):
     assert len(load_scenario(write(tmp_path, base + ok)).points()) == 3
     twice = "sweep:\n  zip:\n    gpu: [a100, h100, a100]\n    tp: [4, 8, 4]\n"
     assert "sweep.zip: row 2 repeats row 0 in every zipped axis" in error_of(tmp_path, base + twice)
+
+
+@pytest.mark.parametrize("block, expected", [
+    # pydantic read true as 1: a 1 s limit, $1 an hour, a search from 1
+    ("slo: {tpot_p99_seconds: true}", "slo.tpot_p99_seconds: Value error, expected a number, not a true/false flag"),
+    ("cost: {usd_per_gpu_hour: {h100: true}}", "h100: expected dollars per GPU-hour, not a true/false flag"),
+    ("cost: {usd_per_gpu_hour: {h100: 1.0e308}}", "cost.usd_per_gpu_hour.h100: Input should be less than or equal to"),
+    ("cost: {usd_per_gpu_hour: {h100: 2.0, H100-SXM5-80GB: 5.0}}",
+     "cost.usd_per_gpu_hour.H100-SXM5-80GB: prices H100-SXM5-80GB again (as cost.usd_per_gpu_hour.h100 does)"),
+])
+def test_slo_and_prices_are_numbers_given_once(tmp_path, block, expected):
+    text = "base: {model: llama2-7b, gpu: h100}\nsweep:\n  grid: {batch: [1, 2]}\n" + block + "\n"
+    assert expected in error_of(tmp_path, text)
+
+
+def test_a_search_named_without_bounds_runs_at_its_default_bounds(tmp_path):
+    text = ("base: {model: llama2-7b, gpu: h100, requests: 10}\nsweep:\n  grid: {ctx: [1024, 2048]}\n"
+            "slo: {ttft_p99_seconds: 1.0}\nsearch:\n  max_qps_under_slo:\n")
+    search = load_scenario(write(tmp_path, text)).search
+    assert search.max_qps_under_slo is not None and (search.max_qps_under_slo.low, search.max_qps_under_slo.high) == (0.1, 100.0)

@@ -16,10 +16,10 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from simulator.errors import InputError
 from simulator.files import is_folder
@@ -57,6 +57,14 @@ name 10^15 and never start)."""
 class _Strict(BaseModel):
     # No NaN or infinity anywhere in a scenario's blocks (SLO limits, search bounds, ranges).
     model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_flag_as_a_number(cls, value: Any) -> Any:
+        # pydantic reads true as 1 for a number (a 1 s limit, $1 an hour); no field of these blocks is a flag.
+        if isinstance(value, bool):
+            raise ValueError("expected a number, not a true/false flag")
+        return value
 
 
 class SweepBlock(_Strict):
@@ -105,9 +113,26 @@ class SearchBlock(_Strict):
     max_batch_under_slo: BatchSearch | None = None
     min_gpus_for_qps: GPUsForQPS | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _named_means_wanted(cls, data: Any) -> Any:
+        # ``max_qps_under_slo:`` with nothing after it asks for the search at its default bounds, not for none.
+        if isinstance(data, dict):
+            return {key: ({} if value is None and key != "min_gpus_for_qps" else value) for key, value in data.items()}
+        return data
+
 
 class CostBlock(_Strict):
-    usd_per_gpu_hour: dict[str, float] = Field(default_factory=dict)
+    usd_per_gpu_hour: dict[str, Annotated[float, Field(gt=0, le=1e6)]] = Field(default_factory=dict)
+
+    @field_validator("usd_per_gpu_hour", mode="before")
+    @classmethod
+    def _no_flag_as_a_price(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            for gpu, price in value.items():
+                if isinstance(price, bool):
+                    raise ValueError(f"{gpu}: expected dollars per GPU-hour, not a true/false flag")
+        return value
 
 
 class OutputBlock(_Strict):
@@ -303,9 +328,6 @@ def expand_values(spec: Any, path: str) -> list[Any]:
 
 
 def _step_range(spec: dict[str, Any], rng: _StepRange, path: str) -> list[Any]:
-    for key in ("start", "stop", "step"):
-        if isinstance(spec[key], bool) or not math.isfinite(getattr(rng, key)):
-            raise FieldError(f"{path}.{key}", f"expected a finite number (got {spec[key]!r})")
     if rng.step == 0:
         raise FieldError(f"{path}.step", "step must not be 0")
     if (rng.stop - rng.start) * rng.step < 0:
@@ -413,11 +435,16 @@ def _load_or_problem(loader: Any, value: str, path: str) -> Any:
 
 def _prices(cost: CostBlock) -> dict[str, float]:
     prices = dict(DEFAULT_USD_PER_GPU_HOUR)
+    given: dict[str, str] = {}  # GPU name -> the key that priced it
     for key, price in cost.usd_per_gpu_hour.items():
         path = f"cost.usd_per_gpu_hour.{key}"
         if price <= 0:
             raise FieldError(path, f"price must be > 0 US dollars per GPU-hour (got {price})")
-        prices[_load_or_problem(load_gpu, str(key), path).name] = float(price)
+        name = _load_or_problem(load_gpu, str(key), path).name
+        if name in given:
+            raise FieldError(path, f"prices {name} again (as cost.usd_per_gpu_hour.{given[name]} does); price it once")
+        given[name] = str(key)
+        prices[name] = float(price)
     return prices
 
 
@@ -428,7 +455,8 @@ def _output(source: Path, block: OutputBlock, out: str | None) -> tuple[Path, Li
         fmt = block.format or "csv"
         return Path("out") / f"{source.stem}.{fmt}", fmt, True
     path = Path(given)
-    by_suffix: Literal["csv", "jsonl"] | None = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}.get(path.suffix)  # type: ignore[assignment]
+    by_suffix: Literal["csv", "jsonl"] | None = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}.get(  # type: ignore[assignment]
+        path.suffix.lower())
     if out is None and block.format and by_suffix and block.format != by_suffix:
         raise FieldError("output.format", f"{block.format} but output.path '{given}' ends in {path.suffix}")
     fmt = by_suffix or block.format or "csv"
