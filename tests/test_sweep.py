@@ -271,3 +271,15 @@ def test_a_disaggregated_run_is_priced_pool_by_pool():
     assert usd_per_hour({"gpu": "H100-SXM5-80GB", "gpus": 4, "disaggregation": split}, prices) == 2 * 100.0 + 2 * 1.0
     assert usd_per_hour({"gpu": "H100-SXM5-80GB", "gpus": 4}, prices) == 4 * 1.0
     assert usd_per_hour({"gpu": "A30", "gpus": 1}, prices) is None  # no price: no cost, not a wrong one
+
+
+def test_a_gpu_without_a_price_is_named_not_silently_left_out_of_the_cost_objective(tmp_path):
+    from click.testing import CliRunner
+
+    from simulator.cli import main
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("base: {model: llama3-8b, ctx: 512, gen: 16, batch: 4}\nsweep:\n  grid: {gpu: [a30, h100]}\n")
+    out = CliRunner().invoke(main, ["sweep", str(scenario), "-w", "1", "--out", str(tmp_path / "r.csv")])
+    assert out.exit_code == 0, out.output
+    assert "no price for A30: those points have no cost and are not in the cost objective" in out.output

@@ -465,4 +465,9 @@ def summary_text(scenario: Scenario, outcome: SweepOutcome, where: str, limit: i
             description = " ".join(f"{name}={fmt_value(row.get(f'input.{name}'), '')}" for name in axes)
             table.append([objective.label, value, f"point {row['point']}", description])
         lines += _table(["objective", "value", "point", "inputs"], table)
+    unpriced = sorted({str(row.get("gpu")) for row in rows if row.get("fits") and row.get(COST_KEY) is None
+                       and row.get("gpu") and row.get("throughput.output_tokens_per_second")})
+    if unpriced:  # their points have no cost: the cheapest point is among the others only
+        lines += ["", f"  no price for {', '.join(unpriced)}: those points have no cost and are not in the cost "
+                      "objective; give cost.usd_per_gpu_hour in the scenario"]
     return "\n".join(lines)
