@@ -274,10 +274,6 @@ def test_a_disaggregated_run_is_priced_pool_by_pool():
 
 
 def test_a_gpu_without_a_price_is_named_not_silently_left_out_of_the_cost_objective(tmp_path):
-    from click.testing import CliRunner
-
-    from simulator.cli import main
-
     scenario = tmp_path / "s.yaml"
     scenario.write_text("base: {model: llama3-8b, ctx: 512, gen: 16, batch: 4}\nsweep:\n  grid: {gpu: [a30, h100]}\n")
     out = CliRunner().invoke(main, ["sweep", str(scenario), "-w", "1", "--out", str(tmp_path / "r.csv")])
