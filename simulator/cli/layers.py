@@ -35,7 +35,9 @@ def layers_command(phase: str, as_json: bool, as_csv: bool, **options: Any) -> N
     """Per-operator roofline table for one prefill or decode step.
 
     Each row: FLOPs, HBM bytes, arithmetic intensity (FLOP/byte), the bound (memory,
-    compute or communication) and time, for all layers of that operator together.
+    compute, communication, launch where its kernels' launch costs take over half its time,
+    fused where it runs inside a neighbour, idle where it does nothing) and time, for all
+    layers of that operator together.
 
     \b
     Example:
