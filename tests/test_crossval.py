@@ -526,3 +526,14 @@ def test_the_host_time_per_sequence_of_tensorrt_llm_1_is_fitted_on_other_campaig
     assert after["a1"].out_of_sample.value == before["a1"].out_of_sample.value
     # each row is predicted with its fold's 20 us: exactly the figure it was simulated with
     assert before["b2"].out_of_sample.value == pytest.approx(rows[3].measured, rel=1e-12)
+
+
+def test_benchmark_lengths_beyond_any_context_are_refused_by_option(tmp_path):
+    # 2^64 prompt tokens raised OverflowError deep in the replay (long fuzz profile); the option's range says it
+    bench = tmp_path / "run.json"
+    bench.write_text(json.dumps(_serving_json()), encoding="utf-8")
+    for option in ("--input-tokens", "--output-tokens"):
+        result = CliRunner().invoke(main, ["calibrate", "--from-benchmark", str(bench), "--model", "llama2-7b",
+                                           "--base", "a100", option, str(2**64)])
+        assert result.exit_code == 2 and f"Invalid value for '{option}'" in result.output
+        assert "1<=x<=16777216" in result.output

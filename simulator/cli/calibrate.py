@@ -12,6 +12,7 @@ from simulator.cli.options import reports_input_errors
 from simulator.errors import InputError
 from simulator.files import check_output_path, path_kind
 from simulator.model import GPUSpec, load_gpu
+from simulator.plan.settings import MAX_CONTEXT_TOKENS
 from simulator.tabular import to_json
 
 EPILOG = """\b
@@ -116,8 +117,10 @@ def _prepare_output(path: Path, what: str, suffixes: tuple[str, ...]) -> None:
 @click.option("--weights", "bench_weights", default="fp16", show_default=True, help="With --from-benchmark JSON: weight dtype.")
 @click.option("--kv", "bench_kv", default="fp16", show_default=True, help="With --from-benchmark JSON: KV-cache dtype.")
 @click.option("--engine", "bench_engine", default="vllm", show_default=True, help="With --from-benchmark JSON: engine (profile) that ran it.")
-@click.option("--input-tokens", "bench_input", type=click.IntRange(min=1), help="With a benchmark_throughput JSON: prompt tokens per request.")
-@click.option("--output-tokens", "bench_output", type=click.IntRange(min=1), help="With a benchmark_throughput JSON: output tokens per request.")
+@click.option("--input-tokens", "bench_input", type=click.IntRange(min=1, max=MAX_CONTEXT_TOKENS),
+              help="With a benchmark_throughput JSON: prompt tokens per request.")
+@click.option("--output-tokens", "bench_output", type=click.IntRange(min=1, max=MAX_CONTEXT_TOKENS),
+              help="With a benchmark_throughput JSON: output tokens per request.")
 @reports_input_errors
 def calibrate_command(
     out: Path | None, quick: bool, device: str, base: str | None, dtype: str, budget_seconds: float,
