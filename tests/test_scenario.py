@@ -269,3 +269,17 @@ def test_a_search_named_without_bounds_runs_at_its_default_bounds(tmp_path):
             "slo: {ttft_p99_seconds: 1.0}\nsearch:\n  max_qps_under_slo:\n")
     search = load_scenario(write(tmp_path, text)).search
     assert search.max_qps_under_slo is not None and (search.max_qps_under_slo.low, search.max_qps_under_slo.high) == (0.1, 100.0)
+
+
+@pytest.mark.parametrize("setup, search, expected", [
+    ("batch: 8", "max_qps_under_slo: {}", "search.max_qps_under_slo: its runs arrive at a rate, which batch"),
+    ("qps: 1.0", "max_qps_under_slo: {high: 1.0e9}", "search.max_qps_under_slo.high: at most 1e+07 requests/s"),
+    ("requests: 50", "max_batch_under_slo: {}", "search.max_batch_under_slo: its runs are closed batches of the batch "
+                                               "it tries, which requests"),
+    ("qps: 1.0, disaggregate: '1:1'", "max_qps_under_slo: {}\n  min_gpus_for_qps: {qps: 10}",
+     "search.min_gpus_for_qps: searches the number of replicas, which a disaggregated run's pools fix"),
+])
+def test_a_search_that_contradicts_the_points_is_refused_at_load_by_its_name(tmp_path, setup, search, expected):
+    text = (f"base: {{model: llama2-7b, gpu: h100, {setup}}}\nsweep:\n  grid: {{ctx: [1024, 2048]}}\n"
+            f"slo: {{ttft_p99_seconds: 1.0}}\nsearch:\n  {search}\n")
+    assert expected in error_of(tmp_path, text)

@@ -48,6 +48,8 @@ MAX_BATCH = 1 << 20
 MAX_CONTEXT_TOKENS = 1 << 24
 MAX_KV_BLOCKS = 1 << 40
 MAX_SECONDS = 1e6
+MAX_QPS = 1e7
+"""Highest arrival rate a run takes, requests/s."""
 
 
 def _reject_bool(value: Any) -> Any:
@@ -284,7 +286,7 @@ class ServingSettings(BaseModel):
         "[default: 1000 with --qps, the trace's with --trace, else --batch]",
         json_schema_extra={"flags": ["--requests", "--num-prompts"]},
     )
-    qps: Annotated[Float | None, Field(ge=1e-6, le=1e7)] = Field(
+    qps: Annotated[Float | None, Field(ge=1e-6, le=MAX_QPS)] = Field(
         default=None, description="Open-loop arrivals at this many requests/s (else a closed batch at t=0).",
 
     )

@@ -25,7 +25,7 @@ from simulator.errors import InputError
 from simulator.files import is_folder
 from simulator.model import load_gpu, load_model
 from simulator.model.loader import read_mapping, suggest
-from simulator.plan.settings import VLLM_ALIASES, RunSettings, check_field, value_problem
+from simulator.plan.settings import MAX_QPS, VLLM_ALIASES, RunSettings, check_field, value_problem
 
 # Example on-demand prices in US dollars per GPU-hour, keyed by the GPU config's name.
 # Illustrative round figures in the range of 2024-25 public cloud / GPU-marketplace list
@@ -469,8 +469,9 @@ def _output(source: Path, block: OutputBlock, out: str | None) -> tuple[Path, Li
     return path, fmt, False
 
 
-def _check_search(data: ScenarioFile, axis_names: set[str]) -> SearchBlock:
+def _check_search(data: ScenarioFile, axis_names: set[str], base: dict[str, Any]) -> SearchBlock:
     search = data.search or SearchBlock()
+    named = axis_names | set(base)  # every option a point sets, by setting name
     wanted = [name for name in ("max_qps_under_slo", "max_batch_under_slo", "min_gpus_for_qps") if getattr(search, name)]
     if data.slo is not None and not data.slo.limits():
         raise FieldError("slo", "no limit set; give ttft_p99_seconds, tpot_p99_seconds and/or e2e_p99_seconds")
@@ -482,14 +483,27 @@ def _check_search(data: ScenarioFile, axis_names: set[str]) -> SearchBlock:
             raise FieldError("search.max_qps_under_slo", "qps is swept; the search sets it itself (a qps in base sets the point's own run)")
         if qps.high <= qps.low:
             raise FieldError("search.max_qps_under_slo.high", f"must be above low ({qps.low:g}), got {qps.high:g}")
+        if qps.high > MAX_QPS:
+            raise FieldError("search.max_qps_under_slo.high", f"at most {MAX_QPS:g} requests/s (a run's highest), "
+                                                              f"got {qps.high:g}")
+        for clash in sorted(named & {"batch", "trace", "max_concurrency", "sessions"}):
+            raise FieldError("search.max_qps_under_slo", f"its runs arrive at a rate, which {clash} (set by the "
+                                                         f"scenario) does not take; drop {clash} or the search")
     if search.max_batch_under_slo is not None:
         batch = search.max_batch_under_slo
         if "batch" in axis_names:
             raise FieldError("search.max_batch_under_slo", "batch is swept; the search sets it itself (move batch to base or drop the search)")
         if batch.high < batch.low:
             raise FieldError("search.max_batch_under_slo.high", f"must be at least low ({batch.low}), got {batch.high}")
+        for clash in sorted(named & {"requests", "qps", "trace", "max_concurrency", "sessions"}):
+            raise FieldError("search.max_batch_under_slo", f"its runs are closed batches of the batch it tries, which "
+                                                           f"{clash} (set by the scenario) contradicts; drop {clash} or "
+                                                           "the search")
     if search.min_gpus_for_qps is not None and search.max_qps_under_slo is None:
         raise FieldError("search.min_gpus_for_qps", "needs search.max_qps_under_slo (the capacity of one replica)")
+    if search.min_gpus_for_qps is not None and "disaggregate" in named:
+        raise FieldError("search.min_gpus_for_qps", "searches the number of replicas, which a disaggregated run's "
+                                                    "pools fix (disaggregate, set by the scenario); drop one of them")
     return search
 
 
@@ -546,7 +560,7 @@ def _build(source: Path, raw: dict[str, Any], out: str | None) -> Scenario:
         raise FieldError("sweep", f"{points:,} points; at most {MAX_POINTS:,} (each is a simulation): sweep fewer values")
     axis_names = {axis.name for axis in zipped + grid}
     _check_configs(base, zipped + grid, {a.name for a in zipped})
-    search = _check_search(data, axis_names)
+    search = _check_search(data, axis_names, base)
     output_path, output_format, output_is_default = _output(source, data.output, out)
     return Scenario(
         source=str(source),
