@@ -181,6 +181,9 @@ def test_expert_parallelism_is_checked():
 
 def test_tp_candidates_with_ep_are_tp_equal_ep():
     assert tensor_parallel_candidates(fixture("Mixtral-8x7B-v0.1"), load_gpu("h100"), ep=4) == [4]
+    # 32 heads, 8 KV heads, 8 GPUs a node: 1, 2, 4, 8; attention data parallelism needs two GPUs at least
+    assert tensor_parallel_candidates(fixture("Mixtral-8x7B-v0.1"), load_gpu("h100")) == [1, 2, 4, 8]
+    assert tensor_parallel_candidates(fixture("Mixtral-8x7B-v0.1"), load_gpu("h100"), dp_attention=True) == [2, 4, 8]
 
 
 def test_qwen_step_and_dense_layer_keys_pick_the_moe_layers():

@@ -295,10 +295,12 @@ def plan_memory(
     )
 
 
-def tensor_parallel_candidates(model: ModelSpec, gpu: GPUSpec, ep: int = 1) -> list[int]:
+def tensor_parallel_candidates(model: ModelSpec, gpu: GPUSpec, ep: int = 1, dp_attention: bool = False) -> list[int]:
     """Powers of two up to the GPUs in a node that divide the heads, the KV heads and the FFN widths.
 
-    With ``ep`` > 1 the experts are split over the tensor-parallel GPUs, so tp = ep is the only candidate.
+    With ``ep`` > 1 the experts are split over the tensor-parallel GPUs, so tp = ep is the only candidate. With
+    ``dp_attention`` only degrees of 2 or more (attention data parallelism splits the sequences over the GPUs),
+    unless there is none, when the degrees are left for the deployment's checks to refuse.
     """
     candidates = []
     tp = 1
@@ -317,6 +319,8 @@ def tensor_parallel_candidates(model: ModelSpec, gpu: GPUSpec, ep: int = 1) -> l
         if model.num_heads % tp == 0 and kv_ok and fits_widths and (ep == 1 or tp == ep):
             candidates.append(tp)
         tp *= 2
+    if dp_attention:
+        return [degree for degree in candidates if degree >= 2] or candidates
     return candidates
 
 

@@ -105,9 +105,7 @@ def plan_deployment(
         if require_fit and not deployment.memory.fits:
             raise InputError(f"{model.name} on {tp}x {gpu.name} does not fit: {deployment.memory.shortfall_message()}")
         return deployment
-    candidates = tensor_parallel_candidates(model, gpu, ep_degree)
-    if dp_attention:  # attention data parallelism splits the sequences over two GPUs at least
-        candidates = [degree for degree in candidates if degree >= 2] or candidates
+    candidates = tensor_parallel_candidates(model, gpu, ep_degree, dp_attention)
     largest: Deployment | None = None
     for degree in candidates:
         largest = build(degree)

@@ -103,9 +103,7 @@ def _layouts(options: dict[str, Any]) -> tuple[list[tuple[int, int]], bool]:
     model = with_attention(load_model(options["model"]), options.get("attention"))
     gpu = load_gpu(options["gpu"])
     ep = options.get("ep") or 1
-    degrees = [ep] if ep > 1 else tensor_parallel_candidates(model, gpu, ep)
-    if options.get("dp_attention"):  # attention data parallelism splits the sequences over two GPUs at least
-        degrees = [degree for degree in degrees if degree >= 2] or degrees
+    degrees = [ep] if ep > 1 else tensor_parallel_candidates(model, gpu, ep, bool(options.get("dp_attention")))
     if pp is not None:
         return [(degree, pp) for degree in degrees], True
     largest = degrees[-1] if degrees else 1
