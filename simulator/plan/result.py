@@ -134,6 +134,7 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
     """
     dep, result, m, opts = run.deployment, run.result, run.metrics, run.settings
     system, memory = dep.system, dep.memory
+    draft = draft_bytes_per_gpu(run)
     tp = system.tp
     prefill_cost, prefill_rows = _step_rows(system, result.first_prefill_step, tp)
     first_cost, _ = _step_rows(system, result.first_decode_step, tp)
@@ -197,8 +198,8 @@ def engine_run_dict(run: "EngineRun") -> dict[str, Any]:
             "kv_bytes_per_gpu": memory.kv_bytes_per_gpu,
             "workspace_bytes_per_gpu": memory.workspace_bytes_per_gpu,
             "reserved_bytes_per_gpu": memory.reserved_bytes_per_gpu,
-            "draft_bytes_per_gpu": draft_bytes_per_gpu(run),
-            "needed_bytes_per_gpu": memory.needed_bytes_per_gpu + draft_bytes_per_gpu(run),
+            "draft_bytes_per_gpu": draft,
+            "needed_bytes_per_gpu": memory.needed_bytes_per_gpu + draft,
             "capacity_bytes": memory.capacity_bytes * dep.pp,
             "fits": memory.fits,
         },

@@ -171,7 +171,7 @@ def metric_columns(result: dict[str, Any], task: PointTask) -> dict[str, Any]:
     if hourly is not None:
         row["cost.usd_per_gpu_hour"] = hourly / gpus  # the mean over the run's GPUs where its pools' GPUs differ
         row["cost.usd_per_hour"] = hourly
-        row[COST_KEY] = _cost_per_million(result, task)
+        row[COST_KEY] = _cost_per_million(result, hourly)
     row.update({key: _scalar(value) for key, value in flatten(result).items()})
     warnings = result.get("warnings")
     if warnings:  # a list, which flatten leaves out; kept as one cell so nothing is silently lost
@@ -223,13 +223,13 @@ def usd_per_hour(result: dict[str, Any], usd_per_gpu_hour: dict[str, float]) -> 
     return total
 
 
-def _cost_per_million(result: dict[str, Any], task: PointTask) -> float | None:
-    hourly = usd_per_hour(result, task.usd_per_gpu_hour)
+def _cost_per_million(result: dict[str, Any], usd_per_hour: float | None) -> float | None:
+    """Dollars per million output tokens of a run that costs ``usd_per_hour`` (None: no price, no cost)."""
     tokens_per_second = result.get("throughput", {}).get("output_tokens_per_second")
-    if hourly is None or not tokens_per_second:
+    if usd_per_hour is None or not tokens_per_second:
         return None
     gpus = gpus_used(result)
-    return usd_per_million_output_tokens(hourly / gpus, gpus, float(tokens_per_second))
+    return usd_per_million_output_tokens(usd_per_hour / gpus, gpus, float(tokens_per_second))
 
 
 def max_batch_columns(task: PointTask, low: int, high: int) -> dict[str, Any]:
@@ -250,7 +250,7 @@ def max_batch_columns(task: PointTask, low: int, high: int) -> dict[str, Any]:
         prefix + "batch": best,
         prefix + "at_bound": best == high,
         prefix + "output_tokens_per_second": at_best["throughput"]["output_tokens_per_second"],
-        prefix + "usd_per_million_output_tokens": _cost_per_million(at_best, task),
+        prefix + "usd_per_million_output_tokens": _cost_per_million(at_best, usd_per_hour(at_best, task.usd_per_gpu_hour)),
         **{prefix + f"p99_{metric}_seconds": p99_seconds(at_best, metric) for metric in LATENCY_METRICS},
         **chance_columns(at_best, task.slo, prefix + "slo_"),
     }
