@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -390,8 +391,10 @@ def _axes(block: dict[str, Any], where: str) -> tuple[Axis, ...]:
         seen = [a for a in axes if a.name == field_name]
         if seen:  # a vLLM spelling beside its setting (tensor_parallel_size and tp): two axes of one setting
             raise FieldError(path, f"sweeps {field_name}, as another axis of {where} already does; sweep it once")
-        repeated = sorted({repr(v) for v in values if values.count(v) > 1}) if where.endswith("grid") else []
-        if repeated:  # (a zipped axis repeats values in rows that differ elsewhere: its rows are checked whole)
+        # (a zipped axis repeats values in rows that differ elsewhere: its rows are checked whole, in _build)
+        counts = Counter(repr(value) for value in values) if where.endswith("grid") else Counter()
+        repeated = sorted(shown for shown, count in counts.items() if count > 1)
+        if repeated:
             raise FieldError(path, f"repeats {', '.join(repeated)}: a point would run twice; give each value once")
         axes.append(Axis(field_name, tuple(values)))
     return tuple(axes)
@@ -438,8 +441,6 @@ def _prices(cost: CostBlock) -> dict[str, float]:
     given: dict[str, str] = {}  # GPU name -> the key that priced it
     for key, price in cost.usd_per_gpu_hour.items():
         path = f"cost.usd_per_gpu_hour.{key}"
-        if price <= 0:
-            raise FieldError(path, f"price must be > 0 US dollars per GPU-hour (got {price})")
         name = _load_or_problem(load_gpu, str(key), path).name
         if name in given:
             raise FieldError(path, f"prices {name} again (as cost.usd_per_gpu_hour.{given[name]} does); price it once")
@@ -486,19 +487,21 @@ def _check_search(data: ScenarioFile, axis_names: set[str], base: dict[str, Any]
         if qps.high > MAX_QPS:
             raise FieldError("search.max_qps_under_slo.high", f"at most {MAX_QPS:g} requests/s (a run's highest), "
                                                               f"got {qps.high:g}")
-        for clash in sorted(named & {"batch", "trace", "max_concurrency", "sessions"}):
-            raise FieldError("search.max_qps_under_slo", f"its runs arrive at a rate, which {clash} (set by the "
-                                                         f"scenario) does not take; drop {clash} or the search")
+        clashes = sorted(named & {"batch", "trace", "max_concurrency", "sessions"})
+        if clashes:
+            raise FieldError("search.max_qps_under_slo", f"its runs arrive at a rate, which {clashes[0]} (set by the "
+                                                         f"scenario) does not take; drop {clashes[0]} or the search")
     if search.max_batch_under_slo is not None:
         batch = search.max_batch_under_slo
         if "batch" in axis_names:
             raise FieldError("search.max_batch_under_slo", "batch is swept; the search sets it itself (move batch to base or drop the search)")
         if batch.high < batch.low:
             raise FieldError("search.max_batch_under_slo.high", f"must be at least low ({batch.low}), got {batch.high}")
-        for clash in sorted(named & {"requests", "qps", "trace", "max_concurrency", "sessions"}):
+        clashes = sorted(named & {"requests", "qps", "trace", "max_concurrency", "sessions"})
+        if clashes:
             raise FieldError("search.max_batch_under_slo", f"its runs are closed batches of the batch it tries, which "
-                                                           f"{clash} (set by the scenario) contradicts; drop {clash} or "
-                                                           "the search")
+                                                           f"{clashes[0]} (set by the scenario) contradicts; drop "
+                                                           f"{clashes[0]} or the search")
     if search.min_gpus_for_qps is not None and search.max_qps_under_slo is None:
         raise FieldError("search.min_gpus_for_qps", "needs search.max_qps_under_slo (the capacity of one replica)")
     if search.min_gpus_for_qps is not None and "disaggregate" in named:
@@ -556,11 +559,12 @@ def _build(source: Path, raw: dict[str, Any], out: str | None) -> Scenario:
                     f"sweep.zip.{axis.name}",
                     f"{len(axis.values)} value(s) but sweep.zip.{first.name} has {len(first.values)}; zipped axes go in step",
                 )
-    rows = list(zip(*(axis.values for axis in zipped)))
-    twice = sorted({i for i, row in enumerate(rows) if rows.index(row) != i})
-    if twice:
-        raise FieldError("sweep.zip", f"row {twice[0]} repeats row {rows.index(rows[twice[0]])} in every zipped axis: "
-                                      "a point would run twice; give each row once")
+    first_of: dict[str, int] = {}  # a zipped row (its repr) -> the first index it appears at
+    for index, row in enumerate(zip(*(axis.values for axis in zipped))):
+        earlier = first_of.setdefault(repr(row), index)
+        if earlier != index:
+            raise FieldError("sweep.zip", f"row {index} repeats row {earlier} in every zipped axis: a point would run "
+                                          "twice; give each row once")
     axis_names = {axis.name for axis in zipped + grid}
     _check_configs(base, zipped + grid, {a.name for a in zipped})
     search = _check_search(data, axis_names, base)
