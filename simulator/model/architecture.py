@@ -822,12 +822,13 @@ def _read_config(path: Path) -> tuple[dict[str, Any], list[str]]:
         if path.suffix.lower() != ".json" or not any(word in str(exc) for word in ("Infinity", "NaN")):
             raise
         try:
-            data = json.loads(path.read_text(encoding="utf-8"), parse_constant=lambda _: None)
+            text = path.read_text(encoding="utf-8")
+            data = json.loads(text, parse_constant=lambda _: None)
+            loose = json.loads(text)  # Python's reader takes NaN and Infinity as floats: which keys held them
         except (OSError, ValueError):
             raise exc from None
         if not isinstance(data, dict):
             raise exc from None
-        loose = json.loads(path.read_text(encoding="utf-8"))  # Python's reader takes NaN and Infinity as floats
         non_finite = [key for key, value in loose.items() if isinstance(value, float) and not math.isfinite(value)]
     sibling = _quant_config_path(path)
     if sibling is not None and "quantization_config" not in data and isinstance(data.get("model_type"), str):

@@ -1,8 +1,8 @@
 """Which measured tables time a run's operators: ``--kernels auto|measured|roofline``.
 
 ``auto``: the measured tables of the run's GPU and engine where the ``measured`` extra is installed and has
-them, else the roofline, with the reason (the default is ``roofline``: docs/measured-vs-roofline.md says why). ``measured``: the same, but an error
-where there are none. ``roofline``: the roofline path for every operator.
+them, else the roofline, with the reason. ``measured``: the same, but an error where there are none.
+``roofline`` (the default; docs/measured-vs-roofline.md says why): the roofline path for every operator.
 
 A table is chosen by the GPU (measured as itself: see
 :data:`simulator.cost.kernel_tables.aiconfigurator.SYSTEMS`), the engine family (TensorRT-LLM, vLLM,
