@@ -85,6 +85,14 @@ class RandomDecoder:
             for _ in range(m.num_layers)
         ]
 
+    def inputs(self, phase: str, batch: int, context: int) -> tuple[list[tuple[Any, Any]], Any, int, Any]:
+        """(KV cache, token ids, start position, rotations) of one case: a decode step adds one token to ``context - 1``
+        cached ones; a prefill runs ``context`` tokens from position 0 (see the module docstring)."""
+        tokens, start = (1, context - 1) if phase == "decode" else (context, 0)
+        cache = self.new_cache(batch, context)
+        ids = self.torch.randint(0, self.model.vocab_size, (batch, tokens), device=self.bench.device)
+        return cache, ids, start, self.rotary(start, tokens)
+
     def forward(self, ids: Any, cache: list[tuple[Any, Any]], start: int, rotation: Any,
                 mark: Callable[[str], AbstractContextManager[Any]] = _unmarked) -> Any:
         """Logits of the last position of each sequence, for ``ids`` (batch, tokens) placed at ``start``.
@@ -140,11 +148,23 @@ class RandomDecoder:
         with mark("lm_head"):
             return last @ self.lm_head
 
+
 def free_device_bytes(bench: Bench) -> float | None:
     """Free device memory in bytes (None on CPU, where the plan is tiny)."""
     if bench.device != "cuda":
         return None
     return float(bench.torch.cuda.mem_get_info()[0])
+
+
+def case_may_run(bench: Bench, model: ModelSpec, dtype: str, section: str, label: str, batch: int,
+                 context: int) -> bool:
+    """Whether a case's KV cache fits the free device memory beside the headroom and the time budget is not spent;
+    if not, the case is listed as skipped, with the reason."""
+    need, free = kv_cache_bytes(model, batch, context, dtype), free_device_bytes(bench)
+    if free is not None and need + ACTIVATION_HEADROOM_BYTES > free:
+        bench.skip(section, label, f"KV cache of {need / 2**30:.1f} GiB does not fit in {free / 2**30:.1f} GiB free")
+        return False
+    return not bench.out_of_time(section, label)
 
 
 def measure_endtoend(
@@ -163,19 +183,10 @@ def measure_endtoend(
     rows = []
     for phase, batch, context in cases:
         label = f"{phase} batch={batch} ctx={context}"
-        need = kv_cache_bytes(model, batch, context, dtype)
-        free = free_device_bytes(bench)
-        if free is not None and need + ACTIVATION_HEADROOM_BYTES > free:
-            bench.skip("endtoend", label, f"KV cache of {need / 2**30:.1f} GiB does not fit in {free / 2**30:.1f} GiB free")
+        if not case_may_run(bench, model, dtype, "endtoend", label, batch, context):
             continue
-        if bench.out_of_time("endtoend", label):
-            continue
-        tokens = 1 if phase == "decode" else context
-        start = context - 1 if phase == "decode" else 0
         try:
-            cache = decoder.new_cache(batch, context)
-            ids = torch.randint(0, model.vocab_size, (batch, tokens), device=bench.device)
-            rotation = decoder.rotary(start, tokens)
+            cache, ids, start, rotation = decoder.inputs(phase, batch, context)
         except Exception as exc:
             bench.failed("endtoend", label, exc)
             continue

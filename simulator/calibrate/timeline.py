@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from simulator.calibrate.bench import Bench
-from simulator.calibrate.endtoend import ACTIVATION_HEADROOM_BYTES, RandomDecoder, free_device_bytes, kv_cache_bytes
+from simulator.calibrate.endtoend import RandomDecoder, case_may_run
 from simulator.model import ModelSpec
 from simulator.units import fmt_seconds
 
@@ -110,18 +110,11 @@ def measure_timeline(bench: Bench, model: ModelSpec, dtype: str,
     rows = []
     for phase, batch, context in cases:
         label = f"{phase} batch={batch} ctx={context}"
-        need, free = kv_cache_bytes(model, batch, context, dtype), free_device_bytes(bench)
-        if free is not None and need + ACTIVATION_HEADROOM_BYTES > free:
-            bench.skip(SECTION, label, f"KV cache of {need / 2**30:.1f} GiB does not fit in {free / 2**30:.1f} GiB free")
+        if not case_may_run(bench, model, dtype, SECTION, label, batch, context):
             continue
-        if bench.out_of_time(SECTION, label):
-            continue
-        tokens, start = (1, context - 1) if phase == "decode" else (context, 0)
         cache: list[tuple[Any, Any]] | None = None
         try:
-            cache = decoder.new_cache(batch, context)
-            ids = torch.randint(0, model.vocab_size, (batch, tokens), device=bench.device)
-            rotation = decoder.rotary(start, tokens)
+            cache, ids, start, rotation = decoder.inputs(phase, batch, context)
             with torch.inference_mode():
                 decoder.forward(ids, cache, start, rotation)  # workspaces and kernel choices, outside the profile
                 bench.synchronize()
